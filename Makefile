@@ -1,0 +1,34 @@
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+PKGS    := specs reference optimized model_tests
+
+.PHONY: setup test lint typecheck pytest fuzz bench clean
+
+setup:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+
+test: lint typecheck pytest
+
+lint:
+	$(BIN)/ruff check $(PKGS)
+	$(BIN)/ruff format --check $(PKGS)
+
+typecheck:
+	$(BIN)/mypy --strict $(PKGS)
+
+pytest:
+	$(BIN)/pytest -q --hypothesis-show-statistics model_tests
+
+# Long campaigns: the `fuzz` Hypothesis profile (see model_tests/profiles.py).
+fuzz:
+	PAGEDKV_PROFILE=fuzz $(BIN)/pytest -q --hypothesis-show-statistics -m "not slow_bench" model_tests
+
+bench:
+	$(BIN)/python -m optimized.bench
+
+clean:
+	rm -rf $(VENV) .hypothesis .mypy_cache .ruff_cache *.egg-info

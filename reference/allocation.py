@@ -1,0 +1,52 @@
+"""Which block a new allocation takes (DESIGN §2, "Allocation order" and "Eviction order").
+
+A free block first; only when none is left, an evictable one, oldest access first and, among
+equally old, the one with the most hashed tokens (a chain's tail before its head). The spec lets
+the implementation pick among the blocks that remain tied; the reference picks the lowest id and
+also accepts an explicit pick, which it checks is one of the allowed ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from reference.pool_state import PoolState, evictable_ids, free_ids, with_block
+from specs.errors import InvalidArgumentError, OutOfBlocksError
+from specs.pool_view import BLANK, BlockView
+from specs.types import BlockId
+
+
+def eviction_rank(view: BlockView) -> tuple[float, int]:
+    """Smaller ranks are evicted first."""
+    return (view.last_accessed, -view.num_hashed_tokens)
+
+
+def allowed_choices(state: PoolState) -> frozenset[BlockId]:
+    """Every block the spec allows the next allocation to take."""
+    free = free_ids(state)
+    if free:
+        return free
+    evictable = evictable_ids(state)
+    if not evictable:
+        return frozenset()
+    best = min(eviction_rank(state.blocks[b]) for b in evictable)
+    return frozenset(b for b in evictable if eviction_rank(state.blocks[b]) == best)
+
+
+def take_block(state: PoolState, choice: BlockId | None = None) -> tuple[PoolState, BlockId]:
+    """Allocate one block with ref count 1, evicting a cached block if the free list is empty."""
+    allowed = allowed_choices(state)
+    if not allowed:
+        raise OutOfBlocksError(
+            f"no free or evictable block left (all {state.config.num_blocks} are in use)"
+        )
+    if choice is None:
+        choice = min(allowed)
+    elif choice not in allowed:
+        raise InvalidArgumentError(
+            f"block {choice} may not be allocated now; allowed: {sorted(allowed)}"
+        )
+    evicted_hash = state.blocks[choice].content_hash
+    if evicted_hash is not None:
+        state = replace(state, cached=state.cached.delete(evicted_hash))
+    return with_block(state, choice, replace(BLANK, ref_count=1)), choice

@@ -1,0 +1,264 @@
+"""The block pool operations, as pure functions of a ``PoolState``.
+
+Each function validates all of its input before it computes anything, returns the new state (and
+its result), and never changes the state it was given. ``specs/block_pool.md`` is the prose twin
+of this file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from itertools import takewhile
+
+from reference.allocation import take_block
+from reference.pool_state import (
+    PoolState,
+    evictable_ids,
+    free_ids,
+    known_block,
+    live_block,
+    new_state,
+    with_block,
+)
+from specs.content_hash import Prefix
+from specs.errors import DoubleFreeError, InvalidArgumentError, TooManyTokensError
+from specs.pool_view import BLANK
+from specs.types import BlockId, CopyPair, PoolConfig, Token
+from specs.validation import (
+    check_block_id,
+    check_block_ids,
+    check_pool_config,
+    check_prefix,
+    check_time,
+    check_tokens,
+)
+
+
+def create(config: PoolConfig) -> PoolState:
+    check_pool_config(config)
+    return new_state(config)
+
+
+# --- references: taking and releasing -------------------------------------------------------
+
+
+def _acquire(state: PoolState, block: BlockId) -> PoolState:
+    """One more reference; a cached block at count 0 leaves the evictor by this."""
+    view = state.blocks[block]
+    return with_block(state, block, replace(view, ref_count=view.ref_count + 1))
+
+
+def _release(state: PoolState, block: BlockId) -> PoolState:
+    """One reference fewer. At zero a hashed block stays cached (evictable); any other block
+    returns to the free list blank, and a pending copy into it is dropped: nobody will read it."""
+    view = state.blocks[block]
+    view = replace(view, ref_count=view.ref_count - 1)
+    if view.ref_count == 0:
+        state = replace(state, pending_cows=tuple(p for p in state.pending_cows if p[1] != block))
+        if view.content_hash is None:
+            view = BLANK
+    return with_block(state, block, view)
+
+
+# --- allocation --------------------------------------------------------------------------------
+
+
+def allocate_mutable(state: PoolState, choice: BlockId | None = None) -> tuple[PoolState, BlockId]:
+    """An empty block the caller may append to."""
+    return take_block(state, choice)
+
+
+def _check_full_block(state: PoolState, tokens: object) -> list[Token]:
+    checked = check_tokens(tokens)
+    size = state.config.block_size
+    if len(checked) > size:
+        raise TooManyTokensError(f"{len(checked)} tokens do not fit a block of {size}")
+    if len(checked) < size:
+        raise InvalidArgumentError(
+            f"an immutable block holds exactly {size} tokens, got {len(checked)}"
+        )
+    return checked
+
+
+def allocate_immutable(
+    state: PoolState, prefix: Prefix, tokens: Sequence[Token], choice: BlockId | None = None
+) -> tuple[PoolState, BlockId]:
+    """A full block of ``tokens`` after ``prefix``: the cached block when there is one (a hit,
+    already computed), else a new block that becomes the cached block for its hash. ``choice`` is
+    only consulted when a block is allocated."""
+    checked = _check_full_block(state, tokens)
+    check_prefix(prefix, state.config.block_size)
+    if not state.config.enable_caching:
+        state, block = take_block(state, choice)
+        return with_block(state, block, replace(state.blocks[block], tokens=tuple(checked))), block
+    content_hash = prefix.child_hash(checked)
+    state = replace(state, queries=state.queries + 1)
+    hit = state.cached.get(content_hash)
+    if hit is not None:
+        state = _acquire(replace(state, hits=state.hits + 1), hit)
+        return with_block(state, hit, replace(state.blocks[hit], computed=True)), hit
+    state, block = take_block(state, choice)
+    return _cache(state, block, prefix, checked), block
+
+
+def _cache(state: PoolState, block: BlockId, prefix: Prefix, tokens: Sequence[Token]) -> PoolState:
+    """Give a full block its hash and make it the cached block for that hash."""
+    content_hash = prefix.child_hash(tokens)
+    view = replace(
+        state.blocks[block], tokens=tuple(tokens), content_hash=content_hash, prefix=prefix
+    )
+    state = with_block(state, block, view)
+    return replace(state, cached=state.cached.set(content_hash, block))
+
+
+# --- appending, promotion and copy-on-write ----------------------------------------------------
+
+
+def cow_if_not_appendable(
+    state: PoolState, block: BlockId, choice: BlockId | None = None
+) -> tuple[PoolState, BlockId]:
+    """The block to append into: ``block`` itself when only one holder has it, else a new copy
+    (the caller's reference moves to the copy and the pair waits for the copy kernel)."""
+    check_block_id(state.config, block)
+    view = live_block(state, block)
+    if len(view.tokens) == state.config.block_size:
+        raise TooManyTokensError(f"block {block} is full; nothing can be appended to it")
+    if view.ref_count == 1:
+        return state, block
+    state, copy = take_block(state, choice)
+    state = with_block(state, copy, replace(state.blocks[copy], tokens=view.tokens))
+    state = _release(state, block)
+    return replace(state, pending_cows=(*state.pending_cows, (block, copy))), copy
+
+
+def append_tokens(
+    state: PoolState,
+    block: BlockId,
+    prefix: Prefix,
+    tokens: Sequence[Token],
+    choice: BlockId | None = None,
+) -> tuple[PoolState, BlockId]:
+    """Append ``tokens`` to ``block`` (copying it first if it is shared). A block that fills gets
+    its hash (``prefix`` is what precedes it); if another block already holds that hash, the
+    caller switches to it and its own block is released (dedup). Returns the block to use now."""
+    check_block_id(state.config, block)
+    view = live_block(state, block)
+    checked = check_tokens(tokens)
+    check_prefix(prefix, state.config.block_size)
+    room = state.config.block_size - len(view.tokens)
+    if len(checked) > room:
+        raise TooManyTokensError(
+            f"block {block} has {room} empty slots, cannot append {len(checked)} tokens"
+        )
+    state, target = cow_if_not_appendable(state, block, choice)
+    filled = (*state.blocks[target].tokens, *checked)
+    state = with_block(state, target, replace(state.blocks[target], tokens=filled))
+    if state.config.enable_caching and len(filled) == state.config.block_size:
+        return _promote(state, target, prefix)
+    return state, target
+
+
+def _promote(state: PoolState, block: BlockId, prefix: Prefix) -> tuple[PoolState, BlockId]:
+    tokens = state.blocks[block].tokens
+    cached = state.cached.get(prefix.child_hash(tokens))
+    if cached is None:
+        return _cache(state, block, prefix, tokens), block
+    state = _acquire(_release(state, block), cached)
+    return with_block(state, cached, replace(state.blocks[cached], computed=True)), cached
+
+
+def clear_copy_on_writes(state: PoolState) -> tuple[PoolState, list[CopyPair]]:
+    """The (source, destination) pairs the copy kernel must run, in order; the list empties."""
+    return replace(state, pending_cows=()), list(state.pending_cows)
+
+
+# --- freeing and forking -----------------------------------------------------------------------
+
+
+def free(state: PoolState, block: BlockId) -> PoolState:
+    check_block_id(state.config, block)
+    if state.blocks[block].ref_count == 0:
+        raise DoubleFreeError(f"block {block} is already free (ref count 0)")
+    return _release(state, block)
+
+
+def fork(state: PoolState, chain: Sequence[BlockId]) -> tuple[PoolState, list[BlockId]]:
+    """Share every block of ``chain`` with one more holder; nothing is allocated."""
+    blocks = check_block_ids(state.config, chain)
+    for block in blocks:
+        live_block(state, block)
+    for block in blocks:
+        state = _acquire(state, block)
+    return state, blocks
+
+
+# --- access times, computed marks and the computed prefix --------------------------------------
+
+
+def mark_accessed(state: PoolState, blocks: Sequence[BlockId], now: float) -> PoolState:
+    """Record ``now`` as the last access of held or cached blocks (it orders eviction)."""
+    time = check_time(now)
+    checked = check_block_ids(state.config, blocks)
+    for block in checked:
+        known_block(state, block)
+    for block in checked:
+        state = with_block(state, block, replace(state.blocks[block], last_accessed=time))
+    return state
+
+
+def mark_computed(state: PoolState, blocks: Sequence[BlockId]) -> PoolState:
+    """Record that the KV of these blocks is written. Only full blocks of a caching pool keep
+    the mark: a partial block will still change, and without caching nothing is reused."""
+    checked = check_block_ids(state.config, blocks)
+    for block in checked:
+        known_block(state, block)
+    if not state.config.enable_caching:
+        return state
+    for block in checked:
+        view = state.blocks[block]
+        if len(view.tokens) == state.config.block_size:
+            state = with_block(state, block, replace(view, computed=True))
+    return state
+
+
+def common_computed_prefix(state: PoolState, chains: Sequence[Sequence[BlockId]]) -> list[BlockId]:
+    """The longest run of leading computed blocks that every chain shares. A chain's last block
+    never counts: the model must compute at least one token of every sequence."""
+    if isinstance(chains, str | bytes) or not isinstance(chains, Sequence):
+        raise InvalidArgumentError(f"expected a sequence of chains, got {chains!r}")
+    checked = [check_block_ids(state.config, chain) for chain in chains]
+    for chain in checked:
+        for block in chain:
+            live_block(state, block)
+    if not state.config.enable_caching or not checked:
+        return []
+    runs = [list(takewhile(lambda b: state.blocks[b].computed, chain[:-1])) for chain in checked]
+    common: list[BlockId] = []
+    for column in zip(*runs, strict=False):
+        if any(b != column[0] for b in column):
+            break
+        common.append(column[0])
+    return common
+
+
+# --- counts, hit rate and reset ----------------------------------------------------------------
+
+
+def num_free_blocks(state: PoolState) -> int:
+    """Blocks an allocation could take now: free plus evictable."""
+    return len(free_ids(state)) + len(evictable_ids(state))
+
+
+def hit_rate(state: PoolState) -> float:
+    """Hits over lookups of ``allocate_immutable``; 0.0 before any, -1.0 without caching."""
+    if not state.config.enable_caching:
+        return -1.0
+    return state.hits / state.queries if state.queries else 0.0
+
+
+def reset_prefix_cache(state: PoolState) -> tuple[PoolState, bool]:
+    """Forget every cached block, only when no block is in use (else nothing changes)."""
+    if any(view.ref_count > 0 for view in state.blocks.values()):
+        return state, False
+    return new_state(state.config), True

@@ -1,0 +1,86 @@
+"""The reference pool behind the mutable ``specs.interface.BlockPool`` face.
+
+It holds one frozen ``PoolState`` and replaces it after each operation, so the lockstep tests can
+drive the reference and any other pool through the same calls. The ``choice`` arguments let the
+oracle replay another implementation's allowed choices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from reference import block_pool as ops
+from reference.pool_state import PoolState, to_view
+from specs.content_hash import Prefix
+from specs.pool_view import BlockView, PoolView
+from specs.types import BlockId, CopyPair, PoolConfig, Token
+from specs.validation import check_block_id
+
+
+class ReferenceBlockPool:
+    def __init__(self, config: PoolConfig) -> None:
+        self.state: PoolState = ops.create(config)
+
+    @property
+    def config(self) -> PoolConfig:
+        return self.state.config
+
+    def allocate_mutable(self, choice: BlockId | None = None) -> BlockId:
+        self.state, block = ops.allocate_mutable(self.state, choice)
+        return block
+
+    def allocate_immutable(
+        self, prefix: Prefix, tokens: Sequence[Token], choice: BlockId | None = None
+    ) -> BlockId:
+        self.state, block = ops.allocate_immutable(self.state, prefix, tokens, choice)
+        return block
+
+    def append_tokens(
+        self,
+        block: BlockId,
+        prefix: Prefix,
+        tokens: Sequence[Token],
+        choice: BlockId | None = None,
+    ) -> BlockId:
+        self.state, block = ops.append_tokens(self.state, block, prefix, tokens, choice)
+        return block
+
+    def free(self, block: BlockId) -> None:
+        self.state = ops.free(self.state, block)
+
+    def fork(self, chain: Sequence[BlockId]) -> list[BlockId]:
+        self.state, blocks = ops.fork(self.state, chain)
+        return blocks
+
+    def cow_if_not_appendable(self, block: BlockId, choice: BlockId | None = None) -> BlockId:
+        self.state, block = ops.cow_if_not_appendable(self.state, block, choice)
+        return block
+
+    def clear_copy_on_writes(self) -> list[CopyPair]:
+        self.state, pairs = ops.clear_copy_on_writes(self.state)
+        return pairs
+
+    def mark_accessed(self, blocks: Sequence[BlockId], now: float) -> None:
+        self.state = ops.mark_accessed(self.state, blocks, now)
+
+    def mark_computed(self, blocks: Sequence[BlockId]) -> None:
+        self.state = ops.mark_computed(self.state, blocks)
+
+    def common_computed_prefix(self, chains: Sequence[Sequence[BlockId]]) -> list[BlockId]:
+        return ops.common_computed_prefix(self.state, chains)
+
+    def num_free_blocks(self) -> int:
+        return ops.num_free_blocks(self.state)
+
+    def hit_rate(self) -> float:
+        return ops.hit_rate(self.state)
+
+    def reset_prefix_cache(self) -> bool:
+        self.state, done = ops.reset_prefix_cache(self.state)
+        return done
+
+    def block(self, block: BlockId) -> BlockView:
+        return self.state.blocks[check_block_id(self.state.config, block)]
+
+    def view(self) -> PoolView:
+        return to_view(self.state)

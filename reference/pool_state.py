@@ -1,0 +1,80 @@
+"""The frozen state of one device's block pool, and the facts derived from it.
+
+Only what cannot be derived is stored: each block's view, the hash index, the pending
+copy-on-write pairs and the hit counters. Which blocks are free, evictable or used follows from
+the ref counts and hashes, so it is computed, never kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from immutables import Map
+
+from specs.errors import UnallocatedBlockError
+from specs.pool_view import BLANK, BlockView, PoolView
+from specs.types import BlockHash, BlockId, CopyPair, PoolConfig
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    config: PoolConfig
+    blocks: Map[BlockId, BlockView]
+    cached: Map[BlockHash, BlockId]
+    pending_cows: tuple[CopyPair, ...] = ()
+    hits: int = 0
+    queries: int = 0
+
+
+def new_state(config: PoolConfig) -> PoolState:
+    return PoolState(config, Map({b: BLANK for b in config.block_ids}), Map())
+
+
+def is_free(view: BlockView) -> bool:
+    return view.ref_count == 0 and view.content_hash is None
+
+
+def is_evictable(view: BlockView) -> bool:
+    return view.ref_count == 0 and view.content_hash is not None
+
+
+def free_ids(state: PoolState) -> frozenset[BlockId]:
+    return frozenset(b for b, view in state.blocks.items() if is_free(view))
+
+
+def evictable_ids(state: PoolState) -> frozenset[BlockId]:
+    return frozenset(b for b, view in state.blocks.items() if is_evictable(view))
+
+
+def live_block(state: PoolState, block: BlockId) -> BlockView:
+    """The view of a block somebody holds; a free or merely cached block is an error here."""
+    view = state.blocks[block]
+    if view.ref_count == 0:
+        where = "cached but unused" if view.content_hash is not None else "free"
+        raise UnallocatedBlockError(f"block {block} is {where}, not allocated")
+    return view
+
+
+def known_block(state: PoolState, block: BlockId) -> BlockView:
+    """The view of a block that is held or cached (both have meaningful contents)."""
+    view = state.blocks[block]
+    if is_free(view):
+        raise UnallocatedBlockError(f"block {block} is free, not allocated or cached")
+    return view
+
+
+def with_block(state: PoolState, block: BlockId, view: BlockView) -> PoolState:
+    return replace(state, blocks=state.blocks.set(block, view))
+
+
+def to_view(state: PoolState) -> PoolView:
+    return PoolView(
+        config=state.config,
+        blocks=dict(state.blocks),
+        free=free_ids(state),
+        evictable=evictable_ids(state),
+        cached=dict(state.cached),
+        pending_cows=state.pending_cows,
+        hits=state.hits,
+        queries=state.queries,
+    )

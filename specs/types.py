@@ -1,0 +1,69 @@
+"""Plain value types shared by every layer."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import TypeAlias
+
+BlockId: TypeAlias = int
+Token: TypeAlias = int
+BlockHash: TypeAlias = bytes
+CopyPair: TypeAlias = tuple[BlockId, BlockId]
+"""(source, destination) of a block copy: copy-on-write or swap."""
+
+NEVER_ACCESSED: float = -1.0
+"""Last-access time of a block nobody has marked accessed (as in vLLM)."""
+
+MAX_TOKEN: int = 2**63 - 1
+
+
+class Device(enum.Enum):
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+class AllocStatus(enum.Enum):
+    """Answer of the ``can_*`` questions (vLLM's AllocStatus)."""
+
+    OK = "ok"
+    LATER = "later"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraKey:
+    """What besides the tokens decides whether two blocks may share KV.
+
+    Two requests with different LoRA adapters or different cache salts never share a cached block.
+    """
+
+    lora_id: int | None = None
+    cache_salt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    """Configuration of one device's block pool; validated by ``specs.validation``."""
+
+    num_blocks: int
+    block_size: int
+    enable_caching: bool = True
+    first_id: int = 0
+    """Ids are ``first_id .. first_id + num_blocks - 1`` so that the pools of two devices never
+    share an id."""
+
+    @property
+    def block_ids(self) -> range:
+        return range(self.first_id, self.first_id + self.num_blocks)
+
+
+def is_time(now: object) -> bool:
+    """A usable ``now``: a finite, non-negative real number."""
+    return (
+        isinstance(now, int | float)
+        and not isinstance(now, bool)
+        and math.isfinite(now)
+        and now >= 0
+    )

@@ -1,0 +1,93 @@
+"""Input checks shared by every implementation, so both sides reject bad input the same way.
+
+Each check raises the typed error of ``specs.errors`` with a message naming the offending value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specs.content_hash import Prefix
+from specs.errors import ConfigurationError, ForeignBlockError, InvalidArgumentError
+from specs.types import MAX_TOKEN, BlockId, ExtraKey, PoolConfig, Token, is_time
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_pool_config(config: PoolConfig) -> None:
+    if not isinstance(config, PoolConfig):
+        raise ConfigurationError(f"expected a PoolConfig, got {config!r}")
+    if not _is_int(config.num_blocks) or config.num_blocks < 1:
+        raise ConfigurationError(f"num_blocks must be an int >= 1, got {config.num_blocks!r}")
+    if not _is_int(config.block_size) or config.block_size < 1:
+        raise ConfigurationError(f"block_size must be an int >= 1, got {config.block_size!r}")
+    if not _is_int(config.first_id) or config.first_id < 0:
+        raise ConfigurationError(f"first_id must be an int >= 0, got {config.first_id!r}")
+    if not isinstance(config.enable_caching, bool):
+        raise ConfigurationError(f"enable_caching must be a bool, got {config.enable_caching!r}")
+
+
+def check_block_id(config: PoolConfig, block: object) -> BlockId:
+    if not _is_int(block):
+        raise InvalidArgumentError(f"block id must be an int, got {block!r}")
+    assert isinstance(block, int)
+    if block not in config.block_ids:
+        raise ForeignBlockError(
+            f"block {block} is not in this pool (ids {config.first_id}.."
+            f"{config.first_id + config.num_blocks - 1})"
+        )
+    return block
+
+
+def check_block_ids(config: PoolConfig, blocks: object) -> list[BlockId]:
+    if isinstance(blocks, str | bytes) or not isinstance(blocks, Sequence):
+        raise InvalidArgumentError(f"expected a sequence of block ids, got {blocks!r}")
+    return [check_block_id(config, block) for block in blocks]
+
+
+def check_tokens(tokens: object, *, allow_empty: bool = False) -> list[Token]:
+    if isinstance(tokens, str | bytes) or not isinstance(tokens, Sequence):
+        raise InvalidArgumentError(f"expected a sequence of token ids, got {tokens!r}")
+    for token in tokens:
+        if not _is_int(token) or not 0 <= token <= MAX_TOKEN:
+            raise InvalidArgumentError(f"token ids are ints in [0, 2**63), got {token!r}")
+    if not tokens and not allow_empty:
+        raise InvalidArgumentError("expected at least one token, got none")
+    return list(tokens)
+
+
+def check_extra_key(extra_key: object) -> ExtraKey:
+    if not isinstance(extra_key, ExtraKey):
+        raise InvalidArgumentError(f"expected an ExtraKey, got {extra_key!r}")
+    lora = extra_key.lora_id
+    if lora is not None and (not _is_int(lora) or not 0 <= lora <= MAX_TOKEN):
+        raise InvalidArgumentError(f"lora_id must be None or an int in [0, 2**63), got {lora!r}")
+    if extra_key.cache_salt is not None and not isinstance(extra_key.cache_salt, str):
+        raise InvalidArgumentError(
+            f"cache_salt must be None or a str, got {extra_key.cache_salt!r}"
+        )
+    return extra_key
+
+
+def check_prefix(prefix: object, block_size: int) -> Prefix:
+    if not isinstance(prefix, Prefix):
+        raise InvalidArgumentError(f"expected a Prefix, got {prefix!r}")
+    if not isinstance(prefix.hash, bytes) or len(prefix.hash) != 32:
+        raise InvalidArgumentError(f"a prefix hash is 32 bytes, got {prefix.hash!r}")
+    if not _is_int(prefix.num_tokens) or prefix.num_tokens < 0:
+        raise InvalidArgumentError(f"prefix length must be >= 0, got {prefix.num_tokens!r}")
+    if prefix.num_tokens % block_size:
+        raise InvalidArgumentError(
+            f"a prefix covers whole blocks of {block_size}, got {prefix.num_tokens} tokens"
+        )
+    check_extra_key(prefix.extra_key)
+    return prefix
+
+
+def check_time(now: object) -> float:
+    if not is_time(now):
+        raise InvalidArgumentError(f"now must be a finite number >= 0, got {now!r}")
+    assert isinstance(now, int | float)
+    return float(now)
