@@ -14,6 +14,7 @@ from reference.pool_state import PoolState, evictable_ids, free_ids, with_block
 from specs.errors import InvalidArgumentError, OutOfBlocksError
 from specs.pool_view import BLANK, BlockView
 from specs.types import BlockId
+from specs.validation import check_block_id
 
 
 def eviction_rank(view: BlockView) -> tuple[float, int]:
@@ -42,11 +43,18 @@ def take_block(state: PoolState, choice: BlockId | None = None) -> tuple[PoolSta
         )
     if choice is None:
         choice = min(allowed)
-    elif choice not in allowed:
+    elif check_block_id(state.config, choice) not in allowed:
         raise InvalidArgumentError(
             f"block {choice} may not be allocated now; allowed: {sorted(allowed)}"
         )
     evicted_hash = state.blocks[choice].content_hash
     if evicted_hash is not None:
         state = replace(state, cached=state.cached.delete(evicted_hash))
+        state = discard_pending_copies(state, choice)
     return with_block(state, choice, replace(BLANK, ref_count=1)), choice
+
+
+def discard_pending_copies(state: PoolState, block: BlockId) -> PoolState:
+    """A block whose contents are given up (back to the free list, or evicted) needs no copy."""
+    kept = tuple(pair for pair in state.pending_cows if pair[1] != block)
+    return replace(state, pending_cows=kept)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from itertools import takewhile
 
-from reference.allocation import take_block
+from reference.allocation import discard_pending_copies, take_block
 from reference.pool_state import (
     PoolState,
     evictable_ids,
@@ -28,6 +28,7 @@ from specs.types import BlockId, CopyPair, PoolConfig, Token
 from specs.validation import (
     check_block_id,
     check_block_ids,
+    check_chains,
     check_pool_config,
     check_prefix,
     check_time,
@@ -51,13 +52,11 @@ def _acquire(state: PoolState, block: BlockId) -> PoolState:
 
 def _release(state: PoolState, block: BlockId) -> PoolState:
     """One reference fewer. At zero a hashed block stays cached (evictable); any other block
-    returns to the free list blank, and a pending copy into it is dropped: nobody will read it."""
+    returns to the free list blank, and its contents, pending copies into it included, are gone."""
     view = state.blocks[block]
     view = replace(view, ref_count=view.ref_count - 1)
-    if view.ref_count == 0:
-        state = replace(state, pending_cows=tuple(p for p in state.pending_cows if p[1] != block))
-        if view.content_hash is None:
-            view = BLANK
+    if view.ref_count == 0 and view.content_hash is None:
+        return with_block(discard_pending_copies(state, block), block, BLANK)
     return with_block(state, block, view)
 
 
@@ -129,7 +128,17 @@ def cow_if_not_appendable(
     state, copy = take_block(state, choice)
     state = with_block(state, copy, replace(state.blocks[copy], tokens=view.tokens))
     state = _release(state, block)
-    return replace(state, pending_cows=(*state.pending_cows, (block, copy))), copy
+    return _record_copy(state, block, copy), copy
+
+
+def _record_copy(state: PoolState, source: BlockId, destination: BlockId) -> PoolState:
+    """Queue a copy for the kernel, which runs all pending copies at once (every source read
+    before any destination is written). A source that is itself still waiting for its own copy
+    holds no data yet, so the new copy reads from where that one would."""
+    for earlier_source, earlier_destination in state.pending_cows:
+        if earlier_destination == source:
+            source = earlier_source
+    return replace(state, pending_cows=(*state.pending_cows, (source, destination)))
 
 
 def append_tokens(
@@ -139,9 +148,10 @@ def append_tokens(
     tokens: Sequence[Token],
     choice: BlockId | None = None,
 ) -> tuple[PoolState, BlockId]:
-    """Append ``tokens`` to ``block`` (copying it first if it is shared). A block that fills gets
-    its hash (``prefix`` is what precedes it); if another block already holds that hash, the
-    caller switches to it and its own block is released (dedup). Returns the block to use now."""
+    """Append ``tokens`` to ``block`` and return the block the caller holds now. A block that
+    fills gets its hash (``prefix`` is what precedes it); if another block already holds that
+    hash, the caller switches to it and releases its own (dedup). Otherwise a shared block is
+    copied first (copy-on-write) and the caller appends into its copy."""
     check_block_id(state.config, block)
     view = live_block(state, block)
     checked = check_tokens(tokens)
@@ -151,21 +161,24 @@ def append_tokens(
         raise TooManyTokensError(
             f"block {block} has {room} empty slots, cannot append {len(checked)} tokens"
         )
+    filled = (*view.tokens, *checked)
+    fills = len(filled) == state.config.block_size
+    if state.config.enable_caching and fills:
+        cached = state.cached.get(prefix.child_hash(filled))
+        if cached is not None:
+            return _switch_to_cached(state, block, cached), cached
     state, target = cow_if_not_appendable(state, block, choice)
-    filled = (*state.blocks[target].tokens, *checked)
     state = with_block(state, target, replace(state.blocks[target], tokens=filled))
-    if state.config.enable_caching and len(filled) == state.config.block_size:
-        return _promote(state, target, prefix)
+    if state.config.enable_caching and fills:
+        state = _cache(state, target, prefix, filled)
     return state, target
 
 
-def _promote(state: PoolState, block: BlockId, prefix: Prefix) -> tuple[PoolState, BlockId]:
-    tokens = state.blocks[block].tokens
-    cached = state.cached.get(prefix.child_hash(tokens))
-    if cached is None:
-        return _cache(state, block, prefix, tokens), block
+def _switch_to_cached(state: PoolState, block: BlockId, cached: BlockId) -> PoolState:
+    """Dedup: the caller's reference moves from its own block to the cached one (no copy is
+    needed even when its block is shared: the cached block already holds the whole content)."""
     state = _acquire(_release(state, block), cached)
-    return with_block(state, cached, replace(state.blocks[cached], computed=True)), cached
+    return with_block(state, cached, replace(state.blocks[cached], computed=True))
 
 
 def clear_copy_on_writes(state: PoolState) -> tuple[PoolState, list[CopyPair]]:
@@ -225,9 +238,7 @@ def mark_computed(state: PoolState, blocks: Sequence[BlockId]) -> PoolState:
 def common_computed_prefix(state: PoolState, chains: Sequence[Sequence[BlockId]]) -> list[BlockId]:
     """The longest run of leading computed blocks that every chain shares. A chain's last block
     never counts: the model must compute at least one token of every sequence."""
-    if isinstance(chains, str | bytes) or not isinstance(chains, Sequence):
-        raise InvalidArgumentError(f"expected a sequence of chains, got {chains!r}")
-    checked = [check_block_ids(state.config, chain) for chain in chains]
+    checked = check_chains(state.config, chains)
     for chain in checked:
         for block in chain:
             live_block(state, block)

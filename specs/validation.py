@@ -6,6 +6,7 @@ Each check raises the typed error of ``specs.errors`` with a message naming the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeGuard
 
 from specs.content_hash import Prefix
 from specs.errors import ConfigurationError, ForeignBlockError, InvalidArgumentError
@@ -14,6 +15,19 @@ from specs.types import MAX_TOKEN, BlockId, ExtraKey, PoolConfig, Token, is_time
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _is_sequence(value: object) -> TypeGuard[Sequence[object]]:
+    """A list-like of items; text and byte strings are not sequences of ids or tokens."""
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray)
 
 
 def check_pool_config(config: PoolConfig) -> None:
@@ -41,21 +55,29 @@ def check_block_id(config: PoolConfig, block: object) -> BlockId:
     return block
 
 
+def check_chains(config: PoolConfig, chains: object) -> list[list[BlockId]]:
+    if not _is_sequence(chains):
+        raise InvalidArgumentError(f"expected a sequence of chains, got {chains!r}")
+    return [check_block_ids(config, chain) for chain in chains]
+
+
 def check_block_ids(config: PoolConfig, blocks: object) -> list[BlockId]:
-    if isinstance(blocks, str | bytes) or not isinstance(blocks, Sequence):
+    if not _is_sequence(blocks):
         raise InvalidArgumentError(f"expected a sequence of block ids, got {blocks!r}")
     return [check_block_id(config, block) for block in blocks]
 
 
 def check_tokens(tokens: object, *, allow_empty: bool = False) -> list[Token]:
-    if isinstance(tokens, str | bytes) or not isinstance(tokens, Sequence):
+    if not _is_sequence(tokens):
         raise InvalidArgumentError(f"expected a sequence of token ids, got {tokens!r}")
+    checked: list[Token] = []
     for token in tokens:
-        if not _is_int(token) or not 0 <= token <= MAX_TOKEN:
+        if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token <= MAX_TOKEN:
             raise InvalidArgumentError(f"token ids are ints in [0, 2**63), got {token!r}")
-    if not tokens and not allow_empty:
+        checked.append(token)
+    if not checked and not allow_empty:
         raise InvalidArgumentError("expected at least one token, got none")
-    return list(tokens)
+    return checked
 
 
 def check_extra_key(extra_key: object) -> ExtraKey:
@@ -64,10 +86,9 @@ def check_extra_key(extra_key: object) -> ExtraKey:
     lora = extra_key.lora_id
     if lora is not None and (not _is_int(lora) or not 0 <= lora <= MAX_TOKEN):
         raise InvalidArgumentError(f"lora_id must be None or an int in [0, 2**63), got {lora!r}")
-    if extra_key.cache_salt is not None and not isinstance(extra_key.cache_salt, str):
-        raise InvalidArgumentError(
-            f"cache_salt must be None or a str, got {extra_key.cache_salt!r}"
-        )
+    salt = extra_key.cache_salt
+    if salt is not None and (not isinstance(salt, str) or not _encodes(salt)):
+        raise InvalidArgumentError(f"cache_salt must be None or a UTF-8 str, got {salt!r}")
     return extra_key
 
 

@@ -1,0 +1,1 @@
+"""Hypothesis stateful machines that hold implementations to the reference, step by step."""

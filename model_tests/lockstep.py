@@ -1,0 +1,73 @@
+"""Call the same operation on the model and on an implementation, and insist they agree.
+
+Used by every lockstep machine, at every layer: same result, or the same error type; after an
+error both sides must be exactly as they were before it (DESIGN §3.6).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from hypothesis import event
+
+from specs.errors import PagedKVError
+
+
+class Viewable(Protocol):
+    def view(self) -> Any: ...
+
+
+class Divergence(AssertionError):
+    """The implementation did something the model did not."""
+
+
+def comparable(side: Viewable) -> object:
+    return side.view().comparable()
+
+
+def call_both(model: Viewable, impl: Viewable, method: str, *args: Any, **kwargs: Any) -> Any:
+    """Run ``method`` on both; return the model's result, or the (shared) error it raised."""
+    model_before = comparable(model)
+    impl_before = comparable(impl)
+    model_result, model_error = _run(model, method, args, kwargs)
+    impl_result, impl_error = _run(impl, method, args, kwargs)
+    if model_error is not None or impl_error is not None:
+        if type(model_error) is not type(impl_error):
+            raise Divergence(
+                f"{method}: model {_describe(model_result, model_error)}, "
+                f"implementation {_describe(impl_result, impl_error)}"
+            )
+        if not isinstance(model_error, PagedKVError):
+            raise Divergence(f"{method}: both raised an untyped {model_error!r}")
+        for name, side, before in (
+            ("model", model, model_before),
+            ("implementation", impl, impl_before),
+        ):
+            if comparable(side) != before:
+                raise Divergence(f"{method} raised {model_error!r} but changed the {name}'s state")
+        event(f"error: {type(model_error).__name__} from {method}")
+        return model_error
+    if model_result != impl_result:
+        raise Divergence(
+            f"{method}: model returned {model_result!r}, implementation {impl_result!r}"
+        )
+    return model_result
+
+
+def _run(
+    side: Viewable, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, BaseException | None]:
+    try:
+        return getattr(side, method)(*args, **kwargs), None
+    except Exception as error:  # an untyped error is a finding, not a crash of the harness
+        return None, error
+
+
+def _describe(result: Any, error: BaseException | None) -> str:
+    return f"raised {error!r}" if error is not None else f"returned {result!r}"
+
+
+def assert_same_state(model: Viewable, impl: Viewable, what: str) -> None:
+    model_view, impl_view = comparable(model), comparable(impl)
+    if model_view != impl_view:
+        raise Divergence(f"{what} differs:\n model: {model_view!r}\n impl:  {impl_view!r}")

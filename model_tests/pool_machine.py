@@ -1,0 +1,396 @@
+"""The block pool lockstep machine: the reference and an implementation, step by step.
+
+Steps act on live chains (a sequence's blocks, as a block table would hold them). Pools are small,
+tokens few and chains tend to follow one shared template, so evictions, dedup and copy-on-write
+happen in most runs. After every step the two pools must look the same (exact mode, DESIGN §4)
+and satisfy invariants 1-3 of DESIGN §3; a step that raises must leave both unchanged (§3.6).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from hypothesis import event
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    rule,
+)
+
+from model_tests.lockstep import assert_same_state, call_both
+from reference.pool_adapter import ReferenceBlockPool
+from specs import invariants
+from specs.content_hash import Prefix
+from specs.errors import OutOfBlocksError, PagedKVError
+from specs.interface import BlockPool, BlockPoolFactory
+from specs.types import BlockId, ExtraKey, PoolConfig, Token
+
+TEMPLATE: tuple[Token, ...] = (0, 1, 1, 0, 2, 0, 1, 2, 2, 1, 0, 0)
+"""The shared 'system prompt' most chains follow, so that prefixes repeat across chains."""
+
+EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=1), ExtraKey(cache_salt="tenant-b"))
+
+
+@dataclass(eq=False)
+class Chain:
+    """One holder's view of its blocks: ids, and the prefix each block was filled under."""
+
+    extra_key: ExtraKey
+    blocks: list[BlockId] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"Chain(blocks={self.blocks}, lengths={self.lengths})"
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.lengths)
+
+    def open_room(self, block_size: int) -> int:
+        """Empty slots of the last block (0 when there is none or it is full)."""
+        return block_size - self.lengths[-1] if self.blocks else 0
+
+    def prefix_of_last(self, pool: BlockPool) -> Prefix:
+        """The prefix of the chain's last block, rebuilt from the full blocks before it."""
+        prefix = Prefix(extra_key=self.extra_key)
+        for block in self.blocks[:-1]:
+            prefix = prefix.extend(pool.block(block).tokens)
+        return prefix
+
+    def prefix_of_next(self, pool: BlockPool) -> Prefix:
+        prefix = Prefix(extra_key=self.extra_key)
+        for block in self.blocks:
+            prefix = prefix.extend(pool.block(block).tokens)
+        return prefix
+
+
+pool_configs = st.builds(
+    PoolConfig,
+    num_blocks=st.integers(1, 8),
+    block_size=st.sampled_from([1, 2, 2, 3, 4]),
+    enable_caching=st.sampled_from([True, True, True, False]),
+    first_id=st.sampled_from([0, 0, 7]),
+)
+
+
+class PoolLockstep(RuleBasedStateMachine):
+    """Subclass and set ``make_target`` to check another pool against the reference."""
+
+    make_target: ClassVar[BlockPoolFactory]
+    chains = Bundle("chains")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: ReferenceBlockPool
+        self.target: BlockPool
+        self.live: list[Chain] = []
+        self.clock = 0.0
+        self.calls = 0
+
+    # --- set-up -------------------------------------------------------------------------------
+
+    @initialize(
+        target=chains,
+        config=pool_configs,
+        keys=st.lists(st.sampled_from(EXTRA_KEYS), min_size=2, max_size=3),
+        data=st.data(),
+    )
+    def create_pools(self, config: PoolConfig, keys: list[ExtraKey], data: st.DataObject) -> Any:
+        """Two or three chains start with prompts along the template, so the first steps
+        already find shared prefixes, cache hits and a nearly full pool."""
+        self.model = ReferenceBlockPool(config)
+        self.target = type(self).make_target(config)
+        event(f"config: caching={config.enable_caching}")
+        self.live = [Chain(key) for key in keys]
+        for chain in self.live:
+            for _ in range(data.draw(st.integers(0, 3), label="prompt operations")):
+                self._grow(chain, data)
+        return multiple(*self.live)
+
+    @property
+    def block_size(self) -> int:
+        return self.model.config.block_size
+
+    def both(self, method: str, *args: Any) -> Any:
+        event(f"rule: {method}")
+        self.calls += 1
+        return call_both(self.model, self.target, method, *args)
+
+    def _tokens(self, data: st.DataObject, chain: Chain, count: int) -> list[Token]:
+        if data.draw(st.sampled_from([True, True, True, False]), label="follow template"):
+            start = chain.num_tokens
+            return [TEMPLATE[(start + i) % len(TEMPLATE)] for i in range(count)]
+        return data.draw(st.lists(st.integers(0, 2), min_size=count, max_size=count))
+
+    # --- chains -------------------------------------------------------------------------------
+
+    @rule(target=chains, key=st.sampled_from(EXTRA_KEYS))
+    def start_chain(self, key: ExtraKey) -> Chain:
+        chain = Chain(key)
+        self.live.append(chain)
+        return chain
+
+    @rule(chain=chains, data=st.data())
+    def grow(self, chain: Chain, data: st.DataObject) -> None:
+        """One pool operation that lengthens the chain: append into its open last block, or
+        add a block (immutable when a full block's worth of tokens is at hand)."""
+        self._grow(chain, data)
+
+    @rule(data=st.data())
+    def decode_step(self, data: st.DataObject) -> None:
+        """Every live chain grows by one operation, as in one iteration of a serving engine's
+        scheduler: this is what fills the pool, so it is what makes eviction happen."""
+        for chain in list(self.live):
+            if chain.blocks and data.draw(st.sampled_from([False] * 5 + [True]), label="sample"):
+                self.live.append(self._fork(chain))
+            if isinstance(self._grow(chain, data), OutOfBlocksError):
+                self._preempt(chain)
+
+    def _preempt(self, chain: Chain) -> None:
+        """Out of blocks: the engine frees the sequence, which starts over by recomputation."""
+        event("outcome: preempted")
+        for block in chain.blocks:
+            self.both("free", block)
+        chain.blocks.clear()
+        chain.lengths.clear()
+
+    def _grow(self, chain: Chain, data: st.DataObject) -> object:
+        room = chain.open_room(self.block_size)
+        before = self.model.view()
+        if room:
+            result = self._append(chain, data, room, before)
+        elif data.draw(st.booleans(), label="immutable"):
+            tokens = self._tokens(data, chain, self.block_size)
+            result = self.both("allocate_immutable", chain.prefix_of_next(self.model), tokens)
+            if not isinstance(result, PagedKVError):
+                if self.model.view().hits > before.hits:
+                    event("outcome: cache hit")
+                chain.blocks.append(result)
+                chain.lengths.append(self.block_size)
+        else:
+            result = self.both("allocate_mutable")
+            if not isinstance(result, PagedKVError):
+                chain.blocks.append(result)
+                chain.lengths.append(0)
+        self._note_allocation(before)
+        return result
+
+    def _append(self, chain: Chain, data: st.DataObject, room: int, before: Any) -> object:
+        count = data.draw(st.integers(1, room), label="count")
+        tokens = self._tokens(data, chain, count)
+        last = chain.blocks[-1]
+        result = self.both("append_tokens", last, chain.prefix_of_last(self.model), tokens)
+        if isinstance(result, PagedKVError):
+            return result
+        if len(self.model.view().pending_cows) > len(before.pending_cows):
+            event("outcome: copy-on-write")
+        if result != last and result in before.cached.values():
+            event("outcome: dedup on promotion")
+        chain.blocks[-1] = result
+        chain.lengths[-1] += count
+        return result
+
+    @rule(target=chains, chain=chains)
+    def fork(self, chain: Chain) -> Chain:
+        child = self._fork(chain)
+        self.live.append(child)
+        return child
+
+    def _fork(self, chain: Chain) -> Chain:
+        """Parallel sampling: a child shares every block of its parent."""
+        result = self.both("fork", list(chain.blocks))
+        assert not isinstance(result, PagedKVError), result
+        return Chain(chain.extra_key, list(chain.blocks), list(chain.lengths))
+
+    @rule(chain=consumes(chains))
+    def free_chain(self, chain: Chain) -> None:
+        self.live.remove(chain)
+        for block in chain.blocks:
+            result = self.both("free", block)
+            assert not isinstance(result, PagedKVError), result
+
+    @rule(chain=chains)
+    def cow_if_not_appendable(self, chain: Chain) -> None:
+        if not chain.open_room(self.block_size):
+            return
+        before = self.model.view()
+        result = self.both("cow_if_not_appendable", chain.blocks[-1])
+        if isinstance(result, PagedKVError):
+            return
+        self._note_allocation(before)
+        if result != chain.blocks[-1]:
+            event("outcome: copy-on-write")
+        chain.blocks[-1] = result
+
+    @rule(chain=chains, step=st.sampled_from([0.0, 0.0, 1.0, 2.5]), back=st.booleans())
+    def mark_accessed(self, chain: Chain, step: float, back: bool) -> None:
+        self.clock += step
+        now = max(0.0, self.clock - 3.0) if back else self.clock
+        self.both("mark_accessed", list(chain.blocks), now)
+
+    @rule(chain=chains, upto=st.integers(0, 4))
+    def mark_computed(self, chain: Chain, upto: int) -> None:
+        self.both("mark_computed", chain.blocks[:upto])
+
+    @rule(group=st.lists(chains, max_size=3))
+    def common_computed_prefix(self, group: list[Chain]) -> None:
+        common = self.both("common_computed_prefix", [c.blocks for c in group])
+        event(f"outcome: common computed prefix of {min(len(common), 2)}+ blocks")
+
+    @rule(query=st.sampled_from(["num_free_blocks", "hit_rate"]))
+    def ask(self, query: str) -> None:
+        self.both(query)
+
+    @rule(
+        action=st.sampled_from(
+            ["clear_copy_on_writes", "clear_copy_on_writes", "reset_prefix_cache"]
+        )
+    )
+    def maintain(self, action: str) -> None:
+        result = self.both(action)
+        if action == "reset_prefix_cache":
+            event(f"outcome: reset {'done' if result else 'refused'}")
+        elif result:
+            event("outcome: copy-on-write pairs cleared")
+
+    # --- calls that must fail -----------------------------------------------------------------
+
+    @rule(
+        chain=chains,
+        data=st.data(),
+        kind=st.sampled_from(["unheld block", "too many tokens", "bad argument"]),
+    )
+    def misuse(self, chain: Chain, data: st.DataObject, kind: str) -> None:
+        """A call that must fail, and leave both pools exactly as they were."""
+        if kind == "unheld block":
+            call = self._unheld_block_call(data)
+        elif kind == "too many tokens" and chain.blocks:
+            room = chain.open_room(self.block_size)
+            extra = data.draw(st.integers(1, 3), label="extra")
+            call = (
+                "append_tokens",
+                chain.blocks[-1],
+                chain.prefix_of_last(self.model),
+                [0] * (room + extra),
+            )
+        else:
+            call = self._bad_argument_call(chain, data)
+        if call is None:
+            return
+        result = self.both(*call)
+        assert isinstance(result, PagedKVError), f"{call} succeeded"
+
+    def _unheld_block_call(self, data: st.DataObject) -> tuple[Any, ...] | None:
+        """Blocks no chain holds have count 0 (double free, unallocated) or are foreign."""
+        block = self.model.config.first_id + data.draw(st.integers(-2, 10), label="offset")
+        if block in self._held():
+            return None
+        return data.draw(
+            st.sampled_from(
+                [
+                    ("free", block),
+                    ("append_tokens", block, Prefix(), [0]),
+                    ("fork", [block]),
+                    ("cow_if_not_appendable", block),
+                    ("mark_computed", [block]),
+                ]
+            ),
+            label="call",
+        )
+
+    def _bad_argument_call(self, chain: Chain, data: st.DataObject) -> tuple[Any, ...]:
+        size = self.block_size
+        block = chain.blocks[-1] if chain.blocks else self.model.config.first_id
+        return data.draw(
+            st.sampled_from(
+                [
+                    ("allocate_immutable", Prefix(), [-1] * size),
+                    ("allocate_immutable", Prefix(), [True] * size),
+                    ("allocate_immutable", Prefix(), [0] * (size + 1)),
+                    ("allocate_immutable", Prefix(hash=b"short"), [0] * size),
+                    ("allocate_immutable", Prefix(num_tokens=-size), [0] * size),
+                    ("append_tokens", block, Prefix(), []),
+                    ("mark_accessed", list(chain.blocks), math.nan),
+                    ("mark_accessed", list(chain.blocks), -1.0),
+                    ("common_computed_prefix", "not chains"),
+                ]
+            ),
+            label="call",
+        )
+
+    @rule(
+        num_blocks=st.integers(-1, 2),
+        block_size=st.integers(-1, 2),
+        caching=st.sampled_from([True, 1]),
+    )
+    def bad_configuration(self, num_blocks: int, block_size: int, caching: Any) -> None:
+        config = PoolConfig(num_blocks, block_size, caching)
+        outcomes = []
+        for factory in (ReferenceBlockPool, type(self).make_target):
+            try:
+                factory(config)
+                outcomes.append("accepted")
+            except PagedKVError as error:
+                outcomes.append(type(error).__name__)
+        assert outcomes[0] == outcomes[1], f"{config}: model {outcomes[0]}, target {outcomes[1]}"
+        event(f"rule: configuration {outcomes[0]}")
+
+    # --- bookkeeping --------------------------------------------------------------------------
+
+    def _held(self) -> Counter[BlockId]:
+        return Counter(block for chain in self.live for block in chain.blocks)
+
+    def _note_allocation(self, before: Any) -> None:
+        after = self.model.view()
+        lost = set(before.cached) - set(after.cached)
+        if lost:
+            event("outcome: eviction")
+            for content_hash in lost:
+                evicted = before.blocks[before.cached[content_hash]]
+                survivors = [after.blocks[b] for b in after.evictable]
+                if any(
+                    v.num_hashed_tokens < evicted.num_hashed_tokens
+                    and v.last_accessed == evicted.last_accessed
+                    for v in survivors
+                ):
+                    event("outcome: tail evicted before its head")
+
+    def teardown(self) -> None:
+        buckets = [0, 10, 25, 50, 100, 200]
+        event(f"calls per run: {max(b for b in buckets if b <= self.calls)}+")
+
+    # --- invariants ---------------------------------------------------------------------------
+
+    @invariant()
+    def same_state(self) -> None:
+        if hasattr(self, "model"):
+            assert_same_state(self.model, self.target, "pool state")
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        if not hasattr(self, "model"):
+            return
+        held = self._held()
+        for name, side in (("model", self.model), ("target", self.target)):
+            view = side.view()
+            problems = invariants.ref_counts(view, held) + invariants.pool_invariants(view)
+            assert not problems, f"{name}: " + "; ".join(problems)
+            free_count = side.num_free_blocks()
+            assert free_count == len(view.free) + len(view.evictable), f"{name}: free count"
+
+
+def lockstep_case(factory: BlockPoolFactory) -> type[RuleBasedStateMachine]:
+    """A machine class checking ``factory``'s pools against the reference."""
+    return type(
+        f"PoolLockstep_{getattr(factory, '__name__', 'target')}",
+        (PoolLockstep,),
+        {"make_target": staticmethod(factory)},
+    )
