@@ -43,6 +43,9 @@ class ExtraKey:
     cache_salt: str | None = None
 
 
+NO_EXTRA_KEY = ExtraKey()
+
+
 @dataclass(frozen=True, slots=True)
 class PoolConfig:
     """Configuration of one device's block pool; validated by ``specs.validation``."""
@@ -67,3 +70,30 @@ def is_time(now: object) -> bool:
         and math.isfinite(now)
         and now >= 0
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerConfig:
+    """Configuration of a block space manager: a GPU pool, a CPU pool, and the policies over them.
+
+    GPU ids are ``0 .. num_gpu_blocks - 1`` and CPU ids follow them, so that no id names blocks on
+    both devices. With a sliding window, GPU block 0 is the reserved null block.
+    """
+
+    block_size: int
+    num_gpu_blocks: int
+    num_cpu_blocks: int
+    watermark: float = 0.01
+    sliding_window: int | None = None
+    enable_caching: bool = False
+
+    @property
+    def watermark_blocks(self) -> int:
+        return int(self.watermark * self.num_gpu_blocks)
+
+    def pool_config(self, device: Device) -> PoolConfig:
+        if device is Device.GPU:
+            return PoolConfig(self.num_gpu_blocks, self.block_size, self.enable_caching, 0)
+        return PoolConfig(
+            self.num_cpu_blocks, self.block_size, self.enable_caching, self.num_gpu_blocks
+        )

@@ -9,8 +9,13 @@ from collections.abc import Sequence
 from typing import TypeGuard
 
 from specs.content_hash import Prefix
-from specs.errors import ConfigurationError, ForeignBlockError, InvalidArgumentError
-from specs.types import MAX_TOKEN, BlockId, ExtraKey, PoolConfig, Token, is_time
+from specs.errors import (
+    ConfigurationError,
+    ForeignBlockError,
+    InvalidArgumentError,
+    UnsupportedError,
+)
+from specs.types import MAX_TOKEN, BlockId, ExtraKey, ManagerConfig, PoolConfig, Token, is_time
 
 
 def _is_int(value: object) -> bool:
@@ -112,3 +117,55 @@ def check_time(now: object) -> float:
         raise InvalidArgumentError(f"now must be a finite number >= 0, got {now!r}")
     assert isinstance(now, int | float)
     return float(now)
+
+
+def check_manager_config(config: ManagerConfig) -> None:
+    if not isinstance(config, ManagerConfig):
+        raise ConfigurationError(f"expected a ManagerConfig, got {config!r}")
+    for name in ("block_size", "num_gpu_blocks", "num_cpu_blocks"):
+        value = getattr(config, name)
+        if not _is_int(value) or value < 1:
+            raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+    watermark = config.watermark
+    if (
+        not isinstance(watermark, int | float)
+        or isinstance(watermark, bool)
+        or not (0 <= watermark < 1)
+    ):
+        raise ConfigurationError(f"watermark must be a number in [0, 1), got {watermark!r}")
+    window = config.sliding_window
+    if window is not None and (not _is_int(window) or window < 1):
+        raise ConfigurationError(f"sliding_window must be None or an int >= 1, got {window!r}")
+    if window is not None and config.num_gpu_blocks < 2:
+        raise ConfigurationError(
+            f"a sliding window reserves a null block: num_gpu_blocks must be >= 2, got"
+            f" {config.num_gpu_blocks}"
+        )
+    if not isinstance(config.enable_caching, bool):
+        raise ConfigurationError(f"enable_caching must be a bool, got {config.enable_caching!r}")
+
+
+def check_id(kind: str, value: object) -> int:
+    if not _is_int(value):
+        raise InvalidArgumentError(f"{kind} id must be an int, got {value!r}")
+    assert isinstance(value, int)
+    return value
+
+
+def check_count(kind: str, value: object) -> int:
+    if not _is_int(value) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"{kind} must be an int >= 0, got {value!r}")
+    return value
+
+
+def check_encoder_support(config: ManagerConfig, encoder: object) -> list[Token] | None:
+    """Cross-attention tables are plain: caching and sliding windows are refused for them."""
+    if encoder is None:
+        return None
+    tokens = check_tokens(encoder)
+    if config.enable_caching or config.sliding_window is not None:
+        raise UnsupportedError(
+            "encoder-decoder groups support neither prefix caching nor a sliding window"
+            f" (enable_caching={config.enable_caching}, sliding_window={config.sliding_window})"
+        )
+    return tokens

@@ -1,0 +1,118 @@
+"""Block tables: one sequence's logical blocks over one device's pool, as pure functions.
+
+A table is a tuple of physical block ids; logical block ``i`` holds tokens
+``i * block_size .. (i + 1) * block_size - 1``. Full chunks of a prompt are allocated as immutable
+blocks (cache hits where possible), the tail as a mutable block; appends fill the last block and
+add blocks as needed; lookahead slots are empty blocks past the last token; a sliding window
+releases blocks that no future token can attend to and points them at the null block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from reference import block_pool as pool_ops
+from reference.pool_state import PoolState
+from specs.content_hash import Prefix
+from specs.types import BlockId, ExtraKey, Token
+
+
+def blocks_for(num_slots: int, block_size: int) -> int:
+    return -(-num_slots // block_size)
+
+
+def prefix_at(tokens: Sequence[Token], index: int, block_size: int, key: ExtraKey) -> Prefix:
+    """The prefix of logical block ``index``: the chained hash of all full blocks before it."""
+    prefix = Prefix(extra_key=key)
+    for start in range(0, index * block_size, block_size):
+        prefix = prefix.extend(tokens[start : start + block_size])
+    return prefix
+
+
+def allocate_prompt(
+    pool: PoolState, tokens: Sequence[Token], key: ExtraKey
+) -> tuple[PoolState, tuple[BlockId, ...]]:
+    size = pool.config.block_size
+    blocks: list[BlockId] = []
+    prefix = Prefix(extra_key=key)
+    for start in range(0, len(tokens), size):
+        chunk = tokens[start : start + size]
+        if len(chunk) == size:
+            pool, block = pool_ops.allocate_immutable(pool, prefix, chunk)
+            prefix = prefix.extend(chunk)
+        else:
+            pool, block = pool_ops.allocate_mutable(pool)
+            pool, block = pool_ops.append_tokens(pool, block, prefix, chunk)
+        blocks.append(block)
+    return pool, tuple(blocks)
+
+
+def blocks_touched_by_append(
+    num_tokens: int, num_blocks: int, block_size: int, num_new: int, lookahead: int
+) -> int:
+    """The worst case of blocks an append takes from the pool: every existing block that
+    receives a token may need a copy, and every block past the table's end is new."""
+    first = num_tokens // block_size
+    end = blocks_for(num_tokens + num_new, block_size)
+    existing_touched = max(0, min(end, num_blocks) - first) if num_new else 0
+    new_blocks = max(0, blocks_for(num_tokens + num_new + lookahead, block_size) - num_blocks)
+    return existing_touched + new_blocks
+
+
+def release_out_of_window(
+    pool: PoolState,
+    blocks: tuple[BlockId, ...],
+    first_new_position: int,
+    window: int,
+    null_block: BlockId,
+) -> tuple[PoolState, tuple[BlockId, ...]]:
+    """Release every block whose tokens all precede ``first_new_position - window + 1``, the
+    oldest position the new tokens attend to; its entry then names the null block."""
+    size = pool.config.block_size
+    first_needed = first_new_position - window + 1
+    table = list(blocks)
+    for index, block in enumerate(table):
+        if (index + 1) * size <= first_needed and block != null_block:
+            pool = pool_ops.free(pool, block)
+            table[index] = null_block
+    return pool, tuple(table)
+
+
+def append(
+    pool: PoolState,
+    tokens: Sequence[Token],
+    blocks: tuple[BlockId, ...],
+    new_tokens: Sequence[Token],
+    key: ExtraKey,
+    lookahead: int,
+) -> tuple[PoolState, tuple[BlockId, ...]]:
+    """Append ``new_tokens`` to a sequence holding ``tokens`` in ``blocks``, then make sure
+    ``lookahead`` empty slots follow them."""
+    size = pool.config.block_size
+    table = list(blocks)
+    everything = [*tokens, *new_tokens]
+    position = len(tokens)
+    while position < len(everything):
+        index = position // size
+        if index == len(table):
+            pool, block = pool_ops.allocate_mutable(pool)
+            table.append(block)
+        chunk = everything[position : min(len(everything), (index + 1) * size)]
+        prefix = prefix_at(everything, index, size, key)
+        pool, table[index] = pool_ops.append_tokens(pool, table[index], prefix, chunk)
+        position += len(chunk)
+    while len(table) * size < len(everything) + lookahead:
+        pool, block = pool_ops.allocate_mutable(pool)
+        table.append(block)
+    return pool, tuple(table)
+
+
+def num_cached_tokens(pool: PoolState, blocks: Sequence[BlockId]) -> int:
+    """Tokens in the leading run of computed blocks: the prefill a cache lets a sequence skip."""
+    cached = 0
+    for block in blocks:
+        view = pool.blocks.get(block)
+        if view is None or not view.computed:
+            break
+        cached += len(view.tokens)
+    return cached

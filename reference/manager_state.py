@@ -1,0 +1,95 @@
+"""The frozen state of a block space manager, and the lookups every operation shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from immutables import Map
+
+from reference import block_pool as pool_ops
+from reference.pool_state import PoolState, to_view
+from specs.errors import SequenceStateError, UnknownSequenceError
+from specs.manager_view import GroupView, ManagerView, SeqView
+from specs.types import BlockId, Device, ManagerConfig
+from specs.validation import check_id, check_manager_config
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerState:
+    config: ManagerConfig
+    gpu: PoolState
+    cpu: PoolState
+    seqs: Map[int, SeqView]
+    groups: Map[int, GroupView]
+    null_block: BlockId | None = None
+
+
+def new_manager(config: ManagerConfig) -> ManagerState:
+    check_manager_config(config)
+    gpu = pool_ops.create(config.pool_config(Device.GPU))
+    cpu = pool_ops.create(config.pool_config(Device.CPU))
+    null_block = None
+    if config.sliding_window is not None:
+        gpu, null_block = pool_ops.allocate_mutable(gpu)  # pinned for good
+    return ManagerState(config, gpu, cpu, Map(), Map(), null_block)
+
+
+def pool(state: ManagerState, device: Device) -> PoolState:
+    return state.gpu if device is Device.GPU else state.cpu
+
+
+def with_pool(state: ManagerState, device: Device, new_pool: PoolState) -> ManagerState:
+    return replace(state, gpu=new_pool) if device is Device.GPU else replace(state, cpu=new_pool)
+
+
+def seq(state: ManagerState, seq_id: object) -> SeqView:
+    checked = check_id("sequence", seq_id)
+    found = state.seqs.get(checked)
+    if found is None:
+        raise UnknownSequenceError(f"sequence {checked} is not known to the manager")
+    return found
+
+
+def group(state: ManagerState, group_id: object) -> GroupView:
+    checked = check_id("group", group_id)
+    found = state.groups.get(checked)
+    if found is None:
+        raise UnknownSequenceError(f"group {checked} is not known to the manager")
+    return found
+
+
+def group_on(state: ManagerState, group_id: object, device: Device, action: str) -> GroupView:
+    found = group(state, group_id)
+    if found.device is not device:
+        raise SequenceStateError(
+            f"cannot {action} group {group_id}: its blocks are on the {found.device.value}"
+        )
+    return found
+
+
+def distinct_blocks(state: ManagerState, found: GroupView) -> list[BlockId]:
+    """Every block the group holds, once each, in table order; the null block is nobody's."""
+    seen: dict[BlockId, None] = {}
+    for seq_id in found.seq_ids:
+        for block in state.seqs[seq_id].blocks:
+            if block != state.null_block:
+                seen[block] = None
+    for block in found.cross_blocks:
+        seen[block] = None
+    return list(seen)
+
+
+def empty_gpu_capacity(state: ManagerState) -> int:
+    """Free GPU blocks of this manager when nothing is allocated (the null block stays)."""
+    return state.config.num_gpu_blocks - (1 if state.null_block is not None else 0)
+
+
+def to_manager_view(state: ManagerState) -> ManagerView:
+    return ManagerView(
+        state.config,
+        to_view(state.gpu),
+        to_view(state.cpu),
+        dict(state.seqs),
+        dict(state.groups),
+        state.null_block,
+    )
