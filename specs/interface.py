@@ -10,7 +10,18 @@ from typing import Protocol
 
 from specs.content_hash import Prefix
 from specs.pool_view import BlockView, PoolView
-from specs.types import BlockId, CopyPair, PoolConfig, Token
+from specs.manager_view import ManagerView
+from specs.types import (
+    NO_EXTRA_KEY,
+    AllocStatus,
+    BlockId,
+    CopyPair,
+    Device,
+    ExtraKey,
+    ManagerConfig,
+    PoolConfig,
+    Token,
+)
 
 
 class BlockPool(Protocol):
@@ -52,3 +63,74 @@ class BlockPool(Protocol):
 
 class BlockPoolFactory(Protocol):
     def __call__(self, config: PoolConfig) -> BlockPool: ...
+
+
+class BlockSpaceManager(Protocol):
+    """What a scheduler asks of the KV cache, over plain sequence ids, group ids and token lists
+    (no engine-specific objects): the protocol the oracle drives other engines through. See
+    ``specs/block_manager.md``."""
+
+    @property
+    def config(self) -> ManagerConfig: ...
+
+    def can_allocate(
+        self,
+        prompt: Sequence[Token],
+        num_lookahead_slots: int = 0,
+        encoder_prompt: Sequence[Token] | None = None,
+    ) -> AllocStatus: ...
+
+    def allocate(
+        self,
+        group_id: int,
+        seq_ids: Sequence[int],
+        prompt: Sequence[Token],
+        extra_key: ExtraKey = NO_EXTRA_KEY,
+        encoder_prompt: Sequence[Token] | None = None,
+    ) -> None: ...
+
+    def can_append_slots(
+        self, group_id: int, num_new_tokens: int = 1, num_lookahead_slots: int = 0
+    ) -> bool: ...
+
+    def append_slots(
+        self, seq_id: int, tokens: Sequence[Token], num_lookahead_slots: int = 0
+    ) -> list[CopyPair]: ...
+
+    def fork(self, parent_id: int, child_id: int) -> None: ...
+
+    def free(self, seq_id: int) -> None: ...
+
+    def can_swap_out(self, group_id: int) -> AllocStatus: ...
+
+    def can_swap_in(self, group_id: int, num_lookahead_slots: int = 0) -> AllocStatus: ...
+
+    def swap_out(self, group_id: int) -> list[CopyPair]: ...
+
+    def swap_in(self, group_id: int) -> list[CopyPair]: ...
+
+    def get_block_table(self, seq_id: int) -> list[BlockId]: ...
+
+    def get_cross_block_table(self, group_id: int) -> list[BlockId]: ...
+
+    def get_num_free_gpu_blocks(self) -> int: ...
+
+    def get_num_free_cpu_blocks(self) -> int: ...
+
+    def access_all_blocks_in_seq(self, seq_id: int, now: float) -> None: ...
+
+    def mark_blocks_as_computed(self, group_id: int) -> None: ...
+
+    def get_common_computed_block_ids(self, seq_ids: Sequence[int]) -> list[BlockId]: ...
+
+    def get_num_cached_tokens(self, seq_id: int) -> int: ...
+
+    def get_prefix_cache_hit_rate(self, device: Device) -> float: ...
+
+    def reset_prefix_cache(self, device: Device | None = None) -> bool: ...
+
+    def view(self) -> ManagerView: ...
+
+
+class BlockSpaceManagerFactory(Protocol):
+    def __call__(self, config: ManagerConfig) -> BlockSpaceManager: ...
