@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from specs.content_hash import Prefix
-from specs.pool_view import BlockView, PoolView
 from specs.manager_view import ManagerView
+from specs.pool_view import BlockView, PoolView
 from specs.types import (
     NO_EXTRA_KEY,
     AllocStatus,
