@@ -1,0 +1,361 @@
+"""The block space manager lockstep machine: the reference and an implementation, step by step.
+
+Groups live in a bundle; a step picks the sequences it acts on among a group's live members.
+The configuration (block size, pool sizes, watermark, sliding window, caching) is drawn per run.
+After every step both managers must look the same (exact mode), and invariants 1-4 of DESIGN §3
+must hold on both devices; every ``can_*`` answer is held to its promise (§3.7), and a step that
+raises must leave both unchanged (§3.6).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, ClassVar
+
+from hypothesis import event
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
+
+from model_tests.lockstep import assert_same_state, call_both
+from reference.manager_adapter import ReferenceBlockSpaceManager
+from specs import invariants
+from specs.errors import OutOfBlocksError, PagedKVError
+from specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
+from specs.manager_view import ManagerView
+from specs.types import AllocStatus, BlockId, Device, ExtraKey, ManagerConfig, Token
+
+TEMPLATE: tuple[Token, ...] = (3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8)
+EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=2), ExtraKey(cache_salt="s"))
+
+manager_configs = st.builds(
+    ManagerConfig,
+    block_size=st.sampled_from([1, 2, 2, 3, 4]),
+    num_gpu_blocks=st.integers(2, 12),
+    num_cpu_blocks=st.integers(1, 8),
+    watermark=st.sampled_from([0.0, 0.0, 0.1, 0.3]),
+    sliding_window=st.sampled_from([None, None, 1, 2, 3, 5]),
+    enable_caching=st.booleans(),
+)
+
+
+def held_references(view: ManagerView, device: Device) -> Counter[BlockId]:
+    """What block tables hold on ``device``: one per table entry, one per cross entry, and the
+    null block's pin."""
+    held: Counter[BlockId] = Counter()
+    for seq in view.seqs.values():
+        if view.groups[seq.group_id].device is device:
+            held.update(b for b in seq.blocks if b != view.null_block)
+    for group in view.groups.values():
+        if group.device is device:
+            held.update(group.cross_blocks)
+    if device is Device.GPU and view.null_block is not None:
+        held[view.null_block] += 1
+    return held
+
+
+def mapping_problems(view: ManagerView) -> list[str]:
+    """§3.4: tables point only at allocated blocks of their group's device (or the null block)."""
+    problems = []
+    for seq_id, seq in view.seqs.items():
+        group = view.groups.get(seq.group_id)
+        if group is None or seq_id not in group.seq_ids:
+            problems.append(f"sequence {seq_id} is not a member of group {seq.group_id}")
+            continue
+        pool = view.pool(group.device)
+        for block in (*seq.blocks, *group.cross_blocks):
+            if block == view.null_block:
+                continue
+            if block not in pool.config.block_ids or pool.blocks[block].ref_count == 0:
+                problems.append(
+                    f"sequence {seq_id} maps to block {block}, not an allocated"
+                    f" {group.device.value} block"
+                )
+        if len(seq.blocks) * view.config.block_size < len(seq.tokens):
+            problems.append(f"sequence {seq_id} has more tokens than slots")
+    return problems
+
+
+def pair_problems(pairs: list[tuple[int, int]], what: str) -> list[str]:
+    sources = [s for s, _ in pairs]
+    destinations = [d for _, d in pairs]
+    if len(set(sources)) != len(sources) or len(set(destinations)) != len(destinations):
+        return [f"{what} mapping is not injective: {pairs}"]
+    return []
+
+
+class ManagerLockstep(RuleBasedStateMachine):
+    """Subclass and set ``make_target`` to check another manager against the reference."""
+
+    make_target: ClassVar[BlockSpaceManagerFactory]
+    groups = Bundle("groups")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: ReferenceBlockSpaceManager
+        self.target: BlockSpaceManager
+        self.next_id = 0
+        self.clock = 0.0
+
+    @initialize(config=manager_configs)
+    def create_managers(self, config: ManagerConfig) -> None:
+        self.model = ReferenceBlockSpaceManager(config)
+        self.target = type(self).make_target(config)
+        event(f"config: caching={config.enable_caching}, window={config.sliding_window}")
+
+    def both(self, method: str, *args: Any) -> Any:
+        event(f"rule: {method}")
+        return call_both(self.model, self.target, method, *args)
+
+    def fresh_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    def _tokens(self, data: st.DataObject, start: int, count: int) -> list[Token]:
+        if data.draw(st.sampled_from([True, True, True, False]), label="follow template"):
+            return [TEMPLATE[(start + i) % len(TEMPLATE)] for i in range(count)]
+        return data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))
+
+    def _members(self, group_id: int) -> list[int]:
+        group = self.model.view().groups.get(group_id)
+        return list(group.seq_ids) if group else []
+
+    def _device_of(self, group_id: int) -> Device | None:
+        group = self.model.view().groups.get(group_id)
+        return group.device if group else None
+
+    # --- admission ----------------------------------------------------------------------------
+
+    @rule(target=groups, data=st.data())
+    def allocate(self, data: st.DataObject) -> int:
+        size = self.model.config.block_size
+        length = data.draw(st.integers(1, 3 * size + 1), label="prompt length")
+        prompt = self._tokens(data, 0, length)
+        num_seqs = data.draw(st.integers(1, 3), label="sequences")
+        key = data.draw(st.sampled_from(EXTRA_KEYS), label="extra key")
+        encoder = None
+        plain = not self.model.config.enable_caching and self.model.config.sliding_window is None
+        if plain and data.draw(st.sampled_from([False, False, True]), label="encoder"):
+            encoder = self._tokens(data, 5, data.draw(st.integers(1, 2 * size), label="enc"))
+        lookahead = data.draw(st.integers(0, 2), label="lookahead")
+        status = self.both("can_allocate", prompt, lookahead, encoder)
+        event(f"outcome: can_allocate {status.name}")
+        if status is AllocStatus.NEVER:
+            fresh = ReferenceBlockSpaceManager(self.model.config)
+            assert fresh.can_allocate(prompt, lookahead, encoder) is AllocStatus.NEVER
+        group_id = self.fresh_id()
+        seq_ids = [self.fresh_id() for _ in range(num_seqs)]
+        result = self.both("allocate", group_id, seq_ids, prompt, key, encoder)
+        if status is AllocStatus.OK:
+            assert not isinstance(result, PagedKVError), f"can_allocate said OK, then {result!r}"
+        return group_id
+
+    # --- decoding -----------------------------------------------------------------------------
+
+    @rule(group=groups, data=st.data())
+    def append_slots(self, group: int, data: st.DataObject) -> None:
+        """One decode step for a group: ask, then append to each of its sequences."""
+        num_new = data.draw(st.sampled_from([1, 1, 1, 0, 2, 3]), label="new tokens")
+        lookahead = data.draw(st.sampled_from([0, 0, 1, 2]), label="lookahead")
+        allowed = self.both("can_append_slots", group, num_new, lookahead)
+        if isinstance(allowed, PagedKVError):
+            return
+        if not allowed:
+            event("outcome: can_append_slots refused")
+        for seq_id in self._members(group):
+            start = len(self.model.view().seqs[seq_id].tokens)
+            tokens = self._tokens(data, start, num_new)
+            before = self.model.view()
+            pairs = self.both("append_slots", seq_id, tokens, lookahead)
+            if allowed:
+                assert not isinstance(pairs, PagedKVError), f"can_append_slots said yes: {pairs!r}"
+            if isinstance(pairs, list):
+                assert not pair_problems(pairs, "copy-on-write")
+                if pairs:
+                    event("outcome: copy-on-write")
+                self._note_window(before, seq_id)
+
+    def _note_window(self, before: ManagerView, seq_id: int) -> None:
+        null = before.null_block
+        if null is None:
+            return
+        old = before.seqs[seq_id].blocks
+        new = self.model.view().seqs[seq_id].blocks
+        if any(a != null and b == null for a, b in zip(old, new, strict=False)):
+            event("outcome: sliding-window release")
+
+    @rule(group=groups, data=st.data())
+    def fork(self, group: int, data: st.DataObject) -> None:
+        members = self._members(group)
+        if not members:
+            return
+        parent = data.draw(st.sampled_from(members), label="parent")
+        self.both("fork", parent, self.fresh_id())
+
+    @rule(group=groups, data=st.data())
+    def free(self, group: int, data: st.DataObject) -> None:
+        members = self._members(group)
+        if not members:
+            return
+        self.both("free", data.draw(st.sampled_from(members), label="sequence"))
+
+    # --- swapping -----------------------------------------------------------------------------
+
+    @rule(group=groups)
+    def swap_out(self, group: int) -> None:
+        status = self.both("can_swap_out", group)
+        if isinstance(status, PagedKVError):
+            return
+        event(f"outcome: can_swap_out {status.name}")
+        pairs = self.both("swap_out", group)
+        if status is AllocStatus.OK:
+            assert isinstance(pairs, list), f"can_swap_out said OK, then {pairs!r}"
+        if status is AllocStatus.NEVER:
+            assert isinstance(pairs, OutOfBlocksError), "a NEVER swap out succeeded"
+        if isinstance(pairs, list):
+            assert not pair_problems(pairs, "swap out")
+            event("outcome: swapped out")
+
+    @rule(group=groups, lookahead=st.sampled_from([0, 0, 1, 3]))
+    def swap_in(self, group: int, lookahead: int) -> None:
+        status = self.both("can_swap_in", group, lookahead)
+        if isinstance(status, PagedKVError):
+            return
+        event(f"outcome: can_swap_in {status.name}")
+        pairs = self.both("swap_in", group)
+        if status is AllocStatus.OK:
+            assert isinstance(pairs, list), f"can_swap_in said OK, then {pairs!r}"
+        if isinstance(pairs, list):
+            assert not pair_problems(pairs, "swap in")
+            event("outcome: swapped in")
+
+    # --- marks and queries --------------------------------------------------------------------
+
+    @rule(group=groups, data=st.data(), step=st.sampled_from([0.0, 1.0, 2.0]))
+    def access(self, group: int, data: st.DataObject, step: float) -> None:
+        members = self._members(group)
+        if members:
+            self.clock += step
+            self.both("access_all_blocks_in_seq", data.draw(st.sampled_from(members)), self.clock)
+
+    @rule(group=groups)
+    def mark_blocks_as_computed(self, group: int) -> None:
+        self.both("mark_blocks_as_computed", group)
+
+    @rule(group=groups, data=st.data())
+    def ask(self, group: int, data: st.DataObject) -> None:
+        members = self._members(group) or [group]
+        seq_id = data.draw(st.sampled_from(members), label="sequence")
+        query = data.draw(
+            st.sampled_from(
+                [
+                    ("get_common_computed_block_ids", members),
+                    ("get_num_cached_tokens", seq_id),
+                    ("get_block_table", seq_id),
+                    ("get_cross_block_table", group),
+                    ("get_num_free_gpu_blocks",),
+                    ("get_num_free_cpu_blocks",),
+                    ("get_prefix_cache_hit_rate", Device.GPU),
+                    ("get_prefix_cache_hit_rate", Device.CPU),
+                ]
+            ),
+            label="query",
+        )
+        result = self.both(*query)
+        if query[0] == "get_common_computed_block_ids" and result:
+            event("outcome: a common computed prefix")
+        if query[0] == "get_num_cached_tokens" and result:
+            event("outcome: cached tokens")
+
+    @rule(device=st.sampled_from([None, Device.GPU, Device.CPU]))
+    def reset_prefix_cache(self, device: Device | None) -> None:
+        done = self.both("reset_prefix_cache", device)
+        event(f"outcome: reset {'done' if done else 'refused'}")
+
+    # --- calls that must fail -----------------------------------------------------------------
+
+    @rule(group=groups, data=st.data())
+    def misuse(self, group: int, data: st.DataObject) -> None:
+        members = self._members(group)
+        device = self._device_of(group)
+        calls: list[tuple[Any, ...]] = [
+            ("free", 10_000),
+            ("append_slots", 10_000, [1]),
+            ("fork", 10_000, self.fresh_id()),
+            ("can_swap_out", 10_000),
+            ("allocate", self.fresh_id(), [self.fresh_id()], []),
+            ("allocate", self.fresh_id(), [], [1]),
+            ("can_allocate", [1], -1),
+            ("get_prefix_cache_hit_rate", "gpu"),
+        ]
+        if members:
+            known = members[0]
+            calls += [
+                ("allocate", self.fresh_id(), [known], [1]),
+                ("allocate", group, [self.fresh_id()], [1]),
+                ("fork", known, known),
+                ("append_slots", known, [-5]),
+                ("access_all_blocks_in_seq", known, float("inf")),
+            ]
+        if device is Device.GPU:
+            calls += [("swap_in", group), ("can_swap_in", group)]
+            room = len(self.model.view().seqs[known].blocks) * self.model.config.block_size
+            calls.append(("append_slots", known, [1] * (room + 40)))
+        if device is Device.CPU:
+            calls += [
+                ("swap_out", group),
+                ("append_slots", known, [1]),
+                ("can_append_slots", group),
+            ]
+        if not self.model.config.enable_caching and self.model.config.sliding_window is None:
+            pass
+        else:
+            calls.append(("allocate", self.fresh_id(), [self.fresh_id()], [1], ExtraKey(), [1]))
+        call = data.draw(st.sampled_from(calls), label="call")
+        result = self.both(*call)
+        assert isinstance(result, PagedKVError), f"{call} was accepted"
+
+    @rule(
+        gpu=st.integers(0, 2),
+        cpu=st.integers(0, 2),
+        watermark=st.sampled_from([0.0, 1.0, -0.1]),
+        window=st.sampled_from([None, 0, 2]),
+    )
+    def bad_configuration(self, gpu: int, cpu: int, watermark: float, window: int | None) -> None:
+        config = ManagerConfig(2, gpu, cpu, watermark, window)
+        outcomes = []
+        for factory in (ReferenceBlockSpaceManager, type(self).make_target):
+            try:
+                factory(config)
+                outcomes.append("accepted")
+            except PagedKVError as error:
+                outcomes.append(type(error).__name__)
+        assert outcomes[0] == outcomes[1], f"{config}: model {outcomes[0]}, target {outcomes[1]}"
+
+    # --- invariants ---------------------------------------------------------------------------
+
+    @invariant()
+    def same_state(self) -> None:
+        if hasattr(self, "model"):
+            assert_same_state(self.model, self.target, "manager state")
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        if not hasattr(self, "model"):
+            return
+        for name, side in (("model", self.model), ("target", self.target)):
+            view = side.view()
+            problems = mapping_problems(view)
+            for device in (Device.GPU, Device.CPU):
+                pool = view.pool(device)
+                problems += invariants.ref_counts(pool, held_references(view, device))
+                problems += invariants.pool_invariants(pool)
+            assert not problems, f"{name}: " + "; ".join(problems)
+
+
+def manager_lockstep_case(factory: BlockSpaceManagerFactory) -> type[RuleBasedStateMachine]:
+    """A machine class checking ``factory``'s managers against the reference."""
+    return type(
+        f"ManagerLockstep_{getattr(factory, '__name__', 'target')}",
+        (ManagerLockstep,),
+        {"make_target": staticmethod(factory)},
+    )
