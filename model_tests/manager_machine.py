@@ -245,21 +245,17 @@ class ManagerLockstep(RuleBasedStateMachine):
     def ask(self, group: int, data: st.DataObject) -> None:
         members = self._members(group) or [group]
         seq_id = data.draw(st.sampled_from(members), label="sequence")
-        query = data.draw(
-            st.sampled_from(
-                [
-                    ("get_common_computed_block_ids", members),
-                    ("get_num_cached_tokens", seq_id),
-                    ("get_block_table", seq_id),
-                    ("get_cross_block_table", group),
-                    ("get_num_free_gpu_blocks",),
-                    ("get_num_free_cpu_blocks",),
-                    ("get_prefix_cache_hit_rate", Device.GPU),
-                    ("get_prefix_cache_hit_rate", Device.CPU),
-                ]
-            ),
-            label="query",
-        )
+        queries: list[tuple[Any, ...]] = [
+            ("get_common_computed_block_ids", members),
+            ("get_num_cached_tokens", seq_id),
+            ("get_block_table", seq_id),
+            ("get_cross_block_table", group),
+            ("get_num_free_gpu_blocks",),
+            ("get_num_free_cpu_blocks",),
+            ("get_prefix_cache_hit_rate", Device.GPU),
+            ("get_prefix_cache_hit_rate", Device.CPU),
+        ]
+        query = data.draw(st.sampled_from(queries), label="query")
         result = self.both(*query)
         if query[0] == "get_common_computed_block_ids" and result:
             event("outcome: a common computed prefix")
