@@ -1,0 +1,674 @@
+"""The block kernels against a plain clone-and-copy reference, block by block, bit for bit.
+
+Each reference clones the tensors, walks the pairs in Python and copies one block at a time from
+the untouched clone, which is the meaning every kernel promises (all reads before all writes).
+Comparisons are of the raw bits (``torch.equal`` on an integer view), so a kernel that moved the
+right values through a lossy path, or touched a block it was not given, fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from optimized.kernels import (
+    DEFAULT_PAD_SIZES,
+    Run,
+    coalesce_runs,
+    copy_blocks,
+    normalize_pairs,
+    padded_batches,
+    swap_blocks,
+    swap_blocks_in_place,
+)
+from optimized.kv_store import KVStore
+from specs.errors import ConfigurationError, ForeignBlockError, InvalidArgumentError
+
+Pairs = list[tuple[int, int]]
+ACCELERATOR = torch.accelerator.current_accelerator()
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+BLOCK_SIZES = [1, 16, 128]
+HEAD_SHAPES = [(1, 8), (2, 32)]  # (num_kv_heads, head_dim)
+LAYERS = 3
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def make_store(
+    num_blocks: int,
+    *,
+    block_size: int = 4,
+    heads: int = 2,
+    head_dim: int = 8,
+    dtype: torch.dtype = torch.float32,
+    mla: bool = False,
+    layers: int = LAYERS,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> KVStore:
+    """A store whose every element is random, so any misplaced block shows."""
+    store = KVStore(layers, num_blocks, block_size, heads, head_dim, dtype, device, mla)
+    gen = torch.Generator().manual_seed(seed)
+    for cache in store.tensors():
+        cache.copy_(torch.randn(cache.shape, generator=gen).to(dtype))
+    return store
+
+
+def snapshot(store: KVStore) -> list[torch.Tensor]:
+    return [cache.clone() for cache in store.tensors()]
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    word = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.view(word)
+
+
+def assert_same(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> None:
+    assert len(actual) == len(expected)
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        assert a.shape == e.shape and a.dtype == e.dtype
+        if not torch.equal(bits(a), bits(e)):
+            diff = (bits(a) != bits(e)).reshape(a.shape[0], -1).any(dim=1)
+            blocks = diff.nonzero().flatten().tolist()
+            raise AssertionError(f"tensor {i}: blocks {blocks} differ from the reference")
+
+
+def ref_copy(before: Sequence[torch.Tensor], pairs: Pairs) -> list[torch.Tensor]:
+    after = [t.clone() for t in before]
+    for src, dst in pairs:
+        for out, old in zip(after, before, strict=True):
+            out[dst].copy_(old[src])
+    return after
+
+
+def ref_swap(
+    src_before: Sequence[torch.Tensor], dst_before: Sequence[torch.Tensor], pairs: Pairs
+) -> list[torch.Tensor]:
+    after = [t.clone() for t in dst_before]
+    for src, dst in pairs:
+        for out, old in zip(after, src_before, strict=True):
+            out[dst].copy_(old[src])
+    return after
+
+
+def ref_exchange(before: Sequence[torch.Tensor], pairs: Pairs) -> list[torch.Tensor]:
+    after = [t.clone() for t in before]
+    for a, b in pairs:
+        for out, old in zip(after, before, strict=True):
+            out[a].copy_(old[b])
+            out[b].copy_(old[a])
+    return after
+
+
+def as_form(pairs: Pairs, form: str) -> torch.Tensor | Pairs:
+    if form == "tensor":
+        return torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2)
+    return list(pairs)
+
+
+class CountOps(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    """Counts the aten ops a kernel issues (and the index lengths of the index ops)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.counts: dict[str, int] = {}
+        self.index_lengths: list[int] = []
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        name = str(func.overloadpacket.__name__)
+        self.counts[name] = self.counts.get(name, 0) + 1
+        if name in ("index_select", "index_copy_"):  # (self, dim, index, ...)
+            self.index_lengths.append(int(args[2].numel()))
+        return func(*args, **(kwargs or {}))
+
+
+# --- KVStore ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mla", [False, True])
+def test_store_layout_and_accessors(mla: bool) -> None:
+    store = KVStore(3, 10, 16, 4, 64, torch.float16, torch.device("cpu"), mla)
+    assert store.num_blocks == 10 and store.block_size == 16 and store.num_layers == 3
+    assert store.device == torch.device("cpu") and store.is_mla is mla
+    assert store.dtype == torch.float16
+    caches = store.caches
+    assert len(caches) == 3
+    for k, v in caches:
+        assert k.shape == (10, 16, 4, 64) and k.dtype == torch.float16 and k.is_contiguous()
+        assert not k.any()
+        assert k.is_pinned() == torch.cuda.is_available()
+        if mla:
+            assert v is None
+        else:
+            assert v is not None and v.shape == k.shape and v.data_ptr() != k.data_ptr()
+    per_tensor = 16 * 4 * 64 * 2
+    assert store.block_bytes == per_tensor * 3 * (1 if mla else 2)
+    assert len(store.tensors()) == 3 * (1 if mla else 2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "bad"),
+    [
+        ({"num_layers": 0}, "0"),
+        ({"num_blocks": -3}, "-3"),
+        ({"block_size": True}, "True"),
+        ({"num_kv_heads": 2.0}, "2.0"),
+        ({"head_dim": "64"}, "'64'"),
+        ({"dtype": torch.int32}, "torch.int32"),
+        ({"dtype": torch.bool}, "torch.bool"),
+        ({"dtype": "float16"}, "'float16'"),
+        ({"device": "nonsense"}, "nonsense"),
+        ({"device": 3.5}, "3.5"),
+        ({"device": "cuda:99"}, "cuda:99"),  # no such device, with or without CUDA
+        ({"mla": "yes"}, "'yes'"),
+    ],
+)
+def test_store_rejects_bad_configuration(kwargs: dict[str, object], bad: str) -> None:
+    args: dict[str, Any] = {
+        "num_layers": 2,
+        "num_blocks": 4,
+        "block_size": 2,
+        "num_kv_heads": 1,
+        "head_dim": 4,
+        "dtype": torch.float32,
+        "device": "cpu",
+        "mla": False,
+    }
+    args.update(kwargs)
+    with pytest.raises(ConfigurationError, match=bad.replace(".", r"\.")):
+        KVStore(**args)
+
+
+@pytest.mark.parametrize("mla", [False, True])
+def test_store_gather_reads_blocks_in_table_order(mla: bool) -> None:
+    store = KVStore(2, 6, 3, 2, 4, torch.float32, "cpu", mla)
+    for layer, (k, v) in enumerate(store.caches):
+        for block in range(6):
+            k[block] = 100 * layer + block
+            if v is not None:
+                v[block] = -(100 * layer + block)
+    table = [4, 1, 4, 0]
+    gathered = store.gather(table)
+    assert len(gathered) == 2
+    for layer, (gk, gv) in enumerate(gathered):
+        assert gk.shape == (len(table) * 3, 2, 4)
+        expected = torch.tensor([100 * layer + b for b in table for _ in range(3)]).float()
+        assert torch.equal(gk[:, 0, 0], expected)
+        assert torch.equal(gk, gk[:, :1, :1].expand_as(gk))
+        if mla:
+            assert gv is None
+        else:
+            assert gv is not None and torch.equal(gv[:, 0, 0], -expected)
+    empty_k, _ = store.gather([])[0]
+    assert empty_k.shape == (0, 2, 4)
+    with pytest.raises(ForeignBlockError, match="6"):
+        store.gather([0, 6])
+    with pytest.raises(ForeignBlockError, match="-1"):
+        store.gather([-1])
+    with pytest.raises(InvalidArgumentError, match="True"):
+        store.gather([True])
+
+
+# --- copy_blocks --------------------------------------------------------------------------------
+
+COPY_PAIRS: Pairs = [
+    (0, 1),  # chain 0 -> 1 -> 2 -> 3: every link copies the *old* value
+    (1, 2),
+    (2, 3),
+    (4, 0),  # 0 is a source above and a destination here
+    (8, 12),  # a run of three
+    (9, 13),
+    (10, 14),
+    (6, 15),  # one source forked to two destinations
+    (6, 7),
+    (5, 5),  # onto itself
+]
+
+
+@pytest.mark.parametrize("mla", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("heads", "head_dim"), HEAD_SHAPES)
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+def test_copy_blocks_matches_reference(
+    block_size: int, heads: int, head_dim: int, dtype: torch.dtype, mla: bool
+) -> None:
+    store = make_store(
+        16, block_size=block_size, heads=heads, head_dim=head_dim, dtype=dtype, mla=mla
+    )
+    before = snapshot(store)
+    copy_blocks(store, COPY_PAIRS)
+    assert_same(store.tensors(), ref_copy(before, COPY_PAIRS))
+    # the chain really read old values: block 3 now holds the original block 2
+    assert torch.equal(bits(store.tensors()[0][3]), bits(before[0][2]))
+
+
+@pytest.mark.parametrize("form", ["list", "tensor"])
+@pytest.mark.parametrize(
+    "pairs",
+    [
+        [],
+        [(3, 3)],
+        [(i, i + 1) for i in range(10)],  # one long overlapping run (a shift by one)
+        [(i + 1, i) for i in range(10)],  # the shift the other way
+        [(i, 19 - i) for i in range(20)],  # reversal: every block source and destination
+        [(0, 10), (1, 11), (2, 12), (5, 13), (6, 14), (3, 15)],  # runs broken up
+    ],
+)
+def test_copy_blocks_overlaps_runs_and_forms(pairs: Pairs, form: str) -> None:
+    store = make_store(20, seed=1)
+    before = snapshot(store)
+    copy_blocks(store, as_form(pairs, form))
+    assert_same(store.tensors(), ref_copy(before, pairs))
+
+
+@st.composite
+def run_pairs(draw: st.DrawFn, src_blocks: int, dst_blocks: int) -> Pairs:
+    """Pairs built from a few runs, so coalescing, overlaps and chains all come up often."""
+    pairs: Pairs = []
+    used: set[int] = set()
+    for _ in range(draw(st.integers(0, 6))):
+        length = draw(st.integers(1, 5))
+        src = draw(st.integers(0, src_blocks - 1))
+        dst = draw(st.integers(0, dst_blocks - 1))
+        for i in range(length):
+            if src + i < src_blocks and dst + i < dst_blocks and dst + i not in used:
+                pairs.append((src + i, dst + i))
+                used.add(dst + i)
+    return draw(st.permutations(pairs))
+
+
+@given(
+    data=st.data(),
+    num_blocks=st.integers(1, 24),
+    block_size=st.sampled_from([1, 3]),
+    dtype=st.sampled_from(DTYPES),
+    mla=st.booleans(),
+    form=st.sampled_from(["list", "tensor"]),
+)
+def test_copy_blocks_random(
+    data: st.DataObject, num_blocks: int, block_size: int, dtype: torch.dtype, mla: bool, form: str
+) -> None:
+    pairs = data.draw(run_pairs(num_blocks, num_blocks))
+    store = make_store(num_blocks, block_size=block_size, dtype=dtype, mla=mla, layers=2)
+    before = snapshot(store)
+    copy_blocks(store, as_form(pairs, form))
+    assert_same(store.tensors(), ref_copy(before, pairs))
+
+
+# --- swap_blocks --------------------------------------------------------------------------------
+
+SWAP_PAIRS: Pairs = [
+    (0, 23),  # the last block of the larger destination
+    (15, 0),  # the last block of the smaller source
+    (3, 4),  # a run of three
+    (4, 5),
+    (5, 6),
+    (7, 10),  # one source into two destinations
+    (7, 11),
+]
+
+
+@pytest.mark.parametrize("mla", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("heads", "head_dim"), HEAD_SHAPES)
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+def test_swap_blocks_matches_reference(
+    block_size: int, heads: int, head_dim: int, dtype: torch.dtype, mla: bool
+) -> None:
+    shape: dict[str, Any] = {"block_size": block_size, "heads": heads, "head_dim": head_dim}
+    src = make_store(16, dtype=dtype, mla=mla, seed=1, **shape)
+    dst = make_store(24, dtype=dtype, mla=mla, seed=2, **shape)
+    src_before, dst_before = snapshot(src), snapshot(dst)
+    swap_blocks(src, dst, SWAP_PAIRS)
+    assert_same(dst.tensors(), ref_swap(src_before, dst_before, SWAP_PAIRS))
+    assert_same(src.tensors(), src_before)  # the source is only read
+
+
+@pytest.mark.parametrize("form", ["list", "tensor"])
+@pytest.mark.parametrize(
+    "pairs",
+    [[], [(0, 0)], [(i, i) for i in range(8)], [(i, 9 - i) for i in range(8)], [(2, 9), (2, 8)]],
+)
+def test_swap_blocks_runs_and_forms(pairs: Pairs, form: str) -> None:
+    src, dst = make_store(8, seed=3), make_store(10, seed=4)
+    src_before, dst_before = snapshot(src), snapshot(dst)
+    swap_blocks(src, dst, as_form(pairs, form))
+    assert_same(dst.tensors(), ref_swap(src_before, dst_before, pairs))
+    assert_same(src.tensors(), src_before)
+
+
+def test_swap_blocks_within_one_store_reads_before_writing() -> None:
+    store = make_store(6)
+    before = snapshot(store)
+    pairs = [(0, 1), (1, 2), (2, 3)]
+    swap_blocks(store, store, pairs)
+    assert_same(store.tensors(), ref_copy(before, pairs))
+
+
+@given(
+    data=st.data(),
+    src_blocks=st.integers(1, 20),
+    dst_blocks=st.integers(1, 20),
+    block_size=st.sampled_from([1, 3]),
+    dtype=st.sampled_from(DTYPES),
+    mla=st.booleans(),
+    form=st.sampled_from(["list", "tensor"]),
+)
+def test_swap_blocks_random(
+    data: st.DataObject,
+    src_blocks: int,
+    dst_blocks: int,
+    block_size: int,
+    dtype: torch.dtype,
+    mla: bool,
+    form: str,
+) -> None:
+    pairs = data.draw(run_pairs(src_blocks, dst_blocks))
+    shape: dict[str, Any] = {"block_size": block_size, "dtype": dtype, "mla": mla, "layers": 2}
+    src = make_store(src_blocks, seed=5, **shape)
+    dst = make_store(dst_blocks, seed=6, **shape)
+    src_before, dst_before = snapshot(src), snapshot(dst)
+    swap_blocks(src, dst, as_form(pairs, form))
+    assert_same(dst.tensors(), ref_swap(src_before, dst_before, pairs))
+    assert_same(src.tensors(), src_before)
+
+
+# --- swap_blocks_in_place -----------------------------------------------------------------------
+
+EXCHANGE_PAIRS: Pairs = [(0, 15), (3, 4), (5, 9), (6, 10), (7, 11)]  # 5, 6, 7 -> 9, 10, 11: a run
+
+
+@pytest.mark.parametrize("mla", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("heads", "head_dim"), HEAD_SHAPES)
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+def test_swap_blocks_in_place_matches_reference(
+    block_size: int, heads: int, head_dim: int, dtype: torch.dtype, mla: bool
+) -> None:
+    store = make_store(
+        16, block_size=block_size, heads=heads, head_dim=head_dim, dtype=dtype, mla=mla
+    )
+    before = snapshot(store)
+    swap_blocks_in_place(store, EXCHANGE_PAIRS)
+    assert_same(store.tensors(), ref_exchange(before, EXCHANGE_PAIRS))
+    # both directions: the destination's old contents were kept, not overwritten
+    assert torch.equal(bits(store.tensors()[-1][0]), bits(before[-1][15]))
+    assert torch.equal(bits(store.tensors()[-1][15]), bits(before[-1][0]))
+
+
+@pytest.mark.parametrize("form", ["list", "tensor"])
+@pytest.mark.parametrize("num_pairs", [0, 1, 3, 4, 5, 8, 9, 16, 17, 20])
+def test_swap_blocks_in_place_padding_touches_only_listed_pairs(num_pairs: int, form: str) -> None:
+    """Pad sizes (4, 8) force padding (1, 3, 5, 9, 17 pairs) and chunking (9+ pairs)."""
+    store = make_store(41, seed=7)
+    before = snapshot(store)
+    ids = torch.randperm(41, generator=torch.Generator().manual_seed(num_pairs)).tolist()
+    pairs = [(ids[2 * i], ids[2 * i + 1]) for i in range(num_pairs)]
+    swap_blocks_in_place(store, as_form(pairs, form), pad_sizes=(8, 4))
+    expected = ref_exchange(before, pairs)
+    assert_same(store.tensors(), expected)
+    listed = {b for pair in pairs for b in pair}
+    for after, old in zip(store.tensors(), before, strict=True):
+        for block in range(41):
+            if block not in listed:
+                assert torch.equal(bits(after[block]), bits(old[block]))
+            else:
+                assert not torch.equal(bits(after[block]), bits(old[block]))
+
+
+@pytest.mark.parametrize(
+    ("num_pairs", "pad_sizes", "sizes"),
+    [
+        (1, DEFAULT_PAD_SIZES, [8]),
+        (8, DEFAULT_PAD_SIZES, [8]),
+        (9, DEFAULT_PAD_SIZES, [16]),
+        (300, DEFAULT_PAD_SIZES, [512]),
+        (513, DEFAULT_PAD_SIZES, [512, 8]),
+        (1100, DEFAULT_PAD_SIZES, [512, 512, 128]),
+        (9, (4, 2), [4, 4, 2]),
+        (5, (3,), [3, 3]),
+    ],
+)
+def test_padded_batches_shapes_and_padding(
+    num_pairs: int, pad_sizes: Sequence[int], sizes: list[int]
+) -> None:
+    pairs = [(2 * i, 2 * i + 1) for i in range(num_pairs)]
+    batches = padded_batches(pairs, pad_sizes)
+    assert [len(b) for b in batches] == sizes
+    largest = max(pad_sizes)
+    real = [pairs[i : i + largest] for i in range(0, num_pairs, largest)]
+    for batch, chunk in zip(batches, real, strict=True):
+        assert batch[: len(chunk)] == chunk  # the real pairs, in order
+        assert all(pad == chunk[0] for pad in batch[len(chunk) :])  # padding repeats a real pair
+
+
+def test_swap_blocks_in_place_issues_one_fixed_shape_batch_per_tensor() -> None:
+    store = make_store(32, layers=3, mla=False)
+    pairs = [(2 * i, 2 * i + 1) for i in range(5)]
+    with CountOps() as ops:
+        swap_blocks_in_place(store, pairs)
+    assert ops.counts.get("index_select") == 6 and ops.counts.get("index_copy_") == 6
+    assert set(ops.index_lengths) == {16}  # 5 pairs padded to 8, both directions
+
+
+@pytest.mark.parametrize("kernel", ["copy", "swap"])
+def test_consecutive_runs_are_one_copy_per_tensor(kernel: str) -> None:
+    src, dst = make_store(40, layers=3, seed=8), make_store(40, layers=3, seed=9)
+    pairs = [(i, 20 + i) for i in range(16)]
+    with CountOps() as ops:
+        if kernel == "copy":
+            copy_blocks(src, pairs)
+        else:
+            swap_blocks(src, dst, pairs)
+    assert ops.counts.get("copy_") == 6  # 3 layers x (K, V), one slice copy each
+
+
+def test_coalesce_runs() -> None:
+    assert coalesce_runs([]) == []
+    assert coalesce_runs([(3, 7), (1, 5), (2, 6), (9, 1), (10, 3), (11, 4)]) == [
+        Run(1, 5, 3),
+        Run(9, 1, 1),
+        Run(10, 3, 2),
+    ]
+    assert coalesce_runs([(i, 100 + i) for i in range(64)]) == [Run(0, 100, 64)]
+    assert coalesce_runs([(5, 1), (6, 0)]) == [Run(5, 1, 1), Run(6, 0, 1)]  # dst runs backwards
+
+
+@given(
+    data=st.data(),
+    num_blocks=st.integers(1, 30),
+    block_size=st.sampled_from([1, 3]),
+    dtype=st.sampled_from(DTYPES),
+    mla=st.booleans(),
+    form=st.sampled_from(["list", "tensor"]),
+    pad_sizes=st.lists(st.integers(1, 6), min_size=1, max_size=3),
+)
+def test_swap_blocks_in_place_random(
+    data: st.DataObject,
+    num_blocks: int,
+    block_size: int,
+    dtype: torch.dtype,
+    mla: bool,
+    form: str,
+    pad_sizes: list[int],
+) -> None:
+    ids = data.draw(st.permutations(range(num_blocks)))
+    count = data.draw(st.integers(0, num_blocks // 2))
+    pairs = [(ids[2 * i], ids[2 * i + 1]) for i in range(count)]
+    store = make_store(num_blocks, block_size=block_size, dtype=dtype, mla=mla, layers=2)
+    before = snapshot(store)
+    swap_blocks_in_place(store, as_form(pairs, form), pad_sizes=pad_sizes)
+    assert_same(store.tensors(), ref_exchange(before, pairs))
+    swap_blocks_in_place(store, as_form(pairs, form), pad_sizes=pad_sizes)
+    assert_same(store.tensors(), before)  # an exchange undoes itself
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+KernelCall = Callable[[KVStore, KVStore, Any], None]
+KERNELS: dict[str, KernelCall] = {
+    "copy": lambda store, other, pairs: copy_blocks(store, pairs),
+    "swap": lambda store, other, pairs: swap_blocks(store, other, pairs),
+    "in_place": lambda store, other, pairs: swap_blocks_in_place(store, pairs),
+}
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize(
+    ("pairs", "message"),
+    [
+        (torch.tensor([[0, 1]], dtype=torch.int32), "int64"),
+        (torch.tensor([[0.0, 1.0]]), "int64"),
+        (torch.tensor([0, 1]), r"\[N, 2\]"),
+        (torch.tensor([[0, 1, 2]]), r"\[N, 2\]"),
+        (torch.zeros((0,), dtype=torch.int64), r"\[N, 2\]"),
+        (torch.zeros((1, 2), dtype=torch.int64, device="meta"), "CPU"),
+        ([(0, 1, 2)], r"\(0, 1, 2\)"),
+        ([(0,)], r"\(0,\)"),
+        ([(0, True)], "True"),
+        ([(0, 1.0)], "1.0"),
+        (["01"], "'01'"),
+        ([3], "3"),
+        ("0,1", "'0,1'"),
+        (None, "None"),
+    ],
+)
+def test_malformed_pairs_are_rejected(kernel: str, pairs: object, message: str) -> None:
+    store, other = make_store(8, seed=10), make_store(8, seed=11)
+    before, other_before = snapshot(store), snapshot(other)
+    with pytest.raises(InvalidArgumentError, match=message):
+        KERNELS[kernel](store, other, pairs)
+    assert_same(store.tensors(), before)
+    assert_same(other.tensors(), other_before)
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("form", ["list", "tensor"])
+@pytest.mark.parametrize(
+    ("pairs", "message"),
+    [
+        ([(0, 1), (-1, 2)], "source block -1"),
+        ([(0, 1), (2, -5)], "destination block -5"),
+        ([(0, 1), (8, 2)], "source block 8"),
+        ([(0, 1), (2, 3), (4, 8)], "destination block 8"),
+    ],
+)
+def test_foreign_block_ids_are_rejected_before_any_write(
+    kernel: str, form: str, pairs: Pairs, message: str
+) -> None:
+    store, other = make_store(8, seed=12), make_store(8, seed=13)
+    before, other_before = snapshot(store), snapshot(other)
+    with pytest.raises(ForeignBlockError, match=message):
+        KERNELS[kernel](store, other, as_form(pairs, form))
+    assert_same(store.tensors(), before)  # the valid pairs listed first were not applied
+    assert_same(other.tensors(), other_before)
+
+
+def test_swap_blocks_checks_ids_against_each_store() -> None:
+    src, dst = make_store(4, seed=14), make_store(10, seed=15)
+    dst_before = snapshot(dst)
+    with pytest.raises(ForeignBlockError, match="source block 5"):
+        swap_blocks(src, dst, [(5, 5)])  # in range for dst, not for src
+    with pytest.raises(ForeignBlockError, match="destination block 4"):
+        swap_blocks(dst, src, [(9, 4)])  # in range for the source, not for the destination
+    assert_same(dst.tensors(), dst_before)
+
+
+@pytest.mark.parametrize("kernel", ["copy", "swap"])
+def test_duplicate_destinations_are_rejected(kernel: str) -> None:
+    store, other = make_store(8, seed=16), make_store(8, seed=17)
+    before, other_before = snapshot(store), snapshot(other)
+    with pytest.raises(InvalidArgumentError, match="destination block 3 appears twice"):
+        KERNELS[kernel](store, other, [(0, 3), (1, 2), (4, 3)])
+    assert_same(store.tensors(), before)
+    assert_same(other.tensors(), other_before)
+
+
+@pytest.mark.parametrize("form", ["list", "tensor"])
+@pytest.mark.parametrize(
+    ("pairs", "block"),
+    [([(1, 2), (2, 3)], 2), ([(1, 2), (3, 1)], 1), ([(4, 4)], 4), ([(0, 5), (6, 7), (7, 0)], 7)],
+)
+def test_in_place_rejects_pairs_that_share_a_block(pairs: Pairs, block: int, form: str) -> None:
+    store = make_store(8, seed=18)
+    before = snapshot(store)
+    with pytest.raises(InvalidArgumentError, match=f"block {block} appears more than once"):
+        swap_blocks_in_place(store, as_form(pairs, form))
+    assert_same(store.tensors(), before)
+
+
+@pytest.mark.parametrize("pad_sizes", [(), (0,), (8, -4), (True,), (2.5,), "8", None])
+def test_in_place_rejects_bad_pad_sizes(pad_sizes: Any) -> None:
+    store = make_store(8, seed=19)
+    with pytest.raises(InvalidArgumentError, match="pad_sizes"):
+        swap_blocks_in_place(store, [(0, 1)], pad_sizes=pad_sizes)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"dtype": torch.float16}, "dtype"),
+        ({"block_size": 8}, "block_size"),
+        ({"mla": True}, "is_mla"),
+        ({"layers": 2}, "num_layers"),
+        ({"heads": 1}, "num_kv_heads"),
+        ({"head_dim": 4}, "head_dim"),
+    ],
+)
+def test_swap_blocks_rejects_stores_of_another_layout(change: dict[str, Any], message: str) -> None:
+    src, dst = make_store(8), make_store(8, **change)
+    dst_before = snapshot(dst)
+    with pytest.raises(InvalidArgumentError, match=message):
+        swap_blocks(src, dst, [(0, 0)])
+    assert_same(dst.tensors(), dst_before)
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_non_store_arguments_are_rejected(kernel: str) -> None:
+    store = make_store(4)
+    with pytest.raises(InvalidArgumentError, match="KVStore"):
+        KERNELS[kernel](store.caches, store, [(0, 1)])  # type: ignore[arg-type]
+
+
+def test_normalize_pairs_forms_agree() -> None:
+    pairs = [(3, 0), (1, 2)]
+    tensor = torch.tensor(pairs, dtype=torch.int64)
+    assert normalize_pairs(pairs, 4, 4) == normalize_pairs(tensor, 4, 4) == pairs
+    assert normalize_pairs([[3, 0]], 4, 1) == [(3, 0)]
+    assert normalize_pairs(torch.zeros((0, 2), dtype=torch.int64), 1, 1) == []
+
+
+@pytest.mark.skipif(ACCELERATOR is None, reason="no accelerator on this machine")
+def test_kernels_on_an_accelerator_and_across_devices() -> None:
+    assert ACCELERATOR is not None
+    host = make_store(12, seed=20)
+    device = make_store(10, seed=21, device=ACCELERATOR)
+    assert device.device.type == ACCELERATOR.type
+    host_before, device_before = snapshot(host), snapshot(device)
+    swap_in = [(0, 9), (1, 0), (2, 1), (11, 5)]
+    swap_blocks(host, device, swap_in)
+    expected = ref_swap(host_before, device_before, swap_in)
+    assert_same(device.tensors(), expected)
+    swap_out = [(9, 3), (0, 4), (5, 11)]
+    swap_blocks(device, host, swap_out)
+    assert_same(host.tensors(), ref_swap(expected, host_before, swap_out))
+    cow = [(0, 1), (1, 2), (3, 7)]
+    copy_blocks(device, cow)
+    expected = ref_copy(expected, cow)
+    assert_same(device.tensors(), expected)
+    exchange = [(0, 9), (2, 3), (4, 5)]
+    swap_blocks_in_place(device, exchange)
+    assert_same(device.tensors(), ref_exchange(expected, exchange))

@@ -1,0 +1,1 @@
+"""Mutable and fast; same interface as reference/, KV in torch tensors."""

@@ -1,0 +1,298 @@
+"""Block data movement over ``KVStore`` tensors: copy-on-write, swap between devices, defrag.
+
+The block managers decide *which* blocks move; these functions move the bytes. Every function
+validates all of its pairs before it touches a tensor, so an error leaves both stores as they were.
+Pairs come either as a CPU ``[N, 2]`` int64 tensor (what a scheduler batches up) or as a sequence
+of ``(src, dst)`` int pairs (what a block manager hands out); both go through ``normalize_pairs``.
+
+Small blocks are limited by per-call overhead, not by bandwidth, so ``copy_blocks`` and
+``swap_blocks`` coalesce runs of consecutive ids into one slice ``copy_`` each
+(``coalesce_runs``). ``swap_blocks_in_place`` instead pads its batches to a few fixed sizes so that
+a compiled or graphed kernel sees only a handful of shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple, TypeAlias
+
+import torch
+
+from optimized.kv_store import KVStore
+from specs.errors import ForeignBlockError, InvalidArgumentError
+
+PairsLike: TypeAlias = torch.Tensor | Sequence[Sequence[int]]
+"""``[N, 2]`` int64 CPU tensor, or a sequence of ``(src, dst)`` pairs."""
+
+DEFAULT_PAD_SIZES: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512)
+
+
+class Run(NamedTuple):
+    """``length`` consecutive blocks ``src..`` that map onto ``dst..``: one slice copy."""
+
+    src: int
+    dst: int
+    length: int
+
+
+# --- input --------------------------------------------------------------------------------------
+
+
+def _check_store(store: object, name: str) -> KVStore:
+    if not isinstance(store, KVStore):
+        raise InvalidArgumentError(f"{name} must be a KVStore, got {type(store).__name__}")
+    return store
+
+
+def normalize_pairs(pairs: object, src_blocks: int, dst_blocks: int) -> list[tuple[int, int]]:
+    """Both accepted forms of a pair list as Python ints, range-checked against the two stores.
+
+    Python ints are what the run planning needs anyway, and checking everything here (rather than
+    letting an index kernel fail halfway) is what keeps a rejected call from changing anything.
+    """
+    out: list[tuple[int, int]] = []
+    if isinstance(pairs, torch.Tensor):
+        if pairs.device.type != "cpu":
+            raise InvalidArgumentError(f"pair tensor must be on the CPU, got device {pairs.device}")
+        if pairs.dtype != torch.int64:
+            raise InvalidArgumentError(f"pair tensor must be int64, got {pairs.dtype}")
+        if pairs.dim() != 2 or pairs.shape[1] != 2:
+            raise InvalidArgumentError(f"pair tensor must be [N, 2], got {list(pairs.shape)}")
+        out = [(int(s), int(d)) for s, d in pairs.tolist()]
+    elif isinstance(pairs, Sequence) and not isinstance(pairs, str | bytes):
+        for pair in pairs:
+            if (
+                isinstance(pair, str | bytes)
+                or not isinstance(pair, Sequence)
+                or len(pair) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+            ):
+                raise InvalidArgumentError(f"each pair must be two ints (src, dst), got {pair!r}")
+            out.append((pair[0], pair[1]))
+    else:
+        raise InvalidArgumentError(
+            f"pairs must be an [N, 2] int64 tensor or a sequence of (src, dst), got {pairs!r}"
+        )
+    for src, dst in out:
+        if not 0 <= src < src_blocks:
+            raise ForeignBlockError(
+                f"source block {src} of pair ({src}, {dst}) is not in the store "
+                f"(0..{src_blocks - 1})"
+            )
+        if not 0 <= dst < dst_blocks:
+            raise ForeignBlockError(
+                f"destination block {dst} of pair ({src}, {dst}) is not in the store "
+                f"(0..{dst_blocks - 1})"
+            )
+    return out
+
+
+def _check_distinct_destinations(pairs: Sequence[tuple[int, int]]) -> None:
+    """Two sources for one destination would make the result depend on write order."""
+    seen: set[int] = set()
+    for src, dst in pairs:
+        if dst in seen:
+            raise InvalidArgumentError(
+                f"destination block {dst} appears twice (pair ({src}, {dst}))"
+            )
+        seen.add(dst)
+
+
+def coalesce_runs(pairs: Sequence[tuple[int, int]]) -> list[Run]:
+    """Pairs merged into runs of consecutive ids, so each run costs one ``copy_`` call.
+
+    Pairs are sorted first: with distinct destinations (which the callers enforce) the order of
+    the copies cannot matter, and sorting finds runs however the caller happened to list them.
+    """
+    runs: list[Run] = []
+    for src, dst in sorted(pairs):
+        if runs:
+            last = runs[-1]
+            if src == last.src + last.length and dst == last.dst + last.length:
+                runs[-1] = Run(last.src, last.dst, last.length + 1)
+                continue
+        runs.append(Run(src, dst, 1))
+    return runs
+
+
+# --- copy-on-write ------------------------------------------------------------------------------
+
+
+def copy_blocks(store: KVStore, pairs: PairsLike) -> None:
+    """Copy block ``src`` onto block ``dst`` for every pair, in every layer, K and V.
+
+    The result is as if every source were read before any destination is written, so a block may
+    be both a source and a destination in one call (chains ``1->2, 2->3`` copy the *old* 2 to 3).
+    Only runs whose source blocks are also written in this call are staged in a temporary; the
+    rest cannot change before they are read and are copied directly, which halves their traffic.
+    """
+    _check_store(store, "store")
+    plan = normalize_pairs(pairs, store.num_blocks, store.num_blocks)
+    _check_distinct_destinations(plan)
+    plan = [(src, dst) for src, dst in plan if src != dst]  # a copy onto itself is a no-op
+    if not plan:
+        return
+    runs = coalesce_runs(plan)
+    written = {dst for _, dst in plan}
+    staged: list[Run] = []
+    direct: list[Run] = []
+    for r in runs:
+        overwritten = any(b in written for b in range(r.src, r.src + r.length))
+        (staged if overwritten else direct).append(r)
+    # Layers (and K, V) are separate tensors that never alias, so reading-before-writing only has
+    # to hold within one tensor; staging one tensor at a time bounds the temporary memory.
+    for cache in store.tensors():
+        temps = [cache[r.src : r.src + r.length].clone() for r in staged]
+        for r in direct:
+            cache[r.dst : r.dst + r.length].copy_(cache[r.src : r.src + r.length])
+        for r, temp in zip(staged, temps, strict=True):
+            cache[r.dst : r.dst + r.length].copy_(temp)
+
+
+# --- swap between devices -----------------------------------------------------------------------
+
+
+def _wait_for(device: torch.device) -> None:
+    """Block the host until ``device``'s current stream has drained (no-op for host devices)."""
+    accelerator = torch.accelerator.current_accelerator()
+    if accelerator is not None and device.type == accelerator.type:
+        torch.accelerator.current_stream(device).synchronize()
+
+
+def swap_blocks(src: KVStore, dst: KVStore, pairs: PairsLike) -> None:
+    """Copy block ``s`` of ``src`` into block ``d`` of ``dst`` for every pair, all layers, K and V.
+
+    Copies between devices are issued ``non_blocking`` so that the runs queue up back to back
+    instead of each waiting for the one before; when a host buffer takes part, the call waits
+    once at the end, so that on return the host side may be read (GPU->CPU) or reused (CPU->GPU).
+    Copies to a device are ordered on its current stream like any other kernel.
+    """
+    _check_store(src, "src")
+    _check_store(dst, "dst")
+    mismatch = src.same_layout(dst)
+    if mismatch is not None:
+        raise InvalidArgumentError(f"src and dst stores have different layouts: {mismatch}")
+    plan = normalize_pairs(pairs, src.num_blocks, dst.num_blocks)
+    _check_distinct_destinations(plan)
+    if src is dst:
+        copy_blocks(src, plan)  # same tensors: needs copy_blocks' read-before-write staging
+        return
+    if not plan:
+        return
+    runs = coalesce_runs(plan)
+    cross = src.device != dst.device
+    for s_cache, d_cache in zip(src.tensors(), dst.tensors(), strict=True):
+        for r in runs:
+            d_cache[r.dst : r.dst + r.length].copy_(
+                s_cache[r.src : r.src + r.length], non_blocking=cross
+            )
+    if cross:
+        if src.device.type == "cpu":
+            _wait_for(dst.device)
+        elif dst.device.type == "cpu":
+            _wait_for(src.device)
+
+
+# --- in-place exchange (defragmentation) --------------------------------------------------------
+
+
+def _check_pad_sizes(pad_sizes: object) -> list[int]:
+    if (
+        isinstance(pad_sizes, str | bytes)
+        or not isinstance(pad_sizes, Sequence)
+        or not pad_sizes
+        or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 1 for p in pad_sizes)
+    ):
+        raise InvalidArgumentError(
+            f"pad_sizes must be a non-empty sequence of ints >= 1, got {pad_sizes!r}"
+        )
+    return sorted(set(pad_sizes))
+
+
+def _check_disjoint(pairs: Sequence[tuple[int, int]]) -> None:
+    """An exchange batch is a set of disjoint transpositions; anything else has no single answer
+    (``(1, 2), (2, 3)`` gives a different result per order) and breaks the padding argument."""
+    seen: set[int] = set()
+    for a, b in pairs:
+        for block in (a, b):
+            if block in seen:
+                raise InvalidArgumentError(
+                    f"block {block} appears more than once (pair ({a}, {b})); exchange pairs "
+                    "must be disjoint"
+                )
+            seen.add(block)
+
+
+def padded_batches(
+    pairs: Sequence[tuple[int, int]], pad_sizes: Sequence[int]
+) -> list[list[tuple[int, int]]]:
+    """Chunks of at most the largest pad size, each padded to the smallest size that holds it.
+
+    Padding repeats the chunk's first pair. The exchange gathers every block of the batch before
+    scattering any, so a repeated ``(a, b)`` writes the old ``b`` to ``a`` and the old ``a`` to
+    ``b`` again: the same bytes to the same place as the real pair, whichever write lands last.
+    It is therefore a no-op without needing a scratch block. (Padding with ``(x, x)`` for a
+    listed ``x`` would *not* be: it would race the old ``x`` against the pair's new value.)
+    """
+    sizes = sorted(pad_sizes)
+    largest = sizes[-1]
+    batches: list[list[tuple[int, int]]] = []
+    for start in range(0, len(pairs), largest):
+        chunk = list(pairs[start : start + largest])
+        target = next(size for size in sizes if size >= len(chunk))
+        batches.append(chunk + [chunk[0]] * (target - len(chunk)))
+    return batches
+
+
+def _row_view(cache: torch.Tensor) -> torch.Tensor:
+    """``cache`` as ``[num_blocks, words]`` of the widest integer type that tiles a block.
+
+    Moving bits as integers is exact for every float dtype, works for dtypes whose index kernels
+    are missing (float8 on CPU), and wide words keep the per-element loop of ``index_copy_`` short.
+    """
+    rows = cache.view(cache.shape[0], -1).view(torch.uint8)
+    for word in (torch.int64, torch.int32, torch.int16):
+        if rows.shape[1] % word.itemsize == 0:
+            return rows.view(word)
+    return rows
+
+
+def exchange_batch(
+    rows: Sequence[torch.Tensor], gather: torch.Tensor, scatter: torch.Tensor, buffer: torch.Tensor
+) -> None:
+    """The fixed-shape kernel: ``rows[scatter] = rows[gather]`` with all reads before all writes.
+
+    ``gather`` is ``srcs ++ dsts`` and ``scatter`` is ``dsts ++ srcs``; its shapes depend only on
+    the padded batch size, which is what a compiled or graphed version needs.
+    """
+    for cache in rows:
+        torch.index_select(cache, 0, gather, out=buffer)
+        cache.index_copy_(0, scatter, buffer)
+
+
+def swap_blocks_in_place(
+    store: KVStore,
+    pairs: PairsLike,
+    pad_sizes: Sequence[int] = DEFAULT_PAD_SIZES,
+) -> None:
+    """Exchange the contents of blocks ``a`` and ``b`` for every pair, all layers, K and V.
+
+    A true exchange, not a one-way move: the block a defragmenter moves a live block onto may be
+    free but still hold cached KV that a later prefix hit will read, so both must survive.
+    """
+    _check_store(store, "store")
+    sizes = _check_pad_sizes(pad_sizes)
+    plan = normalize_pairs(pairs, store.num_blocks, store.num_blocks)
+    _check_disjoint(plan)
+    if not plan:
+        return
+    rows = [_row_view(cache) for cache in store.tensors()]
+    buffers: dict[int, torch.Tensor] = {}
+    for batch in padded_batches(plan, sizes):
+        srcs = [a for a, _ in batch]
+        dsts = [b for _, b in batch]
+        index = torch.tensor([srcs + dsts, dsts + srcs], dtype=torch.int64).to(store.device)
+        size = len(batch)
+        if size not in buffers:
+            buffers[size] = rows[0].new_empty((2 * size, rows[0].shape[1]))
+        exchange_batch(rows, index[0], index[1], buffers[size])

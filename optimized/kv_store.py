@@ -1,0 +1,178 @@
+"""The KV tensors of one device: per layer a K and a V cache indexed by block.
+
+Blocks are the first axis (``[num_blocks, block_size, num_kv_heads, head_dim]``) so that one block
+is one contiguous slab and a run of consecutive blocks is one contiguous slab too: that is what
+lets ``optimized.kernels`` move a run with a single ``copy_``. Indices here are 0-based positions
+in this store; a pool whose ids start at ``first_id`` subtracts it before calling in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from specs.errors import ConfigurationError, ForeignBlockError, InvalidArgumentError
+
+LayerCache = tuple[torch.Tensor, torch.Tensor | None]
+"""One layer's (K, V); V is None for MLA, whose single latent cache plays both roles."""
+
+
+def _positive_int(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def _float_dtype(dtype: object) -> torch.dtype:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ConfigurationError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    return dtype
+
+
+def _as_device(device: object) -> torch.device:
+    if isinstance(device, torch.device):
+        return device
+    if isinstance(device, str):
+        try:
+            return torch.device(device)
+        except RuntimeError as exc:
+            raise ConfigurationError(f"device {device!r} is not a torch device: {exc}") from exc
+    raise ConfigurationError(f"device must be a torch.device or str, got {device!r}")
+
+
+class KVStore:
+    """Every layer's KV blocks on one device, allocated once and never resized."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        mla: bool = False,
+    ) -> None:
+        self._num_layers = _positive_int("num_layers", num_layers)
+        self._num_blocks = _positive_int("num_blocks", num_blocks)
+        self._block_size = _positive_int("block_size", block_size)
+        self._num_kv_heads = _positive_int("num_kv_heads", num_kv_heads)
+        self._head_dim = _positive_int("head_dim", head_dim)
+        self._dtype = _float_dtype(dtype)
+        if not isinstance(mla, bool):
+            raise ConfigurationError(f"mla must be a bool, got {mla!r}")
+        self._mla = mla
+        requested = _as_device(device)
+        # Pinned host memory is what lets a host<->GPU swap run asynchronously (and at full PCIe
+        # speed); without a GPU pinning only costs locked pages, so it is skipped.
+        pin = requested.type == "cpu" and torch.cuda.is_available()
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        caches: list[LayerCache] = []
+
+        def alloc() -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=requested, pin_memory=pin)
+
+        try:
+            for _ in range(num_layers):
+                caches.append((alloc(), None if mla else alloc()))
+        except (RuntimeError, AssertionError) as exc:
+            # Torch reports an unusable device (no such backend, no such index, out of memory) as
+            # one of these; to the caller it is a configuration that cannot work.
+            raise ConfigurationError(
+                f"cannot allocate {num_layers} layers of {shape} {dtype} on device "
+                f"{requested}: {exc}"
+            ) from exc
+        self._caches: tuple[LayerCache, ...] = tuple(caches)
+        self._device = caches[0][0].device
+
+    @property
+    def caches(self) -> list[LayerCache]:
+        """Per layer (K, V | None). The tensors are the store's own: writing them writes it."""
+        return list(self._caches)
+
+    @property
+    def num_layers(self) -> int:
+        return self._num_layers
+
+    @property
+    def num_blocks(self) -> int:
+        return self._num_blocks
+
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self._num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self._head_dim
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The device the tensors live on (``cuda`` resolved to ``cuda:0`` and so on)."""
+        return self._device
+
+    @property
+    def is_mla(self) -> bool:
+        return self._mla
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes one block occupies over all layers, K and V: what a copy of one block moves."""
+        per_tensor = self._block_size * self._num_kv_heads * self._head_dim * self._dtype.itemsize
+        return per_tensor * self._num_layers * (1 if self._mla else 2)
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every cache tensor (K then V per layer): the kernels treat them all alike."""
+        out: list[torch.Tensor] = []
+        for k, v in self._caches:
+            out.append(k)
+            if v is not None:
+                out.append(v)
+        return out
+
+    def same_layout(self, other: KVStore) -> str | None:
+        """The first attribute in which ``other`` differs (so blocks cannot move), else None."""
+        for name in ("num_layers", "block_size", "num_kv_heads", "head_dim", "dtype", "is_mla"):
+            if getattr(self, name) != getattr(other, name):
+                return f"{name} {getattr(self, name)!r} != {getattr(other, name)!r}"
+        return None
+
+    def gather(self, block_ids: Sequence[int]) -> list[LayerCache]:
+        """A sequence's KV read through its block table: per layer the named blocks, in order,
+        concatenated along the token axis to ``[len(block_ids) * block_size, heads, head_dim]``.
+        The result is a copy."""
+        if isinstance(block_ids, str | bytes) or not isinstance(block_ids, Sequence):
+            raise InvalidArgumentError(f"expected a sequence of block ids, got {block_ids!r}")
+        for block in block_ids:
+            if not isinstance(block, int) or isinstance(block, bool):
+                raise InvalidArgumentError(f"block id must be an int, got {block!r}")
+            if not 0 <= block < self._num_blocks:
+                raise ForeignBlockError(
+                    f"block {block} is not in this store (0..{self._num_blocks - 1})"
+                )
+        index = torch.tensor(list(block_ids), dtype=torch.int64, device=self._device)
+        tokens = (-1, self._num_kv_heads, self._head_dim)
+        out: list[LayerCache] = []
+        for k, v in self._caches:
+            gk = k.index_select(0, index).reshape(tokens)
+            gv = None if v is None else v.index_select(0, index).reshape(tokens)
+            out.append((gk, gv))
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"KVStore(num_layers={self._num_layers}, num_blocks={self._num_blocks}, "
+            f"block_size={self._block_size}, num_kv_heads={self._num_kv_heads}, "
+            f"head_dim={self._head_dim}, dtype={self._dtype}, device={self._device}, "
+            f"mla={self._mla})"
+        )
