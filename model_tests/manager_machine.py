@@ -16,6 +16,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
+from model_tests.kv_harness import AbstractKV, CachedPrefixes, KVSide, TorchKV, Writer, kv_problems
 from model_tests.lockstep import assert_same_state, call_both
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from specs import invariants
@@ -100,11 +101,24 @@ class ManagerLockstep(RuleBasedStateMachine):
     def create_managers(self, config: ManagerConfig) -> None:
         self.model = ReferenceBlockSpaceManager(config)
         self.target = type(self).make_target(config)
+        self.model_kv: KVSide = AbstractKV(config)
+        self.target_kv: KVSide = TorchKV(config)
+        self.prefixes = CachedPrefixes()
         event(f"config: caching={config.enable_caching}, window={config.sliding_window}")
 
     def both(self, method: str, *args: Any) -> Any:
         event(f"rule: {method}")
         return call_both(self.model, self.target, method, *args)
+
+    def sides(self) -> list[tuple[KVSide, ManagerView]]:
+        return [(self.model_kv, self.model.view()), (self.target_kv, self.target.view())]
+
+    def run_model(self, group_id: int, new_tokens: dict[int, range]) -> None:
+        """The engine's model step: write the new tokens' KV, then mark the group computed."""
+        for side, view in self.sides():
+            for seq_id, positions in new_tokens.items():
+                Writer(side).write_tokens(view, seq_id, positions)
+        self.both("mark_blocks_as_computed", group_id)
 
     def fresh_id(self) -> int:
         self.next_id += 1
@@ -147,6 +161,11 @@ class ManagerLockstep(RuleBasedStateMachine):
         result = self.both("allocate", group_id, seq_ids, prompt, key, encoder)
         if status is AllocStatus.OK:
             assert not isinstance(result, PagedKVError), f"can_allocate said OK, then {result!r}"
+        if not isinstance(result, PagedKVError):
+            if encoder is not None:
+                for side, view in self.sides():
+                    Writer(side).write_cross(view, group_id)
+            self.run_model(group_id, {s: range(length) for s in seq_ids})
         return group_id
 
     # --- decoding -----------------------------------------------------------------------------
@@ -161,6 +180,7 @@ class ManagerLockstep(RuleBasedStateMachine):
             return
         if not allowed:
             event("outcome: can_append_slots refused")
+        scheduled: dict[int, range] = {}
         for seq_id in self._members(group):
             start = len(self.model.view().seqs[seq_id].tokens)
             tokens = self._tokens(data, start, num_new)
@@ -172,7 +192,12 @@ class ManagerLockstep(RuleBasedStateMachine):
                 assert not pair_problems(pairs, "copy-on-write")
                 if pairs:
                     event("outcome: copy-on-write")
+                self.model_kv.run_copies(pairs)
+                self.target_kv.run_copies(pairs)
+                scheduled[seq_id] = range(start, start + num_new)
                 self._note_window(before, seq_id)
+        if scheduled:
+            self.run_model(group, scheduled)
 
     def _note_window(self, before: ManagerView, seq_id: int) -> None:
         null = before.null_block
@@ -214,6 +239,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         if isinstance(pairs, list):
             assert not pair_problems(pairs, "swap out")
             event("outcome: swapped out")
+            self.model_kv.run_swap(pairs, Device.CPU)
+            self.target_kv.run_swap(pairs, Device.CPU)
 
     @rule(group=groups, lookahead=st.sampled_from([0, 0, 1, 3]))
     def swap_in(self, group: int, lookahead: int) -> None:
@@ -227,6 +254,21 @@ class ManagerLockstep(RuleBasedStateMachine):
         if isinstance(pairs, list):
             assert not pair_problems(pairs, "swap in")
             event("outcome: swapped in")
+            self.model_kv.run_swap(pairs, Device.GPU)
+            self.target_kv.run_swap(pairs, Device.GPU)
+
+    @rule(data=st.data())
+    def defragment(self, data: st.DataObject) -> None:
+        """Blocks trade storage by in-place exchange; block ids and tables stay as they are, so
+        every block's KV must still be found through the storage tables. A free block may
+        still hold cached KV, so a one-way copy would lose it."""
+        ids = list(range(self.model.config.num_gpu_blocks))
+        order = data.draw(st.permutations(ids), label="pairing")
+        count = data.draw(st.integers(1, max(1, len(ids) // 2)), label="pairs")
+        pairs = [(order[2 * i], order[2 * i + 1]) for i in range(min(count, len(ids) // 2))]
+        self.model_kv.defragment(pairs)
+        self.target_kv.defragment(pairs)
+        event("outcome: defragmented")
 
     # --- marks and queries --------------------------------------------------------------------
 
@@ -333,6 +375,16 @@ class ManagerLockstep(RuleBasedStateMachine):
     def same_state(self) -> None:
         if hasattr(self, "model"):
             assert_same_state(self.model, self.target, "manager state")
+
+    @invariant()
+    def kv_data_intact(self) -> None:
+        """DESIGN §3.5, on both sides."""
+        if not hasattr(self, "model"):
+            return
+        self.prefixes.record(self.model.view())
+        for name, (side, view) in zip(("model", "target"), self.sides(), strict=True):
+            problems = kv_problems(side, view, self.prefixes)
+            assert not problems, f"{name} KV: " + "; ".join(problems)
 
     @invariant()
     def invariants_hold(self) -> None:

@@ -83,9 +83,10 @@ def _check_full_block(state: PoolState, tokens: object) -> list[Token]:
 def allocate_immutable(
     state: PoolState, prefix: Prefix, tokens: Sequence[Token], choice: BlockId | None = None
 ) -> tuple[PoolState, BlockId]:
-    """A full block of ``tokens`` after ``prefix``: the cached block when there is one (a hit,
-    already computed), else a new block that becomes the cached block for its hash. ``choice`` is
-    only consulted when a block is allocated."""
+    """A full block of ``tokens`` after ``prefix``: the cached block when there is one (a hit),
+    else a new block that becomes the cached block for its hash. ``choice`` is only consulted
+    when a block is allocated. A hit keeps the block's computed mark as it is: a block filled in
+    this very step holds no KV until the model has run and ``mark_computed`` says so."""
     checked = _check_full_block(state, tokens)
     check_prefix(prefix, state.config.block_size)
     if not state.config.enable_caching:
@@ -95,8 +96,7 @@ def allocate_immutable(
     state = replace(state, queries=state.queries + 1)
     hit = state.cached.get(content_hash)
     if hit is not None:
-        state = _acquire(replace(state, hits=state.hits + 1), hit)
-        return with_block(state, hit, replace(state.blocks[hit], computed=True)), hit
+        return _acquire(replace(state, hits=state.hits + 1), hit), hit
     state, block = take_block(state, choice)
     return _cache(state, block, prefix, checked), block
 
@@ -176,9 +176,8 @@ def append_tokens(
 
 def _switch_to_cached(state: PoolState, block: BlockId, cached: BlockId) -> PoolState:
     """Dedup: the caller's reference moves from its own block to the cached one (no copy is
-    needed even when its block is shared: the cached block already holds the whole content)."""
-    state = _acquire(_release(state, block), cached)
-    return with_block(state, cached, replace(state.blocks[cached], computed=True))
+    needed even when its block is shared: the cached block has, or will have, the content)."""
+    return _acquire(_release(state, block), cached)
 
 
 def clear_copy_on_writes(state: PoolState) -> tuple[PoolState, list[CopyPair]]:
