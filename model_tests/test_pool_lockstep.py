@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from model_tests.pool_machine import lockstep_case
-from reference.pool_adapter import ReferenceBlockPool
+from optimized.block_pool import OptimizedBlockPool
 
-TestReferenceAgainstItself = lockstep_case(ReferenceBlockPool).TestCase
+TestOptimizedPool = lockstep_case(OptimizedBlockPool).TestCase

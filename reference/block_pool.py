@@ -135,9 +135,9 @@ def _record_copy(state: PoolState, source: BlockId, destination: BlockId) -> Poo
     """Queue a copy for the kernel, which runs all pending copies at once (every source read
     before any destination is written). A source that is itself still waiting for its own copy
     holds no data yet, so the new copy reads from where that one would."""
-    for earlier_source, earlier_destination in state.pending_cows:
-        if earlier_destination == source:
-            source = earlier_source
+    waiting_for = [s for s, d in state.pending_cows if d == source]
+    if waiting_for:
+        source = waiting_for[0]
     return replace(state, pending_cows=(*state.pending_cows, (source, destination)))
 
 

@@ -13,7 +13,7 @@ from reference import block_pool as ops
 from reference.pool_state import PoolState, to_view
 from specs.content_hash import Prefix
 from specs.pool_view import BlockView, PoolView
-from specs.types import BlockId, CopyPair, PoolConfig, Token
+from specs.types import BlockHash, BlockId, CopyPair, PoolConfig, Token
 from specs.validation import check_block_id
 
 
@@ -81,6 +81,9 @@ class ReferenceBlockPool:
 
     def block(self, block: BlockId) -> BlockView:
         return self.state.blocks[check_block_id(self.state.config, block)]
+
+    def lookup(self, content_hash: BlockHash) -> BlockId | None:
+        return self.state.cached.get(content_hash)
 
     def view(self) -> PoolView:
         return to_view(self.state)

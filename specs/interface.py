@@ -14,6 +14,7 @@ from specs.pool_view import BlockView, PoolView
 from specs.types import (
     NO_EXTRA_KEY,
     AllocStatus,
+    BlockHash,
     BlockId,
     CopyPair,
     Device,
@@ -57,6 +58,10 @@ class BlockPool(Protocol):
     def reset_prefix_cache(self) -> bool: ...
 
     def block(self, block: BlockId) -> BlockView: ...
+
+    def lookup(self, content_hash: BlockHash) -> BlockId | None:
+        """The block cached under ``content_hash``, if any (a swap asks before it copies)."""
+        ...
 
     def view(self) -> PoolView: ...
 

@@ -64,12 +64,12 @@ class PoolConfig:
 
 def is_time(now: object) -> bool:
     """A usable ``now``: a finite, non-negative real number."""
-    return (
-        isinstance(now, int | float)
-        and not isinstance(now, bool)
-        and math.isfinite(now)
-        and now >= 0
-    )
+    if not isinstance(now, int | float) or isinstance(now, bool):
+        return False
+    try:
+        return math.isfinite(now) and now >= 0
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 @dataclass(frozen=True, slots=True)

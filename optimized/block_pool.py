@@ -1,0 +1,392 @@
+"""The mutable, fast block pool: observably identical to ``reference.pool_adapter`` in exact mode.
+
+Each block's fields live in flat lists indexed by ``block - first_id``, so an operation touches
+only the blocks it names; the free list and the evictor are heaps, and the counts that
+``num_free_blocks`` and ``reset_prefix_cache`` need are kept, never recounted. Every operation
+validates all of its input, in the reference's order and with the shared ``specs.validation``
+checks, before it changes anything, so an error leaves the pool as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import takewhile
+
+from optimized.evictor import Evictor
+from optimized.free_list import FreeList
+from specs.content_hash import Prefix
+from specs.errors import (
+    DoubleFreeError,
+    InvalidArgumentError,
+    OutOfBlocksError,
+    TooManyTokensError,
+    UnallocatedBlockError,
+)
+from specs.pool_view import BlockView, PoolView
+from specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, PoolConfig, Token
+from specs.validation import (
+    check_block_id,
+    check_block_ids,
+    check_chains,
+    check_pool_config,
+    check_prefix,
+    check_time,
+    check_tokens,
+)
+
+
+class OptimizedBlockPool:
+    """The blocks of one device: ref counts, free list, and with caching the hash index."""
+
+    def __init__(self, config: PoolConfig) -> None:
+        check_pool_config(config)
+        self._config = config
+        self._first_id = config.first_id
+        self._block_size = config.block_size
+        self._caching = config.enable_caching
+        num_blocks = config.num_blocks
+        self._ref_counts: list[int] = [0] * num_blocks
+        self._tokens: list[tuple[Token, ...]] = [()] * num_blocks
+        self._hashes: list[BlockHash | None] = [None] * num_blocks
+        self._prefixes: list[Prefix | None] = [None] * num_blocks
+        self._computed: list[bool] = [False] * num_blocks
+        self._last_accessed: list[float] = [NEVER_ACCESSED] * num_blocks
+        self._free = FreeList(config.block_ids)
+        self._evictor = Evictor()
+        self._cached: dict[BlockHash, BlockId] = {}
+        self._pending_cows: dict[BlockId, tuple[int, BlockId]] = {}
+        """destination -> (stamp, source), in the order the copies were requested (stamps rise
+        with it). A destination keeps its contents (held or evictable) for as long as its pair is
+        pending: the pair goes when the block is blanked or evicted, before it can be taken again.
+        So no two pending pairs share a destination, and a dict gives both the order and O(1)
+        removal."""
+        self._next_copy_stamp = 0
+        self._num_used = 0
+        self._hits = 0
+        self._queries = 0
+
+    @property
+    def config(self) -> PoolConfig:
+        return self._config
+
+    # --- checks that need the state (mirroring reference.pool_state) ----------------------------
+
+    def _check_live(self, block: BlockId) -> None:
+        """A block somebody holds; a free or merely cached block is an error here."""
+        index = block - self._first_id
+        if self._ref_counts[index] == 0:
+            where = "cached but unused" if self._hashes[index] is not None else "free"
+            raise UnallocatedBlockError(f"block {block} is {where}, not allocated")
+
+    def _check_known(self, block: BlockId) -> None:
+        """A block that is held or cached (both have meaningful contents)."""
+        index = block - self._first_id
+        if self._ref_counts[index] == 0 and self._hashes[index] is None:
+            raise UnallocatedBlockError(f"block {block} is free, not allocated or cached")
+
+    def _check_full_block(self, tokens: object) -> list[Token]:
+        checked = check_tokens(tokens)
+        size = self._block_size
+        if len(checked) > size:
+            raise TooManyTokensError(f"{len(checked)} tokens do not fit a block of {size}")
+        if len(checked) < size:
+            raise InvalidArgumentError(
+                f"an immutable block holds exactly {size} tokens, got {len(checked)}"
+            )
+        return checked
+
+    # --- references: taking and releasing ------------------------------------------------------
+
+    def _blank(self, index: int) -> None:
+        """Forget a block's contents, as it is when it sits on the free list."""
+        self._tokens[index] = ()
+        self._hashes[index] = None
+        self._prefixes[index] = None
+        self._computed[index] = False
+        self._last_accessed[index] = NEVER_ACCESSED
+
+    def _take_block(self) -> BlockId:
+        """A block with ref count 1: the lowest free id, else the evictor's choice (which loses
+        its hash). Raises before changing anything when neither is left."""
+        if len(self._free):
+            block = self._free.pop_lowest()
+        elif len(self._evictor):
+            block = self._evictor.pop()
+            index = block - self._first_id
+            evicted_hash = self._hashes[index]
+            assert evicted_hash is not None
+            del self._cached[evicted_hash]
+            self._pending_cows.pop(block, None)
+            self._blank(index)
+        else:
+            raise OutOfBlocksError(
+                f"no free or evictable block left (all {self._config.num_blocks} are in use)"
+            )
+        self._ref_counts[block - self._first_id] = 1
+        self._num_used += 1
+        return block
+
+    def _acquire(self, block: BlockId) -> None:
+        """One more reference; a cached block at count 0 leaves the evictor by this."""
+        index = block - self._first_id
+        if self._ref_counts[index] == 0:
+            self._evictor.remove(block)
+            self._num_used += 1
+        self._ref_counts[index] += 1
+
+    def _release(self, block: BlockId) -> None:
+        """One reference fewer. At zero a hashed block stays cached (evictable), pending copy
+        into it included: a later hit reads it. Any other block returns to the free list blank,
+        and a pending copy into it is dropped: nobody reads it."""
+        index = block - self._first_id
+        self._ref_counts[index] -= 1
+        if self._ref_counts[index]:
+            return
+        self._num_used -= 1
+        prefix = self._prefixes[index]
+        if prefix is None:
+            self._pending_cows.pop(block, None)
+            self._blank(index)
+            self._free.push(block)
+        else:
+            num_hashed = prefix.num_tokens + len(self._tokens[index])
+            self._evictor.add(block, self._last_accessed[index], num_hashed)
+
+    def _cache(
+        self, block: BlockId, prefix: Prefix, tokens: tuple[Token, ...], content_hash: BlockHash
+    ) -> None:
+        """Give a full block its hash and make it the cached block for that hash."""
+        index = block - self._first_id
+        self._tokens[index] = tokens
+        self._hashes[index] = content_hash
+        self._prefixes[index] = prefix
+        self._cached[content_hash] = block
+
+    # --- allocation ----------------------------------------------------------------------------
+
+    def allocate_mutable(self) -> BlockId:
+        """An empty block the caller may append to."""
+        return self._take_block()
+
+    def allocate_immutable(self, prefix: Prefix, tokens: Sequence[Token]) -> BlockId:
+        """A full block of ``tokens`` after ``prefix``: the cached block when there is one (a hit),
+        else a new block that becomes the cached block for its hash. A hit leaves the computed
+        mark alone: a block filled in this very step holds no KV until ``mark_computed``."""
+        checked = self._check_full_block(tokens)
+        check_prefix(prefix, self._block_size)
+        if not self._caching:
+            block = self._take_block()
+            self._tokens[block - self._first_id] = tuple(checked)
+            return block
+        content_hash = prefix.child_hash(checked)
+        hit = self._cached.get(content_hash)
+        if hit is not None:
+            self._queries += 1
+            self._hits += 1
+            self._acquire(hit)
+            return hit
+        block = self._take_block()  # may raise: count the query only once it cannot
+        self._queries += 1
+        self._cache(block, prefix, tuple(checked), content_hash)
+        return block
+
+    # --- appending, promotion and copy-on-write ------------------------------------------------
+
+    def cow_if_not_appendable(self, block: BlockId) -> BlockId:
+        """The block to append into: ``block`` itself when only one holder has it, else a new copy
+        (the caller's reference moves to the copy and the pair waits for the copy kernel)."""
+        check_block_id(self._config, block)
+        self._check_live(block)
+        if len(self._tokens[block - self._first_id]) == self._block_size:
+            raise TooManyTokensError(f"block {block} is full; nothing can be appended to it")
+        return self._copy_if_shared(block)
+
+    def _copy_if_shared(self, block: BlockId) -> BlockId:
+        index = block - self._first_id
+        if self._ref_counts[index] == 1:
+            return block
+        copy = self._take_block()
+        self._tokens[copy - self._first_id] = self._tokens[index]
+        self._release(block)
+        self._record_copy(block, copy)
+        return copy
+
+    def _record_copy(self, source: BlockId, destination: BlockId) -> None:
+        """Queue a copy for the kernel, which reads every source before writing any destination.
+        A source still waiting for its own copy holds no data yet, so the copy reads from where
+        that one would (one dict lookup: pending copies are keyed by destination)."""
+        earlier = self._pending_cows.get(source)
+        if earlier is not None:
+            source = earlier[1]
+        self._pending_cows[destination] = (self._next_copy_stamp, source)
+        self._next_copy_stamp += 1
+
+    def append_tokens(self, block: BlockId, prefix: Prefix, tokens: Sequence[Token]) -> BlockId:
+        """Append ``tokens`` to ``block`` and return the block the caller holds now. A block that
+        fills gets its hash; if another block already holds that hash, the caller switches to it
+        and releases its own (dedup, no copy needed). Otherwise a shared block is copied first
+        (copy-on-write) and the caller appends into its copy."""
+        check_block_id(self._config, block)
+        self._check_live(block)
+        checked = check_tokens(tokens)
+        check_prefix(prefix, self._block_size)
+        current = self._tokens[block - self._first_id]
+        room = self._block_size - len(current)
+        if len(checked) > room:
+            raise TooManyTokensError(
+                f"block {block} has {room} empty slots, cannot append {len(checked)} tokens"
+            )
+        filled = current + tuple(checked)
+        content_hash = None
+        if self._caching and len(filled) == self._block_size:
+            content_hash = prefix.child_hash(filled)
+            cached = self._cached.get(content_hash)
+            if cached is not None:
+                self._switch_to_cached(block, cached)
+                return cached
+        target = self._copy_if_shared(block)  # may raise: nothing has changed before it
+        self._tokens[target - self._first_id] = filled
+        if content_hash is not None:
+            self._cache(target, prefix, filled, content_hash)
+        return target
+
+    def _switch_to_cached(self, block: BlockId, cached: BlockId) -> None:
+        """Dedup: the caller's reference moves from its own block to the cached one, which has
+        (or will have) the whole content, so no copy even when ``block`` is shared. Its computed
+        mark stays as it is, as on a hit."""
+        self._release(block)
+        self._acquire(cached)
+
+    def clear_copy_on_writes(self) -> list[CopyPair]:
+        """The (source, destination) pairs the copy kernel must run, in order; the list empties."""
+        pairs = [(source, destination) for destination, (_, source) in self._pending_cows.items()]
+        self._pending_cows.clear()
+        return pairs
+
+    # --- freeing and forking -------------------------------------------------------------------
+
+    def free(self, block: BlockId) -> None:
+        check_block_id(self._config, block)
+        if self._ref_counts[block - self._first_id] == 0:
+            raise DoubleFreeError(f"block {block} is already free (ref count 0)")
+        self._release(block)
+
+    def fork(self, chain: Sequence[BlockId]) -> list[BlockId]:
+        """Share every block of ``chain`` with one more holder; nothing is allocated."""
+        blocks = check_block_ids(self._config, chain)
+        for block in blocks:
+            self._check_live(block)
+        for block in blocks:
+            self._ref_counts[block - self._first_id] += 1
+        return blocks
+
+    # --- access times, computed marks and the computed prefix ----------------------------------
+
+    def mark_accessed(self, blocks: Sequence[BlockId], now: float) -> None:
+        """Record ``now`` as the last access of held or cached blocks (it orders eviction)."""
+        time = check_time(now)
+        checked = check_block_ids(self._config, blocks)
+        for block in checked:
+            self._check_known(block)
+        for block in checked:
+            index = block - self._first_id
+            self._last_accessed[index] = time
+            if block in self._evictor:
+                prefix = self._prefixes[index]
+                assert prefix is not None
+                self._evictor.add(block, time, prefix.num_tokens + len(self._tokens[index]))
+
+    def mark_computed(self, blocks: Sequence[BlockId]) -> None:
+        """Record that the KV of these blocks is written. Only full blocks of a caching pool keep
+        the mark: a partial block will still change, and without caching nothing is reused."""
+        checked = check_block_ids(self._config, blocks)
+        for block in checked:
+            self._check_known(block)
+        if not self._caching:
+            return
+        for block in checked:
+            index = block - self._first_id
+            if len(self._tokens[index]) == self._block_size:
+                self._computed[index] = True
+
+    def common_computed_prefix(self, chains: Sequence[Sequence[BlockId]]) -> list[BlockId]:
+        """The longest run of leading computed blocks that every chain shares. A chain's last block
+        never counts: the model must compute at least one token of every sequence."""
+        checked = check_chains(self._config, chains)
+        for chain in checked:
+            for block in chain:
+                self._check_live(block)
+        if not self._caching or not checked:
+            return []
+        computed, first_id = self._computed, self._first_id
+        runs = [list(takewhile(lambda b: computed[b - first_id], chain[:-1])) for chain in checked]
+        common: list[BlockId] = []
+        for column in zip(*runs, strict=False):
+            if any(b != column[0] for b in column):
+                break
+            common.append(column[0])
+        return common
+
+    # --- counts, hit rate and reset ------------------------------------------------------------
+
+    def num_free_blocks(self) -> int:
+        """Blocks an allocation could take now: free plus evictable."""
+        return len(self._free) + len(self._evictor)
+
+    def hit_rate(self) -> float:
+        """Hits over lookups of ``allocate_immutable``; 0.0 before any, -1.0 without caching."""
+        if not self._caching:
+            return -1.0
+        return self._hits / self._queries if self._queries else 0.0
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block, only when no block is in use (else nothing changes).
+
+        With nothing in use every block is free (already blank) or evictable, so blanking the
+        evictable blocks onto the free list (and dropping the copies into them) gives a fresh
+        pool."""
+        if self._num_used:
+            return False
+        for block in self._evictor.blocks():
+            self._blank(block - self._first_id)
+            self._free.push(block)
+        self._evictor.clear()
+        self._cached.clear()
+        self._pending_cows.clear()
+        self._hits = 0
+        self._queries = 0
+        return True
+
+    # --- the observable state ------------------------------------------------------------------
+
+    def _render(self, index: int) -> BlockView:
+        return BlockView(
+            ref_count=self._ref_counts[index],
+            tokens=self._tokens[index],
+            content_hash=self._hashes[index],
+            prefix=self._prefixes[index],
+            computed=self._computed[index],
+            last_accessed=self._last_accessed[index],
+        )
+
+    def block(self, block: BlockId) -> BlockView:
+        return self._render(check_block_id(self._config, block) - self._first_id)
+
+    def lookup(self, content_hash: BlockHash) -> BlockId | None:
+        return self._cached.get(content_hash)
+
+    def view(self) -> PoolView:
+        """Free blocks render from their (blank) fields, so the invariants check the blanking."""
+        first_id = self._first_id
+        return PoolView(
+            config=self._config,
+            blocks={block: self._render(block - first_id) for block in self._config.block_ids},
+            free=self._free.blocks(),
+            evictable=self._evictor.blocks(),
+            cached=dict(self._cached),
+            pending_cows=tuple(
+                (source, destination) for destination, (_, source) in self._pending_cows.items()
+            ),
+            hits=self._hits,
+            queries=self._queries,
+        )

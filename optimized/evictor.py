@@ -1,0 +1,76 @@
+"""The evictor: cached blocks nobody holds, in the order they are given up when the free list is
+empty (DESIGN §2, "Eviction order")."""
+
+from __future__ import annotations
+
+import heapq
+from typing import TypeAlias
+
+from specs.types import BlockId
+
+_Entry: TypeAlias = tuple[float, int, BlockId, int]
+"""(last_accessed, -num_hashed_tokens, block, stamp): the heap order is the eviction order."""
+
+_SLACK = 32
+"""Stale entries tolerated on top of 2x the live ones before the heap is rebuilt."""
+
+
+class Evictor:
+    """A min-heap keyed like ``reference.allocation.eviction_rank`` with the id as the last tie
+    breaker, so ``pop`` takes the same block as the reference.
+
+    Removing a block or changing its access time does not search the heap: the block's current
+    entry is remembered in ``_live`` and any other entry for it is stale, skipped when it reaches
+    the top. Each entry carries a unique stamp so that two entries of one block never compare
+    alike. When stale entries outnumber live ones about 2 to 1, the heap is rebuilt from the live
+    ones, which keeps its size (and so every operation's cost) proportional to the evictable
+    blocks, amortised O(log n).
+    """
+
+    __slots__ = ("_heap", "_live", "_next_stamp")
+
+    def __init__(self) -> None:
+        self._heap: list[_Entry] = []
+        self._live: dict[BlockId, _Entry] = {}
+        self._next_stamp = 0
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, block: BlockId) -> bool:
+        return block in self._live
+
+    def add(self, block: BlockId, last_accessed: float, num_hashed_tokens: int) -> None:
+        """Make ``block`` evictable, or re-rank it if it already is (its old entry goes stale)."""
+        entry = (last_accessed, -num_hashed_tokens, block, self._next_stamp)
+        self._next_stamp += 1
+        self._live[block] = entry
+        heapq.heappush(self._heap, entry)
+        self._compact_if_stale()
+
+    def remove(self, block: BlockId) -> None:
+        """``block`` is held again; its entry goes stale."""
+        del self._live[block]
+        self._compact_if_stale()
+
+    def pop(self) -> BlockId:
+        """Take the block to evict: oldest access, then most hashed tokens, then lowest id."""
+        while True:
+            entry = heapq.heappop(self._heap)
+            block = entry[2]
+            if self._live.get(block) is entry:
+                del self._live[block]
+                return block
+
+    def blocks(self) -> frozenset[BlockId]:
+        return frozenset(self._live)
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._live.clear()
+
+    def _compact_if_stale(self) -> None:
+        live = len(self._live)
+        if len(self._heap) - live > 2 * live + _SLACK:
+            self._heap = list(self._live.values())
+            heapq.heapify(self._heap)

@@ -1,0 +1,35 @@
+"""The free list: blocks nobody holds and no hash names, handed out lowest id first."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+
+from specs.types import BlockId
+
+
+class FreeList:
+    """A min-heap of block ids.
+
+    The reference allocates the lowest free id, and exact mode must pick the same block, so a heap
+    gives that choice in O(log n) instead of a scan. Blocks only leave through ``pop_lowest``, so
+    the heap never holds stale entries.
+    """
+
+    __slots__ = ("_heap",)
+
+    def __init__(self, blocks: Iterable[BlockId] = ()) -> None:
+        self._heap: list[BlockId] = list(blocks)
+        heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, block: BlockId) -> None:
+        heapq.heappush(self._heap, block)
+
+    def pop_lowest(self) -> BlockId:
+        return heapq.heappop(self._heap)
+
+    def blocks(self) -> frozenset[BlockId]:
+        return frozenset(self._heap)
