@@ -29,8 +29,8 @@ def call_both(model: Viewable, impl: Viewable, method: str, *args: Any, **kwargs
     """Run ``method`` on both; return the model's result, or the (shared) error it raised."""
     model_before = comparable(model)
     impl_before = comparable(impl)
-    model_result, model_error = _run(model, method, args, kwargs)
-    impl_result, impl_error = _run(impl, method, args, kwargs)
+    model_result, model_error = run_call(model, method, args, kwargs)
+    impl_result, impl_error = run_call(impl, method, args, kwargs)
     if model_error is not None or impl_error is not None:
         if type(model_error) is not type(impl_error):
             raise Divergence(
@@ -54,7 +54,7 @@ def call_both(model: Viewable, impl: Viewable, method: str, *args: Any, **kwargs
     return model_result
 
 
-def _run(
+def run_call(
     side: Viewable, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Any, BaseException | None]:
     try:

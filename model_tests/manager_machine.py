@@ -17,7 +17,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
 from model_tests.kv_harness import AbstractKV, CachedPrefixes, KVSide, TorchKV, Writer, kv_problems
-from model_tests.lockstep import assert_same_state, call_both
+from model_tests.lockstep import assert_same_state
+from model_tests.oracle.manager_session import (
+    ExactManagerSession,
+    IsomorphicManagerSession,
+    ManagerSession,
+)
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from specs import invariants
 from specs.errors import OutOfBlocksError, PagedKVError
@@ -88,6 +93,7 @@ class ManagerLockstep(RuleBasedStateMachine):
     """Subclass and set ``make_target`` to check another manager against the reference."""
 
     make_target: ClassVar[BlockSpaceManagerFactory]
+    isomorphic: ClassVar[bool] = False
     groups = Bundle("groups")
 
     def __init__(self) -> None:
@@ -101,17 +107,29 @@ class ManagerLockstep(RuleBasedStateMachine):
     def create_managers(self, config: ManagerConfig) -> None:
         self.model = ReferenceBlockSpaceManager(config)
         self.target = type(self).make_target(config)
+        self.session: ManagerSession
+        if self.isomorphic:
+            self.session = IsomorphicManagerSession(self.model, self.target)
+        else:
+            self.session = ExactManagerSession(self.model, self.target)
         self.model_kv: KVSide = AbstractKV(config)
-        self.target_kv: KVSide = TorchKV(config)
+        self.target_kv: KVSide | None = None if self.isomorphic else TorchKV(config)
         self.prefixes = CachedPrefixes()
         event(f"config: caching={config.enable_caching}, window={config.sliding_window}")
 
     def both(self, method: str, *args: Any) -> Any:
         event(f"rule: {method}")
-        return call_both(self.model, self.target, method, *args)
+        return self.session.call(method, *args)
 
     def sides(self) -> list[tuple[KVSide, ManagerView]]:
-        return [(self.model_kv, self.model.view()), (self.target_kv, self.target.view())]
+        """Each side's KV with the tables that place it (the target's, in exact mode)."""
+        sides = [(self.model_kv, self.model.view())]
+        if self.target_kv is not None:
+            sides.append((self.target_kv, self.target.view()))
+        return sides
+
+    def kv_sides(self) -> list[KVSide]:
+        return [side for side, _ in self.sides()]
 
     def run_model(self, group_id: int, new_tokens: dict[int, range]) -> None:
         """The engine's model step: write the new tokens' KV, then mark the group computed."""
@@ -192,8 +210,8 @@ class ManagerLockstep(RuleBasedStateMachine):
                 assert not pair_problems(pairs, "copy-on-write")
                 if pairs:
                     event("outcome: copy-on-write")
-                self.model_kv.run_copies(pairs)
-                self.target_kv.run_copies(pairs)
+                for side in self.kv_sides():
+                    side.run_copies(pairs)
                 scheduled[seq_id] = range(start, start + num_new)
                 self._note_window(before, seq_id)
         if scheduled:
@@ -239,8 +257,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         if isinstance(pairs, list):
             assert not pair_problems(pairs, "swap out")
             event("outcome: swapped out")
-            self.model_kv.run_swap(pairs, Device.CPU)
-            self.target_kv.run_swap(pairs, Device.CPU)
+            for side in self.kv_sides():
+                side.run_swap(pairs, Device.CPU)
 
     @rule(group=groups, lookahead=st.sampled_from([0, 0, 1, 3]))
     def swap_in(self, group: int, lookahead: int) -> None:
@@ -254,8 +272,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         if isinstance(pairs, list):
             assert not pair_problems(pairs, "swap in")
             event("outcome: swapped in")
-            self.model_kv.run_swap(pairs, Device.GPU)
-            self.target_kv.run_swap(pairs, Device.GPU)
+            for side in self.kv_sides():
+                side.run_swap(pairs, Device.GPU)
 
     @rule(data=st.data())
     def defragment(self, data: st.DataObject) -> None:
@@ -266,8 +284,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         order = data.draw(st.permutations(ids), label="pairing")
         count = data.draw(st.integers(1, max(1, len(ids) // 2)), label="pairs")
         pairs = [(order[2 * i], order[2 * i + 1]) for i in range(min(count, len(ids) // 2))]
-        self.model_kv.defragment(pairs)
-        self.target_kv.defragment(pairs)
+        for side in self.kv_sides():
+            side.defragment(pairs)
         event("outcome: defragmented")
 
     # --- marks and queries --------------------------------------------------------------------
@@ -373,7 +391,7 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @invariant()
     def same_state(self) -> None:
-        if hasattr(self, "model"):
+        if hasattr(self, "model") and not self.isomorphic:
             assert_same_state(self.model, self.target, "manager state")
 
     @invariant()
@@ -382,7 +400,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         if not hasattr(self, "model"):
             return
         self.prefixes.record(self.model.view())
-        for name, (side, view) in zip(("model", "target"), self.sides(), strict=True):
+        for name, (side, view) in zip(("model", "target"), self.sides(), strict=False):
             problems = kv_problems(side, view, self.prefixes)
             assert not problems, f"{name} KV: " + "; ".join(problems)
 
@@ -390,7 +408,10 @@ class ManagerLockstep(RuleBasedStateMachine):
     def invariants_hold(self) -> None:
         if not hasattr(self, "model"):
             return
-        for name, side in (("model", self.model), ("target", self.target)):
+        sides: list[tuple[str, Any]] = [("model", self.model)]
+        if not self.isomorphic:
+            sides.append(("target", self.target))
+        for name, side in sides:
             view = side.view()
             problems = mapping_problems(view)
             for device in (Device.GPU, Device.CPU):
@@ -400,10 +421,11 @@ class ManagerLockstep(RuleBasedStateMachine):
             assert not problems, f"{name}: " + "; ".join(problems)
 
 
-def manager_lockstep_case(factory: BlockSpaceManagerFactory) -> type[RuleBasedStateMachine]:
-    """A machine class checking ``factory``'s managers against the reference."""
+def manager_lockstep_case(factory: Any, *, isomorphic: bool = False) -> type[RuleBasedStateMachine]:
+    """A machine class checking ``factory``'s managers against the reference: in exact mode
+    (same ids and state) or in isomorphic mode (ids through a bijection, the protocol only)."""
     return type(
         f"ManagerLockstep_{getattr(factory, '__name__', 'target')}",
         (ManagerLockstep,),
-        {"make_target": staticmethod(factory)},
+        {"make_target": staticmethod(factory), "isomorphic": isomorphic},
     )

@@ -8,6 +8,7 @@ also accepts an explicit pick, which it checks is one of the allowed ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from reference.pool_state import PoolState, evictable_ids, free_ids, with_block
@@ -15,6 +16,15 @@ from specs.errors import InvalidArgumentError, OutOfBlocksError
 from specs.pool_view import BLANK, BlockView
 from specs.types import BlockId
 from specs.validation import check_block_id
+
+Picker = Callable[[PoolState], BlockId | None]
+"""Makes the spec's open choice for the next allocation from a pool (one of
+``allowed_choices``), or returns None for the reference's own (the lowest id). The oracle passes
+one that replays another implementation's choices."""
+
+
+def lowest_id(_: PoolState) -> BlockId | None:
+    return None
 
 
 def eviction_rank(view: BlockView) -> tuple[float, int]:

@@ -15,11 +15,13 @@ from dataclasses import replace
 from reference import block_pool as pool_ops
 from reference import block_table
 from reference.manager_state import (
+    DevicePicker,
     ManagerState,
     distinct_blocks,
     empty_gpu_capacity,
     group,
     group_on,
+    lowest_ids,
     new_manager,
     pool,
     seq,
@@ -92,6 +94,7 @@ def allocate(
     prompt: Sequence[Token],
     extra_key: ExtraKey = NO_EXTRA_KEY,
     encoder_prompt: Sequence[Token] | None = None,
+    pick: DevicePicker = lowest_ids,
 ) -> ManagerState:
     """Give every sequence of a new group the prompt's blocks (shared, not copied), and the group
     its cross-attention table when it has an encoder prompt."""
@@ -103,12 +106,12 @@ def allocate(
     tokens, encoder_tokens, needed = _prompt_blocks(state, prompt, encoder_prompt)
     if needed > _gpu_free(state):
         raise OutOfBlocksError(f"the group needs {needed} GPU blocks, only {_gpu_free(state)} free")
-    gpu, blocks = block_table.allocate_prompt(state.gpu, tokens, extra_key)
+    gpu, blocks = block_table.allocate_prompt(state.gpu, tokens, extra_key, pick(Device.GPU))
     for _ in ids[1:]:
         gpu, _ = pool_ops.fork(gpu, blocks)
     cross: tuple[BlockId, ...] = ()
     if encoder_tokens is not None:
-        gpu, cross = block_table.allocate_prompt(gpu, encoder_tokens, extra_key)
+        gpu, cross = block_table.allocate_prompt(gpu, encoder_tokens, extra_key, pick(Device.GPU))
     seqs = state.seqs
     for seq_id in ids:
         seqs = seqs.set(seq_id, SeqView(gid, tuple(tokens), blocks))
@@ -154,6 +157,7 @@ def append_slots(
     seq_id: int,
     tokens: Sequence[Token],
     num_lookahead_slots: int = 0,
+    pick: DevicePicker = lowest_ids,
 ) -> tuple[ManagerState, list[CopyPair]]:
     """Append a sequence's new tokens (and lookahead slots); returns the copy-on-write pairs the
     copy kernel must run before the model writes the new tokens."""
@@ -173,7 +177,7 @@ def append_slots(
             gpu, blocks, len(table.tokens), window, null_block
         )
     gpu, blocks = block_table.append(
-        gpu, table.tokens, blocks, new_tokens, found.extra_key, lookahead
+        gpu, table.tokens, blocks, new_tokens, found.extra_key, lookahead, pick(Device.GPU)
     )
     gpu, pairs = pool_ops.clear_copy_on_writes(gpu)
     new_table = replace(table, tokens=(*table.tokens, *new_tokens), blocks=blocks)
@@ -235,16 +239,20 @@ def can_swap_in(state: ManagerState, group_id: int, num_lookahead_slots: int = 0
     )
 
 
-def swap_out(state: ManagerState, group_id: int) -> tuple[ManagerState, list[CopyPair]]:
+def swap_out(
+    state: ManagerState, group_id: int, pick: DevicePicker = lowest_ids
+) -> tuple[ManagerState, list[CopyPair]]:
     """Move the group to the CPU; returns the (GPU id, CPU id) copies for the swap kernel."""
     group_on(state, group_id, Device.GPU, "swap out")
-    return move_group(state, group_id, Device.CPU)
+    return move_group(state, group_id, Device.CPU, pick(Device.CPU))
 
 
-def swap_in(state: ManagerState, group_id: int) -> tuple[ManagerState, list[CopyPair]]:
+def swap_in(
+    state: ManagerState, group_id: int, pick: DevicePicker = lowest_ids
+) -> tuple[ManagerState, list[CopyPair]]:
     """Move the group back to the GPU; returns the (CPU id, GPU id) copies for the swap kernel."""
     group_on(state, group_id, Device.CPU, "swap in")
-    return move_group(state, group_id, Device.GPU)
+    return move_group(state, group_id, Device.GPU, pick(Device.GPU))
 
 
 # --- queries and marks ------------------------------------------------------------------------

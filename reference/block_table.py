@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reference import block_pool as pool_ops
+from reference.allocation import Picker, lowest_id
 from reference.pool_state import PoolState
 from specs.content_hash import Prefix
 from specs.types import BlockId, ExtraKey, Token
@@ -30,7 +31,7 @@ def prefix_at(tokens: Sequence[Token], index: int, block_size: int, key: ExtraKe
 
 
 def allocate_prompt(
-    pool: PoolState, tokens: Sequence[Token], key: ExtraKey
+    pool: PoolState, tokens: Sequence[Token], key: ExtraKey, pick: Picker = lowest_id
 ) -> tuple[PoolState, tuple[BlockId, ...]]:
     size = pool.config.block_size
     blocks: list[BlockId] = []
@@ -38,10 +39,10 @@ def allocate_prompt(
     for start in range(0, len(tokens), size):
         chunk = tokens[start : start + size]
         if len(chunk) == size:
-            pool, block = pool_ops.allocate_immutable(pool, prefix, chunk)
+            pool, block = pool_ops.allocate_immutable(pool, prefix, chunk, pick(pool))
             prefix = prefix.extend(chunk)
         else:
-            pool, block = pool_ops.allocate_mutable(pool)
+            pool, block = pool_ops.allocate_mutable(pool, pick(pool))
             pool, block = pool_ops.append_tokens(pool, block, prefix, chunk)
         blocks.append(block)
     return pool, tuple(blocks)
@@ -85,6 +86,7 @@ def append(
     new_tokens: Sequence[Token],
     key: ExtraKey,
     lookahead: int,
+    pick: Picker = lowest_id,
 ) -> tuple[PoolState, tuple[BlockId, ...]]:
     """Append ``new_tokens`` to a sequence holding ``tokens`` in ``blocks``, then make sure
     ``lookahead`` empty slots follow them."""
@@ -95,14 +97,14 @@ def append(
     while position < len(everything):
         index = position // size
         if index == len(table):
-            pool, block = pool_ops.allocate_mutable(pool)
+            pool, block = pool_ops.allocate_mutable(pool, pick(pool))
             table.append(block)
         chunk = everything[position : min(len(everything), (index + 1) * size)]
         prefix = prefix_at(everything, index, size, key)
-        pool, table[index] = pool_ops.append_tokens(pool, table[index], prefix, chunk)
+        pool, table[index] = pool_ops.append_tokens(pool, table[index], prefix, chunk, pick(pool))
         position += len(chunk)
     while len(table) * size < len(everything) + lookahead:
-        pool, block = pool_ops.allocate_mutable(pool)
+        pool, block = pool_ops.allocate_mutable(pool, pick(pool))
         table.append(block)
     return pool, tuple(table)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reference import block_manager as ops
-from reference.manager_state import ManagerState, to_manager_view
+from reference.manager_state import DevicePicker, ManagerState, lowest_ids, to_manager_view
 from specs.manager_view import ManagerView
 from specs.types import (
     NO_EXTRA_KEY,
@@ -20,8 +20,12 @@ from specs.types import (
 
 
 class ReferenceBlockSpaceManager:
+    """``pick`` makes the spec's open allocation choices; the oracle sets it to replay another
+    implementation's choices (``reference.allocation.Picker``)."""
+
     def __init__(self, config: ManagerConfig) -> None:
         self.state: ManagerState = ops.create(config)
+        self.pick: DevicePicker = lowest_ids
 
     @property
     def config(self) -> ManagerConfig:
@@ -43,7 +47,9 @@ class ReferenceBlockSpaceManager:
         extra_key: ExtraKey = NO_EXTRA_KEY,
         encoder_prompt: Sequence[Token] | None = None,
     ) -> None:
-        self.state = ops.allocate(self.state, group_id, seq_ids, prompt, extra_key, encoder_prompt)
+        self.state = ops.allocate(
+            self.state, group_id, seq_ids, prompt, extra_key, encoder_prompt, self.pick
+        )
 
     def can_append_slots(
         self, group_id: int, num_new_tokens: int = 1, num_lookahead_slots: int = 0
@@ -53,7 +59,9 @@ class ReferenceBlockSpaceManager:
     def append_slots(
         self, seq_id: int, tokens: Sequence[Token], num_lookahead_slots: int = 0
     ) -> list[CopyPair]:
-        self.state, pairs = ops.append_slots(self.state, seq_id, tokens, num_lookahead_slots)
+        self.state, pairs = ops.append_slots(
+            self.state, seq_id, tokens, num_lookahead_slots, self.pick
+        )
         return pairs
 
     def fork(self, parent_id: int, child_id: int) -> None:
@@ -69,11 +77,11 @@ class ReferenceBlockSpaceManager:
         return ops.can_swap_in(self.state, group_id, num_lookahead_slots)
 
     def swap_out(self, group_id: int) -> list[CopyPair]:
-        self.state, pairs = ops.swap_out(self.state, group_id)
+        self.state, pairs = ops.swap_out(self.state, group_id, self.pick)
         return pairs
 
     def swap_in(self, group_id: int) -> list[CopyPair]:
-        self.state, pairs = ops.swap_in(self.state, group_id)
+        self.state, pairs = ops.swap_in(self.state, group_id, self.pick)
         return pairs
 
     def get_block_table(self, seq_id: int) -> list[BlockId]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from immutables import Map
 
 from reference import block_pool as pool_ops
+from reference.allocation import Picker, lowest_id
 from reference.pool_state import PoolState, to_view
 from specs.errors import SequenceStateError, UnknownSequenceError
 from specs.manager_view import GroupView, ManagerView, SeqView
@@ -22,6 +24,14 @@ class ManagerState:
     seqs: Map[int, SeqView]
     groups: Map[int, GroupView]
     null_block: BlockId | None = None
+
+
+DevicePicker = Callable[[Device], Picker]
+"""The open allocation choices of one manager operation, per device (see ``Picker``)."""
+
+
+def lowest_ids(_: Device) -> Picker:
+    return lowest_id
 
 
 def new_manager(config: ManagerConfig) -> ManagerState:

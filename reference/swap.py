@@ -13,6 +13,7 @@ from dataclasses import replace
 from immutables import Map
 
 from reference import block_pool as pool_ops
+from reference.allocation import Picker, lowest_id
 from reference.block_table import prefix_at
 from reference.manager_state import ManagerState, distinct_blocks, pool, with_pool
 from reference.pool_state import PoolState
@@ -34,7 +35,7 @@ def check_room(state: ManagerState, found: GroupView, to: Device) -> None:
 
 
 def move_group(
-    state: ManagerState, group_id: int, to: Device
+    state: ManagerState, group_id: int, to: Device, pick: Picker = lowest_id
 ) -> tuple[ManagerState, list[CopyPair]]:
     found = state.groups[group_id]
     check_room(state, found, to)
@@ -49,7 +50,9 @@ def move_group(
         if block in moved:
             destination, _ = pool_ops.fork(destination, [moved[block]])
         else:
-            destination, moved[block], copied = _copy_block(source, destination, block, prefix)
+            destination, moved[block], copied = _copy_block(
+                source, destination, block, prefix, pick
+            )
             if copied:
                 pairs.append((block, moved[block]))
         source = pool_ops.free(source, block)
@@ -74,16 +77,18 @@ def move_group(
 
 
 def _copy_block(
-    source: PoolState, destination: PoolState, block: BlockId, prefix: Prefix
+    source: PoolState, destination: PoolState, block: BlockId, prefix: Prefix, pick: Picker
 ) -> tuple[PoolState, BlockId, bool]:
     """A destination block with ``block``'s contents, and whether the kernel must copy them."""
     view = source.blocks[block]
     if view.content_hash is not None and view.prefix is not None:
         hit = view.content_hash in destination.cached
-        destination, copy = pool_ops.allocate_immutable(destination, view.prefix, view.tokens)
+        destination, copy = pool_ops.allocate_immutable(
+            destination, view.prefix, view.tokens, pick(destination)
+        )
         needs_copy = not hit
     else:
-        destination, copy = pool_ops.allocate_mutable(destination)
+        destination, copy = pool_ops.allocate_mutable(destination, pick(destination))
         needs_copy = bool(view.tokens)
         if view.tokens:
             allocated = copy

@@ -1,0 +1,11 @@
+"""A small, independently written block space manager, used to test the oracle.
+
+``manager.IndependentManager`` implements the ``specs.interface.BlockSpaceManager`` protocol
+(except ``view()``: foreign engines expose no view) from the prose spec alone, in a deliberately
+different style from ``reference/``: mutable per-block records, a LIFO free list that hands out
+the highest ids first, a dict evictor that breaks ties by the highest id, and the null block
+(with a sliding window) taken from that free list. Its block ids therefore differ from the
+reference's while its behaviour is the same up to the spec's allowed choices, which is what the
+oracle's isomorphic mode must accept. ``broken`` holds subclasses with one deliberate bug each,
+which the oracle must reject.
+"""

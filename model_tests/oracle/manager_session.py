@@ -1,0 +1,276 @@
+"""Sessions: one model, one target, and the rule that says whether they agree after each call.
+
+``ExactManagerSession`` demands the same ids and the same full state (``optimized/``).
+``IsomorphicManagerSession`` is the oracle's mode for other engines: it reads the target only
+through the protocol (block tables, mappings, counts, errors), compares block ids through a
+bijection per device, and where the spec leaves a choice (which free block, which of equally
+ranked evictable blocks) makes the model take the target's choice, after the reference has
+checked that the choice was allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from model_tests.lockstep import Divergence, call_both, comparable, run_call
+from model_tests.oracle.bijection import Bijection
+from reference.allocation import Picker, allowed_choices
+from reference.manager_adapter import ReferenceBlockSpaceManager
+from reference.manager_state import lowest_ids
+from reference.pool_state import PoolState
+from specs.errors import PagedKVError
+from specs.manager_view import ManagerView
+from specs.types import BlockId, CopyPair, Device
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call as both sides saw it: what a trace records."""
+
+    method: str
+    args: tuple[Any, ...]
+    outcome: Any
+
+
+class ManagerSession(Protocol):
+    model: ReferenceBlockSpaceManager
+    target: Any
+    steps: list[Step]
+
+    def call(self, method: str, *args: Any) -> Any: ...
+
+    def problems(self) -> list[str]: ...
+
+
+@dataclass
+class ExactManagerSession:
+    model: ReferenceBlockSpaceManager
+    target: Any
+    steps: list[Step] = field(default_factory=list)
+
+    def call(self, method: str, *args: Any) -> Any:
+        outcome = call_both(self.model, self.target, method, *args)
+        self.steps.append(Step(method, args, outcome))
+        return outcome
+
+    def problems(self) -> list[str]:
+        if comparable(self.model) != comparable(self.target):
+            return ["the target's state differs from the model's (exact mode)"]
+        return []
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the protocol lets us see of a target."""
+
+    tables: dict[int, list[BlockId]]
+    cross: dict[int, list[BlockId]]
+    free: dict[Device, int]
+
+
+# Results that are block ids on one device, by method.
+_RESULT_DEVICE = {
+    "append_slots": (Device.GPU, Device.GPU),
+    "swap_out": (Device.GPU, Device.CPU),
+    "swap_in": (Device.CPU, Device.GPU),
+}
+MAX_ATTEMPTS = 6
+
+
+@dataclass
+class IsomorphicManagerSession:
+    model: ReferenceBlockSpaceManager
+    target: Any
+    steps: list[Step] = field(default_factory=list)
+    maps: dict[Device, Bijection] = field(
+        default_factory=lambda: {Device.GPU: Bijection(), Device.CPU: Bijection()}
+    )
+
+    def __post_init__(self) -> None:
+        self.seen = self.observe(self.model.view())
+
+    # --- looking at the target -----------------------------------------------------------------
+
+    def observe(self, view: ManagerView) -> Observation:
+        tables: dict[int, list[BlockId]] = {}
+        for seq_id in view.seqs:
+            try:
+                tables[seq_id] = list(self.target.get_block_table(seq_id))
+            except Exception as error:
+                raise Divergence(
+                    f"the target cannot give sequence {seq_id}'s table: {error!r}"
+                ) from error
+        cross = {g: list(self.target.get_cross_block_table(g)) for g in view.groups}
+        free = {
+            Device.GPU: self.target.get_num_free_gpu_blocks(),
+            Device.CPU: self.target.get_num_free_cpu_blocks(),
+        }
+        return Observation(tables, cross, free)
+
+    # --- one call ------------------------------------------------------------------------------
+
+    def call(self, method: str, *args: Any) -> Any:
+        saved = self.model.state
+        before = self.model.view()
+        target_result, target_error = run_call(self.target, method, args, {})
+        prefer: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
+        for _ in range(MAX_ATTEMPTS):
+            self.model.state = saved
+            self.model.pick = self._picker(prefer)
+            try:
+                model_result, model_error = run_call(self.model, method, args, {})
+            finally:
+                self.model.pick = lowest_ids
+            if model_error is not None or target_error is not None:
+                return self._failed(method, args, model_error, target_error, target_result)
+            after = self.model.view()
+            observed = self.observe(after)
+            wanted = self._align(before, after, observed, bind=False)
+            if all(wanted[d] <= prefer[d] for d in Device):
+                break
+            for device in Device:
+                prefer[device] |= wanted[device]
+        self._align(before, after, observed, bind=True)
+        self._compare_result(method, args, before, model_result, target_result)
+        self._compare_counts(after, observed)
+        self._forget_freed(after)
+        self.seen = observed
+        self.steps.append(Step(method, args, model_result))
+        return model_result
+
+    def _picker(self, prefer: dict[Device, set[BlockId]]) -> Any:
+        def for_device(device: Device) -> Picker:
+            def pick(pool: PoolState) -> BlockId | None:
+                chosen = allowed_choices(pool) & prefer[device]
+                return min(chosen) if chosen else None
+
+            return pick
+
+        return for_device
+
+    def _failed(
+        self,
+        method: str,
+        args: tuple[Any, ...],
+        model_error: BaseException | None,
+        target_error: BaseException | None,
+        target_result: Any,
+    ) -> PagedKVError:
+        if type(model_error) is not type(target_error):
+            expected = f"raise {type(model_error).__name__}" if model_error else "succeed"
+            did = f"raised {target_error!r}" if target_error else f"returned {target_result!r}"
+            raise Divergence(f"{method}{args}: the model would {expected}; the target {did}")
+        if not isinstance(model_error, PagedKVError):
+            raise Divergence(f"{method}{args}: both raised an untyped {model_error!r}")
+        if self.observe(self.model.view()) != self.seen:
+            raise Divergence(f"{method}{args} raised {model_error!r} but changed the target")
+        self.steps.append(Step(method, args, model_error))
+        return model_error
+
+    # --- agreeing on ids -----------------------------------------------------------------------
+
+    def _positions(
+        self, view: ManagerView, observed: Observation
+    ) -> list[tuple[str, Device, BlockId, BlockId]]:
+        """Every (where, device, model id, target id) the two sides' tables put side by side."""
+        out = []
+        for seq_id, seq in view.seqs.items():
+            device = view.groups[seq.group_id].device
+            theirs = observed.tables[seq_id]
+            if len(theirs) != len(seq.blocks):
+                raise Divergence(
+                    f"sequence {seq_id}: the model's table has {len(seq.blocks)} blocks,"
+                    f" the target's {len(theirs)} ({theirs})"
+                )
+            for index, (mine, their) in enumerate(zip(seq.blocks, theirs, strict=True)):
+                out.append((f"sequence {seq_id} block {index}", device, mine, their))
+        for group_id, group in view.groups.items():
+            theirs = observed.cross[group_id]
+            if len(theirs) != len(group.cross_blocks):
+                raise Divergence(f"group {group_id}: cross-attention tables differ in length")
+            for index, (mine, their) in enumerate(zip(group.cross_blocks, theirs, strict=True)):
+                out.append((f"group {group_id} cross block {index}", group.device, mine, their))
+        return out
+
+    def _align(
+        self, before: ManagerView, after: ManagerView, observed: Observation, *, bind: bool
+    ) -> dict[Device, set[BlockId]]:
+        """Bind new blocks position by position. A target block that stands for an evictable
+        model block, at a position where the model put another block, means the target evicted
+        it: the model is asked to evict the same one (``wanted``)."""
+        wanted: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
+        for where, device, mine, theirs in self._positions(after, observed):
+            ids = self.maps[device]
+            if ids.to_target.get(mine) == theirs:
+                continue
+            stands_for = ids.to_model.get(theirs)
+            if mine not in ids.to_target and stands_for is None:
+                if bind:
+                    ids.bind(mine, theirs)
+                continue
+            if stands_for is not None and stands_for in before.pool(device).evictable:
+                wanted[device].add(stands_for)
+                if not bind:
+                    continue
+                raise Divergence(
+                    f"{where}: the target took its block {theirs} (the model's cached block"
+                    f" {stands_for}) where the model has {mine}: the spec does not allow taking"
+                    f" that block there (free blocks first, then the oldest, tail first)"
+                )
+            if bind:
+                raise Divergence(
+                    f"{where}: the model has block {mine}"
+                    f" (target {ids.to_target.get(mine, 'none yet')}), the target has {theirs}"
+                    f" (model {stands_for if stands_for is not None else 'none yet'})"
+                )
+        return wanted
+
+    def _forget_freed(self, after: ManagerView) -> None:
+        """Free blocks are interchangeable: their correspondence ends when they are freed."""
+        for device in Device:
+            for block in after.pool(device).free:
+                self.maps[device].unbind_model(block)
+
+    # --- agreeing on results -------------------------------------------------------------------
+
+    def _compare_result(
+        self, method: str, args: tuple[Any, ...], before: ManagerView, mine: Any, theirs: Any
+    ) -> None:
+        expected = self._translate(method, args, before, mine)
+        if expected != theirs:
+            raise Divergence(
+                f"{method}{args}: the model returned {mine!r} (in target ids {expected!r}),"
+                f" the target {theirs!r}"
+            )
+
+    def _translate(self, method: str, args: tuple[Any, ...], before: ManagerView, mine: Any) -> Any:
+        view = self.model.view()
+        if method in _RESULT_DEVICE:
+            source, destination = _RESULT_DEVICE[method]
+            return [self._pair(p, source, destination) for p in mine]
+        if method == "get_block_table":
+            device = view.groups[view.seqs[args[0]].group_id].device
+            return [self.maps[device].target_of(b) for b in mine]
+        if method == "get_cross_block_table":
+            device = view.groups[args[0]].device
+            return [self.maps[device].target_of(b) for b in mine]
+        if method == "get_common_computed_block_ids":
+            return [self.maps[Device.GPU].target_of(b) for b in mine]
+        return mine
+
+    def _pair(self, pair: CopyPair, source: Device, destination: Device) -> CopyPair:
+        return (self.maps[source].target_of(pair[0]), self.maps[destination].target_of(pair[1]))
+
+    def _compare_counts(self, after: ManagerView, observed: Observation) -> None:
+        for device in Device:
+            pool = after.pool(device)
+            mine = len(pool.free) + len(pool.evictable)
+            if observed.free[device] != mine:
+                raise Divergence(
+                    f"the model has {mine} free {device.value} blocks, the target"
+                    f" {observed.free[device]}"
+                )
+
+    def problems(self) -> list[str]:
+        return []
