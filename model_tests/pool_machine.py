@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 )
 
 from model_tests.lockstep import assert_same_state, call_both
+from model_tests.oracle.pool_session import IsomorphicPoolSession
 from reference.pool_adapter import ReferenceBlockPool
 from specs import invariants
 from specs.content_hash import Prefix
@@ -85,6 +86,7 @@ class PoolLockstep(RuleBasedStateMachine):
     """Subclass and set ``make_target`` to check another pool against the reference."""
 
     make_target: ClassVar[BlockPoolFactory]
+    isomorphic: ClassVar[bool] = False
     chains = Bundle("chains")
 
     def __init__(self) -> None:
@@ -108,6 +110,9 @@ class PoolLockstep(RuleBasedStateMachine):
         already find shared prefixes, cache hits and a nearly full pool."""
         self.model = ReferenceBlockPool(config)
         self.target = type(self).make_target(config)
+        self.session: Any = (
+            IsomorphicPoolSession(self.model, self.target) if self.isomorphic else None
+        )
         event(f"config: caching={config.enable_caching}")
         self.live = [Chain(key) for key in keys]
         for chain in self.live:
@@ -122,6 +127,8 @@ class PoolLockstep(RuleBasedStateMachine):
     def both(self, method: str, *args: Any) -> Any:
         event(f"rule: {method}")
         self.calls += 1
+        if self.session is not None:
+            return self.session.call(method, *args)
         return call_both(self.model, self.target, method, *args)
 
     def _tokens(self, data: st.DataObject, chain: Chain, count: int) -> list[Token]:
@@ -369,7 +376,7 @@ class PoolLockstep(RuleBasedStateMachine):
 
     @invariant()
     def same_state(self) -> None:
-        if hasattr(self, "model"):
+        if hasattr(self, "model") and not self.isomorphic:
             assert_same_state(self.model, self.target, "pool state")
 
     @invariant()
@@ -377,7 +384,10 @@ class PoolLockstep(RuleBasedStateMachine):
         if not hasattr(self, "model"):
             return
         held = self._held()
-        for name, side in (("model", self.model), ("target", self.target)):
+        sides: list[tuple[str, Any]] = [("model", self.model)]
+        if not self.isomorphic:
+            sides.append(("target", self.target))
+        for name, side in sides:
             view = side.view()
             problems = invariants.ref_counts(view, held) + invariants.pool_invariants(view)
             assert not problems, f"{name}: " + "; ".join(problems)
@@ -385,10 +395,11 @@ class PoolLockstep(RuleBasedStateMachine):
             assert free_count == len(view.free) + len(view.evictable), f"{name}: free count"
 
 
-def lockstep_case(factory: BlockPoolFactory) -> type[RuleBasedStateMachine]:
-    """A machine class checking ``factory``'s pools against the reference."""
+def lockstep_case(factory: Any, *, isomorphic: bool = False) -> type[RuleBasedStateMachine]:
+    """A machine class checking ``factory``'s pools against the reference, in exact or in
+    isomorphic mode (ids through a bijection, the target's allowed choices adopted)."""
     return type(
         f"PoolLockstep_{getattr(factory, '__name__', 'target')}",
         (PoolLockstep,),
-        {"make_target": staticmethod(factory)},
+        {"make_target": staticmethod(factory), "isomorphic": isomorphic},
     )

@@ -23,6 +23,15 @@ class Bijection:
         self.to_target[model] = target
         self.to_model[target] = model
 
+    def rebind(self, model: BlockId, target: BlockId) -> None:
+        """For a block both sides just took from their free lists: whatever either stood for
+        before no longer matters."""
+        self.unbind_model(model)
+        stale = self.to_model.pop(target, None)
+        if stale is not None:
+            self.to_target.pop(stale, None)
+        self.bind(model, target)
+
     def unbind_model(self, model: BlockId) -> None:
         target = self.to_target.pop(model, None)
         if target is not None:

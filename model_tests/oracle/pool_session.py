@@ -1,0 +1,123 @@
+"""The oracle at the block pool level (vLLM-v0-style allocators): one pool, ids through a
+bijection, the target's allowed choices adopted.
+
+Every pool operation allocates at most one block and returns the block the caller holds, so the
+target's choice is the id it returns: a block that stands for one of the model's cached blocks
+means the target evicted that one, and the reference is asked to evict the same (it checks the
+choice is allowed); a block that stands for nothing means a free block, and any free block will
+do. Block ids in arguments are the model's, translated for the target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from model_tests.lockstep import Divergence, run_call
+from model_tests.oracle.bijection import Bijection
+from model_tests.oracle.manager_session import Step
+from reference.pool_adapter import ReferenceBlockPool
+from specs.errors import InvalidArgumentError, PagedKVError
+from specs.types import BlockId
+
+ALLOCATING = {"allocate_mutable", "allocate_immutable", "append_tokens", "cow_if_not_appendable"}
+
+
+@dataclass
+class IsomorphicPoolSession:
+    model: ReferenceBlockPool
+    target: Any
+    steps: list[Step] = field(default_factory=list)
+    ids: Bijection = field(default_factory=Bijection)
+
+    def call(self, method: str, *args: Any) -> Any:
+        target_args = self._translate_args(method, args)
+        free_before = self.target.num_free_blocks()
+        target_result, target_error = run_call(self.target, method, target_args, {})
+        kwargs: dict[str, Any] = {}
+        if method in ALLOCATING and target_error is None:
+            kwargs["choice"] = self._choice(target_result)
+        free_in_model = self.model.view().free
+        model_result, model_error = run_call(self.model, method, args, kwargs)
+        if isinstance(model_error, InvalidArgumentError) and "choice" in kwargs:
+            raise Divergence(f"{method}: the target's choice is not allowed: {model_error}")
+        if model_error is not None or target_error is not None:
+            if type(model_error) is not type(target_error):
+                raise Divergence(
+                    f"{method}{args}: model {model_error or model_result!r},"
+                    f" target {target_error or target_result!r}"
+                )
+            if not isinstance(model_error, PagedKVError):
+                raise Divergence(f"{method}: both raised an untyped {model_error!r}")
+            if self.target.num_free_blocks() != free_before:
+                raise Divergence(f"{method} raised {model_error!r} but changed the target")
+            self.steps.append(Step(method, args, model_error))
+            return model_error
+        self._compare(method, args, model_result, target_result, free_in_model)
+        self.steps.append(Step(method, args, model_result))
+        return model_result
+
+    def _choice(self, target_block: Any) -> BlockId | None:
+        stands_for = self.ids.to_model.get(target_block)
+        if stands_for is not None and stands_for in self.model.view().evictable:
+            return stands_for
+        return None
+
+    def _compare(
+        self,
+        method: str,
+        args: tuple[Any, ...],
+        mine: Any,
+        theirs: Any,
+        free_before: frozenset[BlockId],
+    ) -> None:
+        """Free blocks keep their correspondence until taken again (a pending copy may still
+        name one as its source); taking one rebinds it, any other block must match."""
+        if method in ALLOCATING and mine in free_before:
+            self.ids.rebind(mine, theirs)
+        elif method in ALLOCATING:
+            self.ids.bind(mine, theirs)
+        expected = self._translate_result(method, mine)
+        if expected != theirs:
+            raise Divergence(
+                f"{method}{args}: the model returned {mine!r} (target ids {expected!r}),"
+                f" the target {theirs!r}"
+            )
+        mine_free, their_free = self.model.num_free_blocks(), self.target.num_free_blocks()
+        if mine_free != their_free:
+            raise Divergence(f"the model has {mine_free} free blocks, the target {their_free}")
+
+    def _target_id(self, block: Any) -> Any:
+        """A bound id maps; a free one maps to a block the target does not use either."""
+        if not isinstance(block, int) or block in self.ids.to_target:
+            return self.ids.to_target.get(block, block)
+        ids = self.model.config.block_ids
+        if block not in ids:
+            return block
+        unused = [b for b in ids if b not in self.ids.to_model]
+        return unused[0] if unused else block
+
+    def _translate_args(self, method: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        if not args:
+            return args
+        first, rest = args[0], args[1:]
+        if method in {"free", "append_tokens", "cow_if_not_appendable"}:
+            return (self._target_id(first), *rest)
+        if method in {"fork", "mark_accessed", "mark_computed"} and isinstance(first, list):
+            return ([self._target_id(b) for b in first], *rest)
+        if method == "common_computed_prefix" and isinstance(first, list):
+            return ([[self._target_id(b) for b in chain] for chain in first],)
+        return args
+
+    def _translate_result(self, method: str, mine: Any) -> Any:
+        to_target = self.ids.target_of
+        if method in ALLOCATING:
+            return to_target(mine)
+        if method in {"fork", "common_computed_prefix"}:
+            return [to_target(b) for b in mine]
+        if method == "clear_copy_on_writes":
+            return [(to_target(s), to_target(d)) for s, d in mine]
+        return mine
+
+    def problems(self) -> list[str]:
+        return []
