@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optimized.block_pool import OptimizedBlockPool
-from optimized.block_table import BlockTable, blocks_for
+from optimized.block_table import BlockTable
+from specs.accounting import alloc_status, blocks_for
 from specs.content_hash import Prefix
 from specs.errors import (
     DuplicateSequenceError,
@@ -36,6 +37,7 @@ from specs.types import (
 )
 from specs.validation import (
     check_count,
+    check_device,
     check_encoder_support,
     check_extra_key,
     check_id,
@@ -55,21 +57,6 @@ class SequenceGroup:
     extra_key: ExtraKey
     encoder_tokens: tuple[Token, ...]
     cross_blocks: list[BlockId]
-
-
-def _status(needed: int, free: int, capacity: int, watermark: int) -> AllocStatus:
-    """NEVER when even an empty device keeps no watermark; OK when it fits now; else LATER."""
-    if capacity - needed < watermark:
-        return AllocStatus.NEVER
-    if free - needed >= watermark:
-        return AllocStatus.OK
-    return AllocStatus.LATER
-
-
-def _device(device: object) -> Device:
-    if not isinstance(device, Device):
-        raise InvalidArgumentError(f"expected a Device, got {device!r}")
-    return device
 
 
 class OptimizedBlockSpaceManager:
@@ -131,8 +118,8 @@ class OptimizedBlockSpaceManager:
         """Free GPU blocks when nothing is allocated (the null block stays)."""
         return self._config.num_gpu_blocks - (1 if self._null_block is not None else 0)
 
-    def _gpu_status(self, needed: int) -> AllocStatus:
-        return _status(
+    def _gpualloc_status(self, needed: int) -> AllocStatus:
+        return alloc_status(
             needed,
             self._gpu.num_free_blocks(),
             self._empty_gpu_capacity(),
@@ -161,7 +148,7 @@ class OptimizedBlockSpaceManager:
         hits are not counted on: the answer must hold whatever gets evicted meanwhile."""
         lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
         _, _, needed = self._prompt_blocks(prompt, encoder_prompt, lookahead)
-        return self._gpu_status(needed)
+        return self._gpualloc_status(needed)
 
     def allocate(
         self,
@@ -277,7 +264,7 @@ class OptimizedBlockSpaceManager:
     def can_swap_out(self, group_id: int) -> AllocStatus:
         found = self._group_on(group_id, Device.GPU, "swap out")
         needed = len(self._distinct_blocks(found))
-        return _status(needed, self._cpu.num_free_blocks(), self._config.num_cpu_blocks, 0)
+        return alloc_status(needed, self._cpu.num_free_blocks(), self._config.num_cpu_blocks, 0)
 
     def can_swap_in(self, group_id: int, num_lookahead_slots: int = 0) -> AllocStatus:
         """Whether the group's blocks, plus the blocks its lookahead slots will need, fit on the
@@ -289,7 +276,7 @@ class OptimizedBlockSpaceManager:
         needed += sum(
             self._tables[s].blocks_touched_by_append(size, 0, lookahead) for s in found.seq_ids
         )
-        return self._gpu_status(needed)
+        return self._gpualloc_status(needed)
 
     def swap_out(self, group_id: int) -> list[CopyPair]:
         """Move the group to the CPU; returns the (GPU id, CPU id) copies for the swap kernel."""
@@ -376,11 +363,11 @@ class OptimizedBlockSpaceManager:
         return table.num_cached_tokens(self._pool(self._groups[table.group_id].device))
 
     def get_prefix_cache_hit_rate(self, device: Device) -> float:
-        return self._pool(_device(device)).hit_rate()
+        return self._pool(check_device(device)).hit_rate()
 
     def reset_prefix_cache(self, device: Device | None = None) -> bool:
         """Reset each pool (or just ``device``'s) that has no block in use; True when all did."""
-        devices = [Device.GPU, Device.CPU] if device is None else [_device(device)]
+        devices = [Device.GPU, Device.CPU] if device is None else [check_device(device)]
         done = True
         for each in devices:
             reset = self._reset_pool(each)

@@ -14,24 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optimized.block_pool import OptimizedBlockPool
+from specs.accounting import blocks_touched_by_append
 from specs.content_hash import Prefix
 from specs.types import BlockId, ExtraKey, Token
-
-
-def blocks_for(num_slots: int, block_size: int) -> int:
-    return -(-num_slots // block_size)
-
-
-def blocks_touched_by_append(
-    num_tokens: int, num_blocks: int, block_size: int, num_new: int, lookahead: int
-) -> int:
-    """The worst case of blocks an append takes from the pool: every existing block that
-    receives a token may need a copy, and every block past the table's end is new."""
-    first = num_tokens // block_size
-    end = blocks_for(num_tokens + num_new, block_size)
-    existing_touched = max(0, min(end, num_blocks) - first) if num_new else 0
-    new_blocks = max(0, blocks_for(num_tokens + num_new + lookahead, block_size) - num_blocks)
-    return existing_touched + new_blocks
 
 
 def next_prefix(prefix: Prefix, block_tokens: Sequence[Token], caching: bool) -> Prefix:

@@ -29,11 +29,13 @@ from reference.manager_state import (
 )
 from reference.pool_state import PoolState
 from reference.swap import move_group
+from specs.accounting import alloc_status, blocks_for, blocks_touched_by_append
 from specs.errors import DuplicateSequenceError, InvalidArgumentError, OutOfBlocksError
 from specs.manager_view import GroupView, SeqView
 from specs.types import NO_EXTRA_KEY, AllocStatus, BlockId, CopyPair, Device, ExtraKey, Token
 from specs.validation import (
     check_count,
+    check_device,
     check_encoder_support,
     check_extra_key,
     check_id,
@@ -42,15 +44,6 @@ from specs.validation import (
 )
 
 create = new_manager
-
-
-def _status(needed: int, free: int, capacity: int, watermark: int) -> AllocStatus:
-    """NEVER when even an empty device keeps no watermark; OK when it fits now; else LATER."""
-    if capacity - needed < watermark:
-        return AllocStatus.NEVER
-    if free - needed >= watermark:
-        return AllocStatus.OK
-    return AllocStatus.LATER
 
 
 def _gpu_free(state: ManagerState) -> int:
@@ -66,9 +59,9 @@ def _prompt_blocks(
     tokens = check_tokens(prompt)
     encoder_tokens = check_encoder_support(state.config, encoder)
     size = state.config.block_size
-    needed = block_table.blocks_for(len(tokens) + lookahead, size)
+    needed = blocks_for(len(tokens) + lookahead, size)
     if encoder_tokens is not None:
-        needed += block_table.blocks_for(len(encoder_tokens), size)
+        needed += blocks_for(len(encoder_tokens), size)
     return tokens, encoder_tokens, needed
 
 
@@ -82,7 +75,7 @@ def can_allocate(
     hits are not counted on: the answer must hold whatever gets evicted meanwhile."""
     lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
     _, _, needed = _prompt_blocks(state, prompt, encoder_prompt, lookahead)
-    return _status(
+    return alloc_status(
         needed, _gpu_free(state), empty_gpu_capacity(state), state.config.watermark_blocks
     )
 
@@ -135,7 +128,7 @@ def _new_seq_ids(state: ManagerState, seq_ids: object) -> list[int]:
 
 
 def _touched(state: ManagerState, table: SeqView, num_new: int, lookahead: int) -> int:
-    return block_table.blocks_touched_by_append(
+    return blocks_touched_by_append(
         len(table.tokens), len(table.blocks), state.config.block_size, num_new, lookahead
     )
 
@@ -224,7 +217,7 @@ def can_swap_out(state: ManagerState, group_id: int) -> AllocStatus:
     found = group_on(state, group_id, Device.GPU, "swap out")
     needed = len(distinct_blocks(state, found))
     free_cpu = pool_ops.num_free_blocks(state.cpu)
-    return _status(needed, free_cpu, state.config.num_cpu_blocks, 0)
+    return alloc_status(needed, free_cpu, state.config.num_cpu_blocks, 0)
 
 
 def can_swap_in(state: ManagerState, group_id: int, num_lookahead_slots: int = 0) -> AllocStatus:
@@ -234,7 +227,7 @@ def can_swap_in(state: ManagerState, group_id: int, num_lookahead_slots: int = 0
     lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
     needed = len(distinct_blocks(state, found))
     needed += sum(_touched(state, state.seqs[s], 0, lookahead) for s in found.seq_ids)
-    return _status(
+    return alloc_status(
         needed, _gpu_free(state), empty_gpu_capacity(state), state.config.watermark_blocks
     )
 
@@ -267,13 +260,7 @@ def get_cross_block_table(state: ManagerState, group_id: int) -> list[BlockId]:
 
 
 def num_free_blocks(state: ManagerState, device: Device) -> int:
-    return pool_ops.num_free_blocks(pool(state, _device(device)))
-
-
-def _device(device: object) -> Device:
-    if not isinstance(device, Device):
-        raise InvalidArgumentError(f"expected a Device, got {device!r}")
-    return device
+    return pool_ops.num_free_blocks(pool(state, check_device(device)))
 
 
 def access_all_blocks_in_seq(state: ManagerState, seq_id: int, now: float) -> ManagerState:
@@ -308,14 +295,14 @@ def get_num_cached_tokens(state: ManagerState, seq_id: int) -> int:
 
 
 def get_prefix_cache_hit_rate(state: ManagerState, device: Device) -> float:
-    return pool_ops.hit_rate(pool(state, _device(device)))
+    return pool_ops.hit_rate(pool(state, check_device(device)))
 
 
 def reset_prefix_cache(
     state: ManagerState, device: Device | None = None
 ) -> tuple[ManagerState, bool]:
     """Reset each pool (or just ``device``'s) that has no block in use; True when all did."""
-    devices = [Device.GPU, Device.CPU] if device is None else [_device(device)]
+    devices = [Device.GPU, Device.CPU] if device is None else [check_device(device)]
     done = True
     for each in devices:
         device_pool, reset = _reset_pool(state, each)

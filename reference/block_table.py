@@ -18,10 +18,6 @@ from specs.content_hash import Prefix
 from specs.types import BlockId, ExtraKey, Token
 
 
-def blocks_for(num_slots: int, block_size: int) -> int:
-    return -(-num_slots // block_size)
-
-
 def prefix_at(tokens: Sequence[Token], index: int, block_size: int, key: ExtraKey) -> Prefix:
     """The prefix of logical block ``index``: the chained hash of all full blocks before it."""
     prefix = Prefix(extra_key=key)
@@ -46,18 +42,6 @@ def allocate_prompt(
             pool, block = pool_ops.append_tokens(pool, block, prefix, chunk)
         blocks.append(block)
     return pool, tuple(blocks)
-
-
-def blocks_touched_by_append(
-    num_tokens: int, num_blocks: int, block_size: int, num_new: int, lookahead: int
-) -> int:
-    """The worst case of blocks an append takes from the pool: every existing block that
-    receives a token may need a copy, and every block past the table's end is new."""
-    first = num_tokens // block_size
-    end = blocks_for(num_tokens + num_new, block_size)
-    existing_touched = max(0, min(end, num_blocks) - first) if num_new else 0
-    new_blocks = max(0, blocks_for(num_tokens + num_new + lookahead, block_size) - num_blocks)
-    return existing_touched + new_blocks
 
 
 def release_out_of_window(

@@ -15,7 +15,16 @@ from specs.errors import (
     InvalidArgumentError,
     UnsupportedError,
 )
-from specs.types import MAX_TOKEN, BlockId, ExtraKey, ManagerConfig, PoolConfig, Token, is_time
+from specs.types import (
+    MAX_TOKEN,
+    BlockId,
+    Device,
+    ExtraKey,
+    ManagerConfig,
+    PoolConfig,
+    Token,
+    is_time,
+)
 
 
 def _is_int(value: object) -> bool:
@@ -143,6 +152,12 @@ def check_manager_config(config: ManagerConfig) -> None:
         )
     if not isinstance(config.enable_caching, bool):
         raise ConfigurationError(f"enable_caching must be a bool, got {config.enable_caching!r}")
+
+
+def check_device(device: object) -> Device:
+    if not isinstance(device, Device):
+        raise InvalidArgumentError(f"expected a Device, got {device!r}")
+    return device
 
 
 def check_id(kind: str, value: object) -> int:
