@@ -25,7 +25,7 @@ pytest:
 
 # Long campaigns: the `fuzz` Hypothesis profile (see model_tests/profiles.py).
 fuzz:
-	PAGEDKV_PROFILE=fuzz $(BIN)/pytest -q --hypothesis-show-statistics -m "not slow_bench" model_tests
+	PAGEDKV_PROFILE=fuzz $(BIN)/pytest -q --hypothesis-show-statistics model_tests/test_pool_lockstep.py model_tests/test_manager_lockstep.py
 
 bench:
 	$(BIN)/python -m optimized.bench

@@ -18,6 +18,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 
 from model_tests.kv_harness import AbstractKV, CachedPrefixes, KVSide, TorchKV, Writer, kv_problems
 from model_tests.lockstep import assert_same_state
+from model_tests.oracle import capture
 from model_tests.oracle.manager_session import (
     ExactManagerSession,
     IsomorphicManagerSession,
@@ -94,6 +95,8 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     make_target: ClassVar[BlockSpaceManagerFactory]
     isomorphic: ClassVar[bool] = False
+    last_run: ClassVar[capture.RunRecord | None] = None
+    on_run_end: ClassVar[capture.RunHook | None] = None
     groups = Bundle("groups")
 
     def __init__(self) -> None:
@@ -102,6 +105,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         self.target: BlockSpaceManager
         self.next_id = 0
         self.clock = 0.0
+        self.pending: capture.Call | None = None
+        self.checking_config: ManagerConfig | None = None
 
     @initialize(config=manager_configs)
     def create_managers(self, config: ManagerConfig) -> None:
@@ -119,7 +124,10 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     def both(self, method: str, *args: Any) -> Any:
         event(f"rule: {method}")
-        return self.session.call(method, *args)
+        self.pending = (method, args)
+        outcome = self.session.call(method, *args)
+        self.pending = None
+        return outcome
 
     def sides(self) -> list[tuple[KVSide, ManagerView]]:
         """Each side's KV with the tables that place it (the target's, in exact mode)."""
@@ -378,6 +386,7 @@ class ManagerLockstep(RuleBasedStateMachine):
     )
     def bad_configuration(self, gpu: int, cpu: int, watermark: float, window: int | None) -> None:
         config = ManagerConfig(2, gpu, cpu, watermark, window)
+        self.checking_config = config
         outcomes = []
         for factory in (ReferenceBlockSpaceManager, type(self).make_target):
             try:
@@ -386,6 +395,10 @@ class ManagerLockstep(RuleBasedStateMachine):
             except PagedKVError as error:
                 outcomes.append(type(error).__name__)
         assert outcomes[0] == outcomes[1], f"{config}: model {outcomes[0]}, target {outcomes[1]}"
+        self.checking_config = None
+
+    def teardown(self) -> None:
+        capture.finish(self, "manager")
 
     # --- invariants ---------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 )
 
 from model_tests.lockstep import assert_same_state, call_both
+from model_tests.oracle import capture
 from model_tests.oracle.pool_session import IsomorphicPoolSession
 from reference.pool_adapter import ReferenceBlockPool
 from specs import invariants
@@ -87,6 +88,8 @@ class PoolLockstep(RuleBasedStateMachine):
 
     make_target: ClassVar[BlockPoolFactory]
     isomorphic: ClassVar[bool] = False
+    last_run: ClassVar[capture.RunRecord | None] = None
+    on_run_end: ClassVar[capture.RunHook | None] = None
     chains = Bundle("chains")
 
     def __init__(self) -> None:
@@ -96,6 +99,8 @@ class PoolLockstep(RuleBasedStateMachine):
         self.live: list[Chain] = []
         self.clock = 0.0
         self.calls = 0
+        self.pending: capture.Call | None = None
+        self.checking_config: PoolConfig | None = None
 
     # --- set-up -------------------------------------------------------------------------------
 
@@ -128,7 +133,10 @@ class PoolLockstep(RuleBasedStateMachine):
         event(f"rule: {method}")
         self.calls += 1
         if self.session is not None:
-            return self.session.call(method, *args)
+            self.pending = (method, args)
+            outcome = self.session.call(method, *args)
+            self.pending = None
+            return outcome
         return call_both(self.model, self.target, method, *args)
 
     def _tokens(self, data: st.DataObject, chain: Chain, count: int) -> list[Token]:
@@ -338,6 +346,7 @@ class PoolLockstep(RuleBasedStateMachine):
     )
     def bad_configuration(self, num_blocks: int, block_size: int, caching: Any) -> None:
         config = PoolConfig(num_blocks, block_size, caching)
+        self.checking_config = config
         outcomes = []
         for factory in (ReferenceBlockPool, type(self).make_target):
             try:
@@ -346,6 +355,7 @@ class PoolLockstep(RuleBasedStateMachine):
             except PagedKVError as error:
                 outcomes.append(type(error).__name__)
         assert outcomes[0] == outcomes[1], f"{config}: model {outcomes[0]}, target {outcomes[1]}"
+        self.checking_config = None
         event(f"rule: configuration {outcomes[0]}")
 
     # --- bookkeeping --------------------------------------------------------------------------
@@ -371,6 +381,7 @@ class PoolLockstep(RuleBasedStateMachine):
     def teardown(self) -> None:
         buckets = [0, 10, 25, 50, 100, 200]
         event(f"calls per run: {max(b for b in buckets if b <= self.calls)}+")
+        capture.finish(self, "pool")
 
     # --- invariants ---------------------------------------------------------------------------
 
