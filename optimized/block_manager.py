@@ -118,7 +118,7 @@ class OptimizedBlockSpaceManager:
         """Free GPU blocks when nothing is allocated (the null block stays)."""
         return self._config.num_gpu_blocks - (1 if self._null_block is not None else 0)
 
-    def _gpualloc_status(self, needed: int) -> AllocStatus:
+    def _gpu_status(self, needed: int) -> AllocStatus:
         return alloc_status(
             needed,
             self._gpu.num_free_blocks(),
@@ -148,7 +148,7 @@ class OptimizedBlockSpaceManager:
         hits are not counted on: the answer must hold whatever gets evicted meanwhile."""
         lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
         _, _, needed = self._prompt_blocks(prompt, encoder_prompt, lookahead)
-        return self._gpualloc_status(needed)
+        return self._gpu_status(needed)
 
     def allocate(
         self,
@@ -276,7 +276,7 @@ class OptimizedBlockSpaceManager:
         needed += sum(
             self._tables[s].blocks_touched_by_append(size, 0, lookahead) for s in found.seq_ids
         )
-        return self._gpualloc_status(needed)
+        return self._gpu_status(needed)
 
     def swap_out(self, group_id: int) -> list[CopyPair]:
         """Move the group to the CPU; returns the (GPU id, CPU id) copies for the swap kernel."""
