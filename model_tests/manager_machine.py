@@ -14,7 +14,14 @@ from typing import Any, ClassVar
 
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from model_tests.kv_harness import AbstractKV, CachedPrefixes, KVSide, TorchKV, Writer, kv_problems
 from model_tests.lockstep import assert_same_state
@@ -283,6 +290,7 @@ class ManagerLockstep(RuleBasedStateMachine):
             for side in self.kv_sides():
                 side.run_swap(pairs, Device.GPU)
 
+    @precondition(lambda self: not self.isomorphic)  # it only moves the model's KV then
     @rule(data=st.data())
     def defragment(self, data: st.DataObject) -> None:
         """Blocks trade storage by in-place exchange; block ids and tables stay as they are, so

@@ -115,6 +115,7 @@ class IsomorphicManagerSession:
         before = self.model.view()
         target_result, target_error = run_call(self.target, method, args, {})
         prefer: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
+        held_before = self._holders(self._positions(before, self.seen))
         for _ in range(MAX_ATTEMPTS):
             self.model.state = saved
             self.model.pick = self._picker(prefer)
@@ -126,12 +127,14 @@ class IsomorphicManagerSession:
                 return self._failed(method, args, model_error, target_error, target_result)
             after = self.model.view()
             observed = self.observe(after)
-            wanted = self._align(before, after, observed, bind=False)
+            slots = self._positions(after, observed)
+            released = self._released(held_before, after, slots)
+            wanted = self._align(before, slots, released, bind=False)
             if all(wanted[d] <= prefer[d] for d in Device):
                 break
             for device in Device:
                 prefer[device] |= wanted[device]
-        self._align(before, after, observed, bind=True)
+        self._align(before, slots, released, bind=True)
         self._compare_result(method, args, before, model_result, target_result)
         self._compare_counts(after, observed)
         self._forget_freed(after)
@@ -194,20 +197,30 @@ class IsomorphicManagerSession:
         return out
 
     def _align(
-        self, before: ManagerView, after: ManagerView, observed: Observation, *, bind: bool
+        self,
+        before: ManagerView,
+        slots: list[tuple[str, Device, BlockId, BlockId]],
+        released: dict[Device, set[BlockId]],
+        *,
+        bind: bool,
     ) -> dict[Device, set[BlockId]]:
         """Bind new blocks position by position. A target block that stands for an evictable
         model block, at a position where the model put another block, means the target evicted
         it: the model is asked to evict the same one (``wanted``)."""
         wanted: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
-        for where, device, mine, theirs in self._positions(after, observed):
-            ids = self.maps[device]
+        maps = {d: Bijection(dict(m.to_target), dict(m.to_model)) for d, m in self.maps.items()}
+        for device, blocks in released.items():
+            for block in blocks:
+                maps[device].unbind_model(block)
+        for where, device, mine, theirs in slots:
+            ids = maps[device]
             if ids.to_target.get(mine) == theirs:
                 continue
             stands_for = ids.to_model.get(theirs)
             if mine not in ids.to_target and stands_for is None:
                 if bind:
                     ids.bind(mine, theirs)
+                    self.maps[device].rebind(mine, theirs)  # released pairs stay until then
                 continue
             if stands_for is not None and stands_for in before.pool(device).evictable:
                 wanted[device].add(stands_for)
@@ -225,6 +238,44 @@ class IsomorphicManagerSession:
                     f" (model {stands_for if stands_for is not None else 'none yet'})"
                 )
         return wanted
+
+    @staticmethod
+    def _holders(
+        slots: list[tuple[str, Device, BlockId, BlockId]],
+    ) -> dict[tuple[Device, BlockId, int], set[str]]:
+        """Where each block sits: (device, block, 0 for the model's or 1 for the target's)."""
+        held: dict[tuple[Device, BlockId, int], set[str]] = {}
+        for where, device, mine, theirs in slots:
+            held.setdefault((device, mine, 0), set()).add(where)
+            held.setdefault((device, theirs, 1), set()).add(where)
+        return held
+
+    def _released(
+        self,
+        held: dict[tuple[Device, BlockId, int], set[str]],
+        after: ManagerView,
+        slots: list[tuple[str, Device, BlockId, BlockId]],
+    ) -> dict[Device, set[BlockId]]:
+        """Pairs both sides released during this call: the model block and its target block each
+        left every position it held, and the model block is not kept cached. Within one call a
+        released block may be taken again (a window release then an append, a dedup then the
+        next block), and which free block is taken is a free choice: their correspondence ends
+        here, as it would have at the end of the call."""
+        now = {where: (mine, theirs) for where, _, mine, theirs in slots}
+        released: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
+        for device in Device:
+            cached = after.pool(device).evictable
+            for mine, theirs in self.maps[device].to_target.items():
+                was_mine = held.get((device, mine, 0), set())
+                was_theirs = held.get((device, theirs, 1), set())
+                if not was_mine or not was_theirs or mine in cached:
+                    continue
+                if any(now.get(w, (None, None))[0] == mine for w in was_mine):
+                    continue
+                if any(now.get(w, (None, None))[1] == theirs for w in was_theirs):
+                    continue
+                released[device].add(mine)
+        return released
 
     def _forget_freed(self, after: ManagerView) -> None:
         """Free blocks are interchangeable: their correspondence ends when they are freed."""

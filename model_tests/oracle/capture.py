@@ -1,0 +1,60 @@
+"""What a lockstep machine leaves behind when a run ends: its configuration and its calls.
+
+Each machine calls ``finish`` from ``teardown``; the record goes to the machine class's
+``last_run`` and to its ``on_run_end`` hook, if one is set. Hypothesis runs the shrunk failing
+example last, so after a failure ``last_run`` is the minimal run: that is what becomes a trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from model_tests.oracle.codec import Level
+from model_tests.oracle.exec_target import close_target
+
+Call = tuple[str, tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    level: Level
+    config: Any
+    """The run's configuration (None if the run ended before one was drawn)."""
+    calls: tuple[Call, ...]
+    """Every protocol call in order: the completed steps, then the call that failed, if any."""
+    failed_call: bool
+    """The last of ``calls`` did not complete (it diverged, or the target raised)."""
+    outcomes: tuple[Any, ...] = ()
+    """The model's outcome (result or error) of each completed call, as the session saw it."""
+    checking_config: Any = None
+    """A configuration the run was comparing the two sides' acceptance of when it ended."""
+
+
+RunHook = Callable[[RunRecord], None]
+
+
+def finish(machine: Any, level: Level) -> RunRecord:
+    model = getattr(machine, "model", None)
+    session = getattr(machine, "session", None)
+    steps = list(getattr(session, "steps", []) or [])
+    calls: list[Call] = [(step.method, tuple(step.args)) for step in steps]
+    pending: Call | None = getattr(machine, "pending", None)
+    if pending is not None:
+        calls.append(pending)
+    record = RunRecord(
+        level=level,
+        config=None if model is None else model.config,
+        calls=tuple(calls),
+        failed_call=pending is not None,
+        outcomes=tuple(step.outcome for step in steps),
+        checking_config=getattr(machine, "checking_config", None),
+    )
+    close_target(getattr(machine, "target", None))  # a program goes back to serve the next run
+    cls = type(machine)
+    cls.last_run = record
+    hook: RunHook | None = getattr(cls, "on_run_end", None)
+    if hook is not None:
+        hook(record)
+    return record

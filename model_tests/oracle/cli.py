@@ -1,0 +1,284 @@
+"""``pagedkv``: check an allocator against the reference, record and replay conformance traces.
+
+    pagedkv check  --target T [--level manager|pool] [--steps N] [--seed S] [--trace-out PATH]
+    pagedkv record [--level manager|pool|all] [--out DIR] [--runs N] [--seed S]
+    pagedkv replay TRACE [TRACE ...] --target T
+
+T is ``package.module:factory`` or ``exec:./program [args]`` (see ``specs/oracle.md``).
+Exit codes: 0 pass; 1 a divergence (``check``, ``replay``) or an incomplete corpus (``record``);
+2 bad usage, a target that cannot be loaded or built, a trace that cannot be read or is stale.
+Output uses rich on a terminal and plain text otherwise; bad input is one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from model_tests.oracle import codec, targets, trace
+from model_tests.oracle.check import (
+    DEFAULT_STEPS,
+    DEFAULT_TRACE,
+    Report,
+    check_report,
+    replay_report,
+    run_check,
+)
+from model_tests.oracle.codec import Level
+
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line on stderr, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, no usage wall
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+class Output:
+    """Plain text, or rich when ``stream`` is a terminal."""
+
+    def __init__(self, stream: IO[str], *, rich: bool | None = None) -> None:
+        self.stream = stream
+        self.rich = stream.isatty() if rich is None else rich
+        self.console: Any = None
+        if self.rich:
+            from rich.console import Console
+
+            self.console = Console(file=stream, highlight=False)
+
+    def line(self, text: str = "", style: str = "") -> None:
+        if self.console is None:
+            print(text, file=self.stream)
+        else:
+            from rich.markup import escape
+
+            self.console.print(f"[{style}]{escape(text)}[/]" if style and text else escape(text))
+
+    def report(self, report: Report) -> None:
+        if self.console is None:
+            print(report.plain(), file=self.stream)
+            return
+        from rich.panel import Panel
+        from rich.table import Table
+        from rich.text import Text
+
+        self.console.print(Text(report.title, style="bold"))
+        self.console.print(
+            Panel(Text(report.verdict), style="green" if report.ok else "red", expand=False)
+        )
+        if report.config:
+            self.console.print(Text.assemble(("config ", "dim"), report.config))
+        if report.steps:
+            table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+            table.add_column("#", justify="right")
+            table.add_column("operation")
+            table.add_column("reference")
+            table.add_column("")
+            for step in report.steps:
+                style = "bold red" if step.failed else ""
+                table.add_row(
+                    str(step.number),
+                    Text(step.call, style=style),
+                    Text(step.outcome),
+                    Text("✗ diverges" if step.failed else "", style=style),
+                )
+            self.console.print(table)
+        if report.detail:
+            self.console.print(Text(report.detail, style="yellow"))
+        for note in report.notes:
+            self.console.print(Text(note, style="cyan"))
+
+    @contextmanager
+    def status(self, text: str) -> Iterator[Callable[[str], None]]:
+        if self.console is None:
+            yield lambda _: None
+            return
+        with self.console.status(text) as status:
+            yield lambda message: status.update(message)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def _level(text: str) -> Level:
+    return codec.level_of(text)
+
+
+def cmd_check(args: argparse.Namespace, out: Output) -> int:
+    level = _level(args.level)
+    if args.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    factory = targets.check(args.target, level)
+
+    with out.status(f"checking {args.target} against the reference ...") as update:
+
+        def progress(runs: int, calls: int, failing: bool) -> None:
+            what = "shrinking a divergence" if failing else "checking"
+            update(f"{what}: {runs} runs, {calls} calls")
+
+        result = run_check(
+            factory,
+            level,
+            steps=args.steps,
+            seed=args.seed,
+            trace_out=args.trace_out,
+            progress=progress,
+        )
+    hint = None
+    if result.trace_path is not None:
+        hint = (
+            f"pagedkv replay {shlex.quote(str(result.trace_path))}"
+            f" --target {shlex.quote(args.target)}"
+        )
+    out.report(check_report(result, args.target, hint))
+    return EXIT_PASS if result.passed else EXIT_FAIL
+
+
+def _trace_paths(paths: Sequence[str]) -> list[Path]:
+    found: list[Path] = []
+    for text in paths:
+        path = Path(text)
+        if path.is_dir():
+            found += sorted(path.glob("*.jsonl"))
+        elif path.exists():
+            found.append(path)
+        else:
+            raise trace.TraceError(f"{text}: no such file or directory")
+    if not found:
+        raise trace.TraceError(f"no traces (*.jsonl) in {', '.join(paths)}")
+    return found
+
+
+def cmd_replay(args: argparse.Namespace, out: Output) -> int:
+    loaded = [(path, trace.read(path)) for path in _trace_paths(args.trace)]
+    if args.level is not None:
+        loaded = [(path, one) for path, one in loaded if one.level == args.level]
+        if not loaded:
+            raise trace.TraceError(f"no {args.level} traces in {', '.join(args.trace)}")
+    levels = sorted({one.level for _, one in loaded})
+    factories: dict[Level, targets.Factory] = {}
+    for level in levels:
+        try:
+            factories[level] = targets.check(args.target, level)
+        except targets.TargetError as error:
+            if len(levels) > 1:
+                raise targets.TargetError(
+                    f"{error} (these traces are of both levels; --level picks one)"
+                ) from None
+            raise
+    worst, passed, steps = EXIT_PASS, 0, 0
+    for path, one in loaded:
+        verdict = trace.replay(one, factories[one.level])
+        steps += verdict.steps
+        if len(loaded) == 1 or not verdict.ok:
+            out.report(replay_report(str(path), one, verdict, args.target))
+        if verdict.ok:
+            passed += 1
+        elif verdict.status == "stale":
+            worst = max(worst, EXIT_ERROR)
+        else:
+            worst = max(worst, EXIT_FAIL)
+    if len(loaded) > 1:
+        if worst == EXIT_PASS:
+            out.line(f"PASS: {passed} traces, {steps} steps; the target agrees", "bold green")
+        else:
+            out.line(f"FAIL: {len(loaded) - passed} of {len(loaded)} traces fail", "bold red")
+    return worst
+
+
+def cmd_record(args: argparse.Namespace, out: Output) -> int:
+    from model_tests.oracle.record import record_level
+
+    levels: list[Level] = ["manager", "pool"] if args.level == "all" else [_level(args.level)]
+    if args.runs < 1:
+        raise UsageError("--runs must be at least 1")
+    directory = Path(args.out)
+    complete = True
+    for level in levels:
+        with out.status(f"recording {level} traces ...") as update:
+            corpus = record_level(
+                level,
+                directory,
+                runs=args.runs,
+                seed=args.seed,
+                progress=lambda text: update(text),
+            )
+        out.line(corpus.summary(), "bold green" if corpus.complete else "bold red")
+        complete = complete and corpus.complete
+    return EXIT_PASS if complete else EXIT_FAIL
+
+
+# --- entry point ------------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="pagedkv", description="Check a KV-cache block allocator against pagedkv.")
+    commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    check = commands.add_parser("check", help="run the lockstep machine against a target")
+    check.add_argument("--target", required=True, help="package.module:factory or exec:PROGRAM")
+    check.add_argument("--level", default="manager", choices=["manager", "pool"])
+    check.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="about how many calls")
+    check.add_argument("--seed", type=int, default=None, help="make the run reproducible")
+    check.add_argument(
+        "--trace-out",
+        default=DEFAULT_TRACE,
+        help=f"where a divergence's trace goes ({DEFAULT_TRACE})",
+    )
+
+    record = commands.add_parser("record", help="write conformance traces from the reference")
+    record.add_argument("--level", default="all", choices=["manager", "pool", "all"])
+    record.add_argument("--out", default="pagedkv-traces", help="directory (pagedkv-traces)")
+    record.add_argument("--runs", type=int, default=40, help="traces per level, at least (40)")
+    record.add_argument("--seed", type=int, default=0)
+
+    replay = commands.add_parser("replay", help="replay traces against a target")
+    replay.add_argument("trace", nargs="+", help="trace files or directories of *.jsonl")
+    replay.add_argument("--target", required=True, help="package.module:factory or exec:PROGRAM")
+    replay.add_argument(
+        "--level", default=None, choices=["manager", "pool"], help="replay only this level's"
+    )
+    return top
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
+    "check": cmd_check,
+    "record": cmd_record,
+    "replay": cmd_replay,
+}
+
+
+def main(
+    argv: Sequence[str] | None = None, stdout: IO[str] | None = None, stderr: IO[str] | None = None
+) -> int:
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # torch, harmless
+    out_stream = sys.stdout if stdout is None else stdout
+    err_stream = sys.stderr if stderr is None else stderr
+    try:
+        args = parser().parse_args(argv)
+        return COMMANDS[args.command](args, Output(out_stream))
+    except (UsageError, targets.TargetError, trace.TraceError, codec.CodecError) as error:
+        print(f"pagedkv: error: {error}", file=err_stream)
+        return EXIT_ERROR
+    except SystemExit as exit_:  # --help
+        return exit_.code if isinstance(exit_.code, int) else EXIT_PASS
+    except KeyboardInterrupt:
+        print("pagedkv: interrupted", file=err_stream)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""An example peer of the stdio protocol: serves a Python manager (or pool) over JSON lines.
+
+    python -m model_tests.oracle.example_peer [--impl reference|optimized|independent|MOD:FACTORY]
+
+This is the model for a C++, Rust or Go engine's peer; the loop is the whole protocol:
+
+1. read one line from stdin; stop at end of input;
+2. parse it as a JSON object with ``"op"``;
+3. ``create``: build a new instance from ``"config"`` (``"level"`` says manager or pool),
+   discarding any previous one; answer ``{"result": null}``, or the error if the configuration
+   is refused;
+4. any other op: decode ``"args"``, call the operation, and answer ``{"result": <encoded>}`` or
+   ``{"error": "<class name>", "message": "..."}`` with the class name of ``specs.errors``;
+5. write the answer as one line to stdout and flush.
+
+Requests it cannot understand get ``{"error": "ProtocolError", ...}``; it never writes anything
+else to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import IO, Any
+
+from model_tests.oracle import codec
+from model_tests.oracle.codec import JSON, CodecError, Level
+from model_tests.oracle.targets import TargetError, load
+from specs.errors import PagedKVError
+
+
+def builtin(impl: str, level: Level) -> Callable[[Any], Any]:
+    if impl == "reference" and level == "manager":
+        from reference.manager_adapter import ReferenceBlockSpaceManager
+
+        return ReferenceBlockSpaceManager
+    if impl == "reference":
+        from reference.pool_adapter import ReferenceBlockPool
+
+        return ReferenceBlockPool
+    if impl == "optimized" and level == "manager":
+        from optimized.block_manager import OptimizedBlockSpaceManager
+
+        return OptimizedBlockSpaceManager
+    if impl == "optimized":
+        from optimized.block_pool import OptimizedBlockPool
+
+        return OptimizedBlockPool
+    if impl == "independent" and level == "manager":
+        from model_tests.independent.manager import IndependentManager
+
+        return IndependentManager
+    if impl == "independent":
+        raise LookupError("the independent implementation is a manager; it has no pool level")
+    return load(impl, level)  # a package.module:factory of the user's
+
+
+class Peer:
+    def __init__(self, impl: str) -> None:
+        self.impl = impl
+        self.level: Level = "manager"
+        self.instance: Any = None
+
+    def answer(self, line: str) -> JSON:
+        try:
+            request = json.loads(line)
+        except json.JSONDecodeError as error:
+            return protocol_error(f"not JSON: {error}")
+        if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+            return protocol_error('expected {"op": ..., ...}')
+        try:
+            if request["op"] == "create":
+                return self.create(request)
+            return self.call(request["op"], request.get("args", []))
+        except (CodecError, LookupError, TargetError) as error:
+            return protocol_error(str(error))
+
+    def create(self, request: dict[str, JSON]) -> JSON:
+        self.instance = None
+        self.level = codec.level_of(request.get("level", "manager"))
+        config = codec.decode_config(self.level, request.get("config"))
+        factory = builtin(self.impl, self.level)
+        try:
+            self.instance = factory(config)
+        except PagedKVError as error:
+            return codec.encode_error(error)
+        return {"result": None}
+
+    def call(self, op: str, args: JSON) -> JSON:
+        if self.instance is None:
+            return protocol_error(f"{op} before a successful create")
+        decoded = codec.decode_args(self.level, op, args)
+        try:
+            result = getattr(self.instance, op)(*decoded)
+        except Exception as error:  # typed errors by class name; anything else by its type
+            return codec.encode_error(error)
+        return {"result": codec.encode_result(self.level, op, result)}
+
+
+def protocol_error(message: str) -> JSON:
+    return {"error": "ProtocolError", "message": message}
+
+
+def serve(impl: str, stdin: IO[str], stdout: IO[str]) -> int:
+    peer = Peer(impl)
+    for line in stdin:
+        if not line.strip():
+            continue
+        stdout.write(json.dumps(peer.answer(line), allow_nan=False) + "\n")
+        stdout.flush()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m model_tests.oracle.example_peer")
+    parser.add_argument(
+        "--impl",
+        default="reference",
+        help="reference, optimized, independent, or package.module:factory (default reference)",
+    )
+    args = parser.parse_args(argv)
+    return serve(args.impl, sys.stdin, sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

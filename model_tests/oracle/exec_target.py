@@ -1,0 +1,315 @@
+"""A target that is a separate program speaking JSON lines over stdin/stdout.
+
+This is how an allocator written in C++, Rust or Go is checked without Python bindings. Each
+request is one JSON object on one line of the program's stdin; each answer one JSON object on one
+line of its stdout (anything for humans goes to stderr)::
+
+    -> {"op": "create", "level": "manager", "config": {"block_size": 2, ...}}
+    <- {"result": null}
+    -> {"op": "allocate", "args": [1, [2], [3, 1, 4]]}
+    <- {"result": null}
+    -> {"op": "get_block_table", "args": [2]}
+    <- {"result": [7, 6]}
+    -> {"op": "free", "args": [99]}
+    <- {"error": "UnknownSequenceError", "message": "sequence 99 is not live"}
+
+Arguments and results are encoded by ``codec``. ``create`` may come again at any time: the program
+then discards its instance and builds a new one (so one process serves many runs). The program
+exits when its stdin closes. ``example_peer`` is a complete peer, in Python.
+
+``ExecFactory`` is a target factory: calling it with a configuration gives an ``ExecTarget``, a
+Python object with the protocol's methods that forwards each call. Errors named after a class of
+``specs.errors`` are raised as that class; anything else (a dead program, a line that is not
+JSON, an answer of the wrong shape, an error class pagedkv does not know) raises a ``PeerError``
+whose message says what happened.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from model_tests.oracle import codec
+from model_tests.oracle.codec import JSON, CodecError, Level
+
+DEFAULT_TIMEOUT = float(os.environ.get("PAGEDKV_EXEC_TIMEOUT", "30"))
+MAX_IDLE = 4
+
+
+class PeerError(Exception):
+    """The program did not answer as the protocol says."""
+
+
+class ExecSetupError(Exception):
+    """The program cannot be started (not found, not executable)."""
+
+
+def parse_command(command: str) -> list[str]:
+    """``./my-engine --flag`` -> argv with the program resolved, or ExecSetupError."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as error:
+        raise ExecSetupError(f"cannot parse the command {command!r}: {error}") from None
+    if not argv:
+        raise ExecSetupError("exec: needs a program, e.g. exec:./my-engine")
+    program = argv[0]
+    if os.sep in program or (os.altsep and os.altsep in program):
+        path = Path(program)
+        if not path.exists():
+            raise ExecSetupError(f"program {program} not found")
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise ExecSetupError(f"program {program} is not executable")
+    else:
+        found = shutil.which(program)
+        if found is None:
+            raise ExecSetupError(f"program {program} not found on PATH")
+        argv[0] = found
+    return argv
+
+
+class _Peer:
+    """One running program: a line-oriented request/answer channel with a timeout."""
+
+    def __init__(self, argv: list[str], timeout: float) -> None:
+        self.argv = argv
+        self.timeout = timeout
+        self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in kill)
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0
+            )
+        except OSError as error:
+            self.stderr.close()
+            raise ExecSetupError(f"cannot start {argv[0]}: {error.strerror or error}") from None
+        self.buffer = b""
+        self.requests = 0
+        self.healthy = True
+
+    def request(self, message: JSON) -> dict[str, JSON]:
+        if not self.healthy:
+            raise PeerError("the target program is no longer usable after an earlier failure")
+        try:
+            return self._request(message)
+        except PeerError:
+            self.healthy = False
+            self.kill()
+            raise
+
+    def _request(self, message: JSON) -> dict[str, JSON]:
+        self.requests += 1
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(message, allow_nan=False) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ConnectionResetError, ValueError):
+            raise PeerError(self._died("before it read request", message)) from None
+        line = self._read_line(message)
+        try:
+            answer = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise PeerError(
+                f"the target program answered {_op_of(message)} with a line that is not JSON:"
+                f" {_clip(line.decode(errors='replace'))!r}"
+            ) from None
+        if not isinstance(answer, dict) or not ({"result"} <= set(answer) or "error" in answer):
+            raise PeerError(
+                f"the target program answered {_op_of(message)} with {_clip(repr(answer))},"
+                ' not {"result": ...} or {"error": ..., "message": ...}'
+            )
+        return answer
+
+    def _read_line(self, message: JSON) -> bytes:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + self.timeout
+        while b"\n" not in self.buffer.lstrip(b"\r\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise PeerError(
+                    f"the target program did not answer {_op_of(message)} within"
+                    f" {self.timeout:g} s (PAGEDKV_EXEC_TIMEOUT)"
+                )
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise PeerError(self._died("without answering", message))
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.lstrip(b"\r\n").partition(b"\n")
+        return line.rstrip(b"\r")
+
+    def _died(self, when: str, message: JSON) -> str:
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
+        status = "closed its stdout" if code is None else f"exited with code {code}"
+        text = f"the target program {status} {when} {_op_of(message)}"
+        tail = self.stderr_tail()
+        return f"{text}; its stderr ends: {tail}" if tail else text
+
+    def stderr_tail(self, lines: int = 3) -> str:
+        try:
+            self.stderr.seek(0)
+            text = self.stderr.read().decode(errors="replace")
+        except (OSError, ValueError):
+            return ""
+        return " | ".join(text.strip().splitlines()[-lines:])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        for stream in (self.proc.stdin, self.proc.stdout, self.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+    def alive(self) -> bool:
+        return self.healthy and self.proc.poll() is None
+
+
+def _op_of(message: JSON) -> str:
+    return repr(message.get("op")) if isinstance(message, dict) else "a request"
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ExecFactory:
+    """Makes ``ExecTarget``s backed by ``argv``; idle programs are reused (``create`` resets)."""
+
+    def __init__(self, argv: list[str], level: Level, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.argv = argv
+        self.level = level
+        self.timeout = timeout
+        self.idle: list[_Peer] = []
+        self.spawned: list[_Peer] = []
+        self.__name__ = f"exec:{shlex.join(argv)}"
+        atexit.register(self.close)
+
+    def __call__(self, config: Any) -> ExecTarget:
+        peer = self._peer()
+        answer = peer.request(
+            {"op": "create", "level": self.level, "config": codec.encode_config(config)}
+        )
+        if "error" in answer:
+            self.release(peer)
+            raise _error_of(answer, "create")
+        return ExecTarget(self, peer, config)
+
+    def _peer(self) -> _Peer:
+        while self.idle:
+            peer = self.idle.pop()
+            if peer.alive():
+                return peer
+        self.spawned = [p for p in self.spawned if p.alive()]
+        peer = _Peer(self.argv, self.timeout)
+        self.spawned.append(peer)
+        return peer
+
+    def release(self, peer: _Peer) -> None:
+        if peer.alive() and len(self.idle) < MAX_IDLE and peer not in self.idle:
+            self.idle.append(peer)
+        elif peer not in self.idle:
+            peer.kill()
+
+    def close(self) -> None:
+        for peer in self.spawned:
+            peer.kill()
+        self.spawned.clear()
+        self.idle.clear()
+
+
+def _error_of(answer: dict[str, JSON], op: str) -> Exception:
+    name, message = answer.get("error"), answer.get("message", "")
+    text = message if isinstance(message, str) else repr(message)
+    try:
+        return codec.error_class(name)(text)
+    except CodecError:
+        return PeerError(f"the target program answered {op} with the error {name!r}: {text}")
+
+
+class ExecTarget:
+    """The manager (or pool) protocol, forwarded to a program. Use ``close()`` when done (it is
+    also done when the object is collected); the program then serves the next target."""
+
+    def __init__(self, factory: ExecFactory, peer: _Peer, config: Any) -> None:
+        self._factory = factory
+        self._peer: _Peer | None = peer
+        self._config = config
+
+    @property
+    def config(self) -> Any:
+        return self._config
+
+    def call(self, op: str, *args: Any) -> Any:
+        if self._peer is None:
+            raise PeerError("this target was closed")
+        level = self._factory.level
+        try:
+            encoded = codec.encode_args(level, op, args)
+        except CodecError as error:
+            raise PeerError(f"cannot send {op}: {error}") from None
+        answer = self._peer.request({"op": op, "args": encoded})
+        if "error" in answer:
+            raise _error_of(answer, op)
+        try:
+            return codec.decode_result(level, op, answer["result"])
+        except CodecError as error:
+            raise PeerError(f"the target program's answer is malformed: {error}") from None
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_") or name not in codec.OPS[self._factory.level]:
+            raise AttributeError(name)
+
+        def forward(*args: Any) -> Any:
+            return self.call(name, *args)
+
+        forward.__name__ = name
+        return forward
+
+    def close(self) -> None:
+        peer, self._peer = self._peer, None
+        if peer is not None:
+            self._factory.release(peer)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def close_target(target: object) -> None:
+    """Give an ``ExecTarget``'s program back to its factory; any other target is left alone."""
+    if isinstance(target, ExecTarget):
+        target.close()
+
+
+def exec_factory(command: str, level: Level) -> ExecFactory:
+    return ExecFactory(parse_command(command), level)
+
+
+__all__ = [
+    "ExecFactory",
+    "ExecSetupError",
+    "ExecTarget",
+    "PeerError",
+    "close_target",
+    "exec_factory",
+    "parse_command",
+]

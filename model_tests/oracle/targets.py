@@ -1,0 +1,107 @@
+"""Loading a target: ``package.module:factory`` (a Python callable taking a ManagerConfig or a
+PoolConfig) or ``exec:./program [args]`` (a program speaking the JSON-lines protocol of
+``exec_target``). Every failure is a ``TargetError`` with a one-line message."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from model_tests.oracle import codec
+from model_tests.oracle.codec import Level
+from model_tests.oracle.exec_target import ExecSetupError, ExecTarget, exec_factory
+from specs.types import ManagerConfig, PoolConfig
+
+Factory = Callable[[Any], Any]
+
+SAMPLE_CONFIGS: dict[Level, ManagerConfig | PoolConfig] = {
+    "manager": ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=4),
+    "pool": PoolConfig(num_blocks=4, block_size=2),
+}
+"""The valid configuration a target is first built with, to find a broken factory early."""
+
+ALIASES = {
+    "reference": {
+        "manager": "reference.manager_adapter:ReferenceBlockSpaceManager",
+        "pool": "reference.pool_adapter:ReferenceBlockPool",
+    },
+    "optimized": {
+        "manager": "optimized.block_manager:OptimizedBlockSpaceManager",
+        "pool": "optimized.block_pool:OptimizedBlockPool",
+    },
+}
+"""Short names for the targets pagedkv ships."""
+
+
+class TargetError(Exception):
+    """A target that cannot be loaded or built."""
+
+
+def load(spec: str, level: Level) -> Factory:
+    """The factory ``spec`` names. The current directory is importable, as with ``python -m``."""
+    if spec.startswith("exec:"):
+        try:
+            return exec_factory(spec.removeprefix("exec:").strip(), level)
+        except ExecSetupError as error:
+            raise TargetError(f"target {spec}: {error}") from None
+    spec = ALIASES.get(spec, {}).get(level, spec)
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute:
+        raise TargetError(
+            f"target {spec!r}: expected package.module:factory or exec:./program [args]"
+        )
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise TargetError(f"target {spec}: cannot import {module_name}: {error}") from None
+    except Exception as error:
+        raise TargetError(
+            f"target {spec}: importing {module_name} raised {_one_line(error)}"
+        ) from None
+    found: Any = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise TargetError(f"target {spec}: module {module_name} has no attribute {attribute}")
+        found = getattr(found, part)
+    if not callable(found):
+        raise TargetError(
+            f"target {spec}: {attribute} is a {type(found).__name__}, not a callable factory"
+        )
+    factory: Factory = found
+    return factory
+
+
+def build(factory: Factory, level: Level, spec: str = "target", config: Any = None) -> Any:
+    """Build one target (for ``config``, or a sample valid configuration) and check that it has
+    every operation of ``level``; a TargetError otherwise."""
+    config = SAMPLE_CONFIGS[level] if config is None else config
+    try:
+        target = factory(config)
+    except Exception as error:
+        raise TargetError(f"target {spec}: the factory raised {_one_line(error)}") from None
+    missing = [op for op in codec.OPS[level] if not callable(getattr(target, op, None))]
+    if missing:
+        raise TargetError(
+            f"target {spec}: {type(target).__name__} lacks the {level} operation(s)"
+            f" {', '.join(missing)}"
+        )
+    return target
+
+
+def check(spec: str, level: Level) -> Factory:
+    """Load ``spec`` and build one target with a valid configuration (then let it go)."""
+    factory = load(spec, level)
+    target = build(factory, level, spec)
+    if isinstance(target, ExecTarget):
+        target.close()
+    return factory
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

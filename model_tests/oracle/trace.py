@@ -1,0 +1,390 @@
+"""Conformance traces: versioned JSON lines, written from a run, read with validation, replayed.
+
+Line 1 is the header, every further line one operation::
+
+    {"format": "pagedkv-trace", "version": 1, "level": "manager", "config": {...}}
+    {"op": "allocate", "args": [1, [2], [3, 1, 4]], "expect": {"result": null}}
+    {"op": "free", "args": [99], "expect": {"error": "UnknownSequenceError"}}
+
+A header may also carry ``"create": {"error": "ConfigurationError"}``: the configuration must be
+refused, and no operation follows. Arguments and results use ``codec``; block ids in them are the
+reference's. ``expect`` is what this pagedkv's reference, making its own choices, gives for the
+operation (see ``specs/oracle.md``).
+
+``replay`` checks two things: that the reference still gives every recorded expectation (else
+the trace is *stale*: it came from a pagedkv whose reference behaves differently), and that the
+target agrees with the reference through the isomorphic session, step by step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from model_tests.lockstep import Divergence, run_call
+from model_tests.oracle import codec
+from model_tests.oracle.capture import Call, RunRecord
+from model_tests.oracle.codec import JSON, CodecError, Level
+from model_tests.oracle.exec_target import close_target
+from model_tests.oracle.manager_session import IsomorphicManagerSession
+from model_tests.oracle.pool_session import IsomorphicPoolSession
+from reference.manager_adapter import ReferenceBlockSpaceManager
+from reference.pool_adapter import ReferenceBlockPool
+from specs.errors import PagedKVError
+
+FORMAT = "pagedkv-trace"
+VERSION = 1
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read (the message says where and why, in one line)."""
+
+
+@dataclass(frozen=True)
+class TraceOp:
+    op: str
+    args: tuple[Any, ...]
+    expect: JSON
+    """``{"result": <json>}`` or ``{"error": "<class name>"}``."""
+
+
+@dataclass
+class Trace:
+    level: Level
+    config: Any
+    ops: list[TraceOp] = field(default_factory=list)
+    create_error: str | None = None
+    """The error class the reference refuses ``config`` with, if it does."""
+
+    def operations(self) -> set[str]:
+        return {op.op for op in self.ops}
+
+    def errors(self) -> set[str]:
+        found = {op.expect["error"] for op in self.ops if "error" in op.expect}
+        return found | ({self.create_error} if self.create_error else set())
+
+
+# --- the reference ------------------------------------------------------------------------------
+
+
+def make_reference(level: Level, config: Any) -> Any:
+    if level == "manager":
+        return ReferenceBlockSpaceManager(config)
+    return ReferenceBlockPool(config)
+
+
+def outcome_json(level: Level, op: str, result: Any, error: BaseException | None) -> JSON:
+    """An outcome as a trace records it."""
+    if error is not None:
+        if not isinstance(error, PagedKVError):
+            raise TraceError(f"{op}: the reference raised an untyped {error!r}")
+        return {"error": type(error).__name__}
+    return {"result": codec.encode_result(level, op, result)}
+
+
+def create_outcome(level: Level, config: Any) -> tuple[Any, str | None]:
+    """The reference built for ``config``, or the error class it refuses it with."""
+    try:
+        return make_reference(level, config), None
+    except PagedKVError as error:
+        return None, type(error).__name__
+
+
+def trace_of_calls(level: Level, config: Any, calls: Iterable[Call]) -> Trace:
+    """A trace of ``calls`` with the expectations a fresh reference gives."""
+    reference, refused = create_outcome(level, config)
+    trace = Trace(level, config, create_error=refused)
+    if reference is None:
+        return trace
+    for op, args in calls:
+        result, error = run_call(reference, op, args, {})
+        trace.ops.append(TraceOp(op, tuple(args), outcome_json(level, op, result, error)))
+    return trace
+
+
+def trace_of_run(record: RunRecord) -> Trace:
+    """The trace that replays a machine's run (its failing call included)."""
+    if record.checking_config is not None:
+        return trace_of_calls(record.level, record.checking_config, [])
+    if record.config is None:
+        raise TraceError("the run ended before it drew a configuration: nothing to replay")
+    return trace_of_calls(record.level, record.config, record.calls)
+
+
+# --- writing --------------------------------------------------------------------------------------
+
+
+def _dumps(value: JSON) -> str:
+    return json.dumps(value, allow_nan=False, separators=(", ", ": "))
+
+
+def header_json(trace: Trace) -> JSON:
+    header: dict[str, JSON] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "level": trace.level,
+        "config": codec.encode_config(trace.config),
+    }
+    if trace.create_error is not None:
+        header["create"] = {"error": trace.create_error}
+    return header
+
+
+def dumps(trace: Trace) -> str:
+    lines = [_dumps(header_json(trace))]
+    for op in trace.ops:
+        args = codec.encode_args(trace.level, op.op, op.args)
+        lines.append(_dumps({"op": op.op, "args": args, "expect": op.expect}))
+    return "\n".join(lines) + "\n"
+
+
+def write(trace: Trace, path: str | Path) -> Path:
+    out = Path(path)
+    if out.parent != Path():
+        out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(dumps(trace), encoding="utf-8")
+    return out
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+def _object(line: str, number: int) -> dict[str, JSON]:
+    try:
+        value = json.loads(line, parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        raise TraceError(f"line {number}: not JSON ({error.msg} at column {error.colno})") from None
+    except ValueError as error:
+        raise TraceError(f"line {number}: {error}") from None
+    if not isinstance(value, dict):
+        raise TraceError(f"line {number}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f'{name} is not JSON (write {{"float": "nan"}} and the like)')
+
+
+def _header(value: dict[str, JSON]) -> tuple[Level, Any, str | None]:
+    if value.get("format") != FORMAT:
+        raise TraceError(f'line 1: not a pagedkv trace (expected "format": "{FORMAT}")')
+    version = value.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise TraceError(f"line 1: bad trace version {version!r}")
+    if version > VERSION:
+        raise TraceError(f"trace version {version} is newer than this pagedkv supports ({VERSION})")
+    try:
+        level = codec.level_of(value.get("level"))
+        config = codec.decode_config(level, value.get("config"))
+    except CodecError as error:
+        raise TraceError(f"line 1: {error}") from None
+    create = value.get("create")
+    create_error = None
+    if create is not None:
+        if not isinstance(create, dict) or set(create) != {"error"}:
+            raise TraceError('line 1: "create" must be {"error": "<class name>"}')
+        create_error = _error_name(create["error"], 1)
+    return level, config, create_error
+
+
+def _error_name(name: JSON, number: int) -> str:
+    try:
+        return codec.error_class(name).__name__
+    except CodecError as error:
+        raise TraceError(f"line {number}: {error}") from None
+
+
+def _operation(level: Level, value: dict[str, JSON], number: int) -> TraceOp:
+    missing = [key for key in ("op", "args", "expect") if key not in value]
+    if missing:
+        raise TraceError(f"line {number}: missing {', '.join(missing)}")
+    op = value["op"]
+    try:
+        args = codec.decode_args(level, op, value["args"])
+    except CodecError as error:
+        raise TraceError(f"line {number}: {error}") from None
+    expect = value["expect"]
+    if isinstance(expect, dict) and set(expect) == {"error"}:
+        return TraceOp(op, args, {"error": _error_name(expect["error"], number)})
+    if isinstance(expect, dict) and set(expect) == {"result"}:
+        try:
+            codec.decode_result(level, op, expect["result"])
+        except CodecError as error:
+            raise TraceError(f"line {number}: expect: {error}") from None
+        return TraceOp(op, args, {"result": expect["result"]})
+    raise TraceError(f'line {number}: expect must be {{"result": ...}} or {{"error": "<class>"}}')
+
+
+def loads(text: str) -> Trace:
+    numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not numbered:
+        raise TraceError("empty trace: no header line")
+    first, header_line = numbered[0]
+    if first != 1:
+        raise TraceError("line 1: the header must be the first line")
+    level, config, create_error = _header(_object(header_line, 1))
+    trace = Trace(level, config, create_error=create_error)
+    for number, line in numbered[1:]:
+        if create_error is not None:
+            raise TraceError(f"line {number}: a trace whose creation fails has no operations")
+        trace.ops.append(_operation(level, _object(line, number), number))
+    return trace
+
+
+def read(path: str | Path) -> Trace:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise TraceError(f"cannot read {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{path}: not UTF-8 text") from None
+    try:
+        return loads(text)
+    except TraceError as error:
+        raise TraceError(f"{path}: {error}") from None
+
+
+# --- replaying ------------------------------------------------------------------------------------
+
+Status = Literal["pass", "divergence", "stale"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    steps: int
+    """Operations in the trace."""
+    step: int | None = None
+    """The failing step, numbered from 1 (0: creating the target)."""
+    call: str = ""
+    expected: str = ""
+    """The trace's expectation at the failing step, for display."""
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "pass"
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"pass: {self.steps} steps replayed, the target agrees with the reference"
+        where = "creating the target" if self.step == 0 else f"step {self.step}: {self.call}"
+        head = "stale trace" if self.status == "stale" else "divergence"
+        return f"{head} at {where}: {self.message}"
+
+
+def show_expect(level: Level, op: str, expect: JSON) -> str:
+    if "error" in expect:
+        return f"raises {expect['error']}"
+    return codec.show_value(codec.decode_result(level, op, expect["result"]))
+
+
+def check_expectations(trace: Trace) -> Verdict | None:
+    """None if the reference still gives every recorded outcome; else a stale verdict."""
+    reference, refused = create_outcome(trace.level, trace.config)
+    if refused != trace.create_error:
+        want = f"refused with {trace.create_error}" if trace.create_error else "accepted"
+        got = f"refuses it with {refused}" if refused else "accepts it"
+        return Verdict(
+            "stale",
+            len(trace.ops),
+            0,
+            message=f"the trace expects the configuration {want} but this pagedkv's reference"
+            f" {got}",
+        )
+    for number, op in enumerate(trace.ops, 1):
+        result, error = run_call(reference, op.op, op.args, {})
+        got = outcome_json(trace.level, op.op, result, error)
+        if got != op.expect:
+            expected = show_expect(trace.level, op.op, op.expect)
+            return Verdict(
+                "stale",
+                len(trace.ops),
+                number,
+                codec.show_call(op.op, op.args),
+                expected,
+                f"the trace expects {expected} but this pagedkv's reference gives"
+                f" {show_expect(trace.level, op.op, got)}",
+            )
+    return None
+
+
+def replay(trace: Trace, target_factory: Callable[[Any], Any]) -> Verdict:
+    stale = check_expectations(trace)
+    if stale is not None:
+        return stale
+    return _replay(trace, target_factory)
+
+
+def _replay(trace: Trace, target_factory: Callable[[Any], Any]) -> Verdict:
+    total = len(trace.ops)
+    model, _ = create_outcome(trace.level, trace.config)
+    try:
+        target = target_factory(trace.config)
+    except PagedKVError as error:
+        if type(error).__name__ == trace.create_error:
+            return Verdict("pass", total)
+        return Verdict("divergence", total, 0, message=_creation(trace, f"raised {error!r}"))
+    except Exception as error:
+        return Verdict("divergence", total, 0, message=_creation(trace, f"raised {error!r}"))
+    try:
+        return _replay_on(trace, model, target)
+    finally:
+        close_target(target)
+
+
+def _replay_on(trace: Trace, model: Any, target: Any) -> Verdict:
+    total = len(trace.ops)
+    if trace.create_error is not None:
+        return Verdict("divergence", total, 0, message=_creation(trace, "accepted it"))
+    try:
+        session: Any = (
+            IsomorphicManagerSession(model, target)
+            if trace.level == "manager"
+            else IsomorphicPoolSession(model, target)
+        )
+    except Exception as error:
+        return Verdict("divergence", total, 0, message=f"observing the new target: {error}")
+    for number, op in enumerate(trace.ops, 1):
+        try:
+            session.call(op.op, *op.args)
+        except Exception as error:
+            message = str(error) if isinstance(error, Divergence) else _stopped(error)
+            return Verdict(
+                "divergence",
+                total,
+                number,
+                codec.show_call(op.op, op.args),
+                show_expect(trace.level, op.op, op.expect),
+                message,
+            )
+    problems = session.problems()
+    if problems:
+        return Verdict("divergence", total, total, message="; ".join(problems))
+    return Verdict("pass", total)
+
+
+def _creation(trace: Trace, did: str) -> str:
+    want = (
+        f"refuses the configuration with {trace.create_error}"
+        if trace.create_error
+        else "accepts the configuration"
+    )
+    return f"the reference {want}; the target {did}"
+
+
+def _stopped(error: BaseException) -> str:
+    return f"comparing stopped on {type(error).__name__}: {error}"
+
+
+def summarize(traces: Sequence[Trace], level: Level) -> tuple[set[str], set[str]]:
+    """The operations and error types of ``level`` the traces do not cover."""
+    ops: set[str] = set()
+    errors: set[str] = set()
+    for trace in traces:
+        ops |= trace.operations()
+        errors |= trace.errors()
+    return set(codec.OPS[level]) - ops, set(codec.ERRORS[level]) - errors
