@@ -146,12 +146,15 @@ class ManagerLockstep(RuleBasedStateMachine):
     def kv_sides(self) -> list[KVSide]:
         return [side for side, _ in self.sides()]
 
-    def run_model(self, group_id: int, new_tokens: dict[int, range]) -> None:
-        """The engine's model step: write the new tokens' KV, then mark the group computed."""
+    def run_model(self, group_id: int, new_tokens: dict[int, range], data: st.DataObject) -> None:
+        """The engine's model step: write the new tokens' KV, then (usually at once; sometimes
+        a later step does it, as with chunked prefill) mark the group computed. Until then a
+        scheduler's questions must not count the new blocks as computed, cache hit or not."""
         for side, view in self.sides():
             for seq_id, positions in new_tokens.items():
                 Writer(side).write_tokens(view, seq_id, positions)
-        self.both("mark_blocks_as_computed", group_id)
+        if data.draw(st.sampled_from([True, True, False]), label="mark computed now"):
+            self.both("mark_blocks_as_computed", group_id)
 
     def fresh_id(self) -> int:
         self.next_id += 1
@@ -198,7 +201,10 @@ class ManagerLockstep(RuleBasedStateMachine):
             if encoder is not None:
                 for side, view in self.sides():
                     Writer(side).write_cross(view, group_id)
-            self.run_model(group_id, {s: range(length) for s in seq_ids})
+            # the scheduler asks what prefill it may skip before the model runs
+            self.both("get_common_computed_block_ids", seq_ids)
+            self.both("get_num_cached_tokens", seq_ids[0])
+            self.run_model(group_id, {s: range(length) for s in seq_ids}, data)
         return group_id
 
     # --- decoding -----------------------------------------------------------------------------
@@ -230,7 +236,7 @@ class ManagerLockstep(RuleBasedStateMachine):
                 scheduled[seq_id] = range(start, start + num_new)
                 self._note_window(before, seq_id)
         if scheduled:
-            self.run_model(group, scheduled)
+            self.run_model(group, scheduled, data)
 
     def _note_window(self, before: ManagerView, seq_id: int) -> None:
         null = before.null_block
@@ -289,6 +295,16 @@ class ManagerLockstep(RuleBasedStateMachine):
             event("outcome: swapped in")
             for side in self.kv_sides():
                 side.run_swap(pairs, Device.GPU)
+        if status is AllocStatus.OK and lookahead:
+            self._lookahead_promised(group, lookahead)
+
+    def _lookahead_promised(self, group: int, lookahead: int) -> None:
+        """An OK from ``can_swap_in(group, n)`` promises room for n lookahead slots as well."""
+        for seq_id in self._members(group):
+            result = self.both("append_slots", seq_id, [], lookahead)
+            assert not isinstance(result, PagedKVError), (
+                f"can_swap_in said OK with {lookahead} lookahead slots, then {result!r}"
+            )
 
     @precondition(lambda self: not self.isomorphic)  # it only moves the model's KV then
     @rule(data=st.data())

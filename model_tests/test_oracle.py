@@ -46,13 +46,7 @@ SEEDS = {
     broken.BrokenWindowKeepsExtraBlock: (1, 15),
     broken.BrokenNoUpFrontCheck: (4, 15),
     broken.BrokenCanSwapInForgetsLookahead: (4, 15),
-}
-UNSEEN = {
-    broken.BrokenHitMarksComputed: (
-        "not observable through the protocol as the machine drives it: every group's full blocks"
-        " are marked computed right after the call that fills them, before any query, so a hit"
-        " never meets an uncomputed block; exact mode (KV data and computed marks) catches it"
-    ),
+    broken.BrokenHitMarksComputed: (4, 15),
 }
 
 
@@ -154,14 +148,8 @@ def test_broken_variant_fails_shrunk_and_replays(cls: type[Any], tmp_path: Path)
     )
 
 
-@pytest.mark.parametrize("cls", list(UNSEEN), ids=lambda c: c.__name__)
-@pytest.mark.xfail(run=False, strict=True, reason="see UNSEEN")
-def test_broken_variant_the_machine_cannot_see(cls: type[Any], tmp_path: Path) -> None:
-    assert not run_check(cls, "manager", steps=BROKEN_BUDGET, seed=0, trace_out=None).passed
-
-
 def test_every_broken_variant_is_accounted_for() -> None:
-    assert set(broken.BROKEN) == set(SEEDS) | set(UNSEEN)
+    assert set(broken.BROKEN) == set(SEEDS)
 
 
 def test_check_of_a_broken_variant_prints_steps_and_writes_a_replayable_trace(
@@ -533,5 +521,6 @@ def test_pytest_plugin_fixture_and_option(tmp_path: Path) -> None:
     assert "2 failed, 1 passed" in out, out
     assert "FAILED test_engine.py::test_bad" in out
     assert "pagedkv-check[model_tests.independent.broken:BrokenNoUpFrontCheck]" in out
-    assert out.count("<-- diverges") == 2 and "expected vs did:" in out
+    # twice at least: once per failing item (CI=true also repeats it in the summary)
+    assert out.count("<-- diverges") >= 2 and "expected vs did:" in out
     assert "During handling" not in out and "Traceback" not in out
