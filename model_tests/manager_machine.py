@@ -209,6 +209,15 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     # --- decoding -----------------------------------------------------------------------------
 
+    @rule(data=st.data())
+    def decode_step(self, data: st.DataObject) -> None:
+        """One scheduler iteration: every group on the GPU gets its decode step. This is what
+        fills the pool, so it is what makes copy-on-write and window releases common."""
+        view = self.model.view()
+        for group_id, group in sorted(view.groups.items()):
+            if group.device is Device.GPU:
+                self.append_slots(group_id, data)
+
     @rule(group=groups, data=st.data())
     def append_slots(self, group: int, data: st.DataObject) -> None:
         """One decode step for a group: ask, then append to each of its sequences."""

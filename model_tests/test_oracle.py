@@ -45,7 +45,7 @@ SEEDS = {
     broken.BrokenCanAllocateIgnoresWatermark: (4, 15),
     broken.BrokenWindowKeepsExtraBlock: (1, 15),
     broken.BrokenNoUpFrontCheck: (4, 15),
-    broken.BrokenCanSwapInForgetsLookahead: (4, 15),
+    broken.BrokenCanSwapInForgetsLookahead: (4, 30),
     broken.BrokenHitMarksComputed: (4, 15),
 }
 
