@@ -67,6 +67,15 @@ def _describe(result: Any, error: BaseException | None) -> str:
     return f"raised {error!r}" if error is not None else f"returned {result!r}"
 
 
+def construction_outcome(factory: Any, config: object) -> str:
+    """'accepted', or the name of the typed error a factory refuses ``config`` with."""
+    try:
+        factory(config)
+    except PagedKVError as error:
+        return type(error).__name__
+    return "accepted"
+
+
 def assert_same_state(model: Viewable, impl: Viewable, what: str) -> None:
     model_view, impl_view = comparable(model), comparable(impl)
     if model_view != impl_view:

@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from model_tests.kv_harness import AbstractKV, CachedPrefixes, KVSide, TorchKV, Writer, kv_problems
-from model_tests.lockstep import assert_same_state
+from model_tests.lockstep import assert_same_state, construction_outcome
 from model_tests.oracle import capture
 from model_tests.oracle.manager_session import (
     ExactManagerSession,
@@ -420,13 +420,10 @@ class ManagerLockstep(RuleBasedStateMachine):
     def bad_configuration(self, gpu: int, cpu: int, watermark: float, window: int | None) -> None:
         config = ManagerConfig(2, gpu, cpu, watermark, window)
         self.checking_config = config
-        outcomes = []
-        for factory in (ReferenceBlockSpaceManager, type(self).make_target):
-            try:
-                factory(config)
-                outcomes.append("accepted")
-            except PagedKVError as error:
-                outcomes.append(type(error).__name__)
+        outcomes = [
+            construction_outcome(factory, config)
+            for factory in (ReferenceBlockSpaceManager, type(self).make_target)
+        ]
         assert outcomes[0] == outcomes[1], f"{config}: model {outcomes[0]}, target {outcomes[1]}"
         self.checking_config = None
 

@@ -25,7 +25,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from model_tests.lockstep import assert_same_state, call_both
+from model_tests.lockstep import assert_same_state, call_both, construction_outcome
 from model_tests.oracle import capture
 from model_tests.oracle.pool_session import IsomorphicPoolSession
 from reference.pool_adapter import ReferenceBlockPool
@@ -347,13 +347,10 @@ class PoolLockstep(RuleBasedStateMachine):
     def bad_configuration(self, num_blocks: int, block_size: int, caching: Any) -> None:
         config = PoolConfig(num_blocks, block_size, caching)
         self.checking_config = config
-        outcomes = []
-        for factory in (ReferenceBlockPool, type(self).make_target):
-            try:
-                factory(config)
-                outcomes.append("accepted")
-            except PagedKVError as error:
-                outcomes.append(type(error).__name__)
+        outcomes = [
+            construction_outcome(factory, config)
+            for factory in (ReferenceBlockPool, type(self).make_target)
+        ]
         assert outcomes[0] == outcomes[1], f"{config}: model {outcomes[0]}, target {outcomes[1]}"
         self.checking_config = None
         event(f"rule: configuration {outcomes[0]}")
