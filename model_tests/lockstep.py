@@ -32,13 +32,9 @@ def call_both(model: Viewable, impl: Viewable, method: str, *args: Any, **kwargs
     model_result, model_error = run_call(model, method, args, kwargs)
     impl_result, impl_error = run_call(impl, method, args, kwargs)
     if model_error is not None or impl_error is not None:
-        if type(model_error) is not type(impl_error):
-            raise Divergence(
-                f"{method}: model {_describe(model_result, model_error)}, "
-                f"implementation {_describe(impl_result, impl_error)}"
-            )
-        if not isinstance(model_error, PagedKVError):
-            raise Divergence(f"{method}: both raised an untyped {model_error!r}")
+        model_error = shared_error(
+            method, (model_result, model_error), (impl_result, impl_error), "implementation"
+        )
         for name, side, before in (
             ("model", model, model_before),
             ("implementation", impl, impl_before),
@@ -52,6 +48,24 @@ def call_both(model: Viewable, impl: Viewable, method: str, *args: Any, **kwargs
             f"{method}: model returned {model_result!r}, implementation {impl_result!r}"
         )
     return model_result
+
+
+def shared_error(
+    method: str,
+    model: tuple[Any, BaseException | None],
+    target: tuple[Any, BaseException | None],
+    target_name: str = "target",
+) -> PagedKVError:
+    """When either side raised: both must have raised the same typed error; return it."""
+    (model_result, model_error), (target_result, target_error) = model, target
+    if type(model_error) is not type(target_error):
+        raise Divergence(
+            f"{method}: model {_describe(model_result, model_error)},"
+            f" {target_name} {_describe(target_result, target_error)}"
+        )
+    if not isinstance(model_error, PagedKVError):
+        raise Divergence(f"{method}: both raised an untyped {model_error!r}")
+    return model_error
 
 
 def run_call(

@@ -19,7 +19,6 @@ from specs.accounting import alloc_status, blocks_for
 from specs.content_hash import Prefix
 from specs.errors import (
     DuplicateSequenceError,
-    InvalidArgumentError,
     OutOfBlocksError,
     SequenceStateError,
     UnknownSequenceError,
@@ -42,6 +41,7 @@ from specs.validation import (
     check_extra_key,
     check_id,
     check_manager_config,
+    check_seq_ids,
     check_time,
     check_tokens,
 )
@@ -183,11 +183,7 @@ class OptimizedBlockSpaceManager:
         )
 
     def _new_seq_ids(self, seq_ids: object) -> list[int]:
-        if isinstance(seq_ids, str | bytes) or not isinstance(seq_ids, Sequence) or not seq_ids:
-            raise InvalidArgumentError(
-                f"expected a non-empty sequence of sequence ids, got {seq_ids!r}"
-            )
-        ids = [check_id("sequence", s) for s in seq_ids]
+        ids = check_seq_ids(seq_ids, non_empty=True)
         seen: set[int] = set()
         for seq_id in ids:
             if seq_id in self._tables or seq_id in seen:
@@ -351,9 +347,7 @@ class OptimizedBlockSpaceManager:
 
     def get_common_computed_block_ids(self, seq_ids: Sequence[int]) -> list[BlockId]:
         """The computed prefix every listed sequence shares: prefill it may skip."""
-        if isinstance(seq_ids, str | bytes) or not isinstance(seq_ids, Sequence):
-            raise InvalidArgumentError(f"expected a sequence of sequence ids, got {seq_ids!r}")
-        tables = [self._table(s) for s in seq_ids]
+        tables = [self._table(s) for s in check_seq_ids(seq_ids)]
         for table in tables:
             self._group_on(table.group_id, Device.GPU, "read the computed blocks of")
         return self._gpu.common_computed_prefix([t.blocks for t in tables])

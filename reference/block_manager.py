@@ -30,7 +30,7 @@ from reference.manager_state import (
 from reference.pool_state import PoolState
 from reference.swap import move_group
 from specs.accounting import alloc_status, blocks_for, blocks_touched_by_append
-from specs.errors import DuplicateSequenceError, InvalidArgumentError, OutOfBlocksError
+from specs.errors import DuplicateSequenceError, OutOfBlocksError
 from specs.manager_view import GroupView, SeqView
 from specs.types import NO_EXTRA_KEY, AllocStatus, BlockId, CopyPair, Device, ExtraKey, Token
 from specs.validation import (
@@ -39,6 +39,7 @@ from specs.validation import (
     check_encoder_support,
     check_extra_key,
     check_id,
+    check_seq_ids,
     check_time,
     check_tokens,
 )
@@ -113,11 +114,7 @@ def allocate(
 
 
 def _new_seq_ids(state: ManagerState, seq_ids: object) -> list[int]:
-    if isinstance(seq_ids, str | bytes) or not isinstance(seq_ids, Sequence) or not seq_ids:
-        raise InvalidArgumentError(
-            f"expected a non-empty sequence of sequence ids, got {seq_ids!r}"
-        )
-    ids = [check_id("sequence", s) for s in seq_ids]
+    ids = check_seq_ids(seq_ids, non_empty=True)
     for seq_id in ids:
         if seq_id in state.seqs or ids.count(seq_id) > 1:
             raise DuplicateSequenceError(f"sequence {seq_id} already exists")
@@ -280,9 +277,7 @@ def mark_blocks_as_computed(state: ManagerState, group_id: int) -> ManagerState:
 
 def get_common_computed_block_ids(state: ManagerState, seq_ids: Sequence[int]) -> list[BlockId]:
     """The computed prefix every listed sequence shares: prefill it may skip."""
-    if isinstance(seq_ids, str | bytes) or not isinstance(seq_ids, Sequence):
-        raise InvalidArgumentError(f"expected a sequence of sequence ids, got {seq_ids!r}")
-    tables = [seq(state, s) for s in seq_ids]
+    tables = [seq(state, s) for s in check_seq_ids(seq_ids)]
     for table in tables:
         group_on(state, table.group_id, Device.GPU, "read the computed blocks of")
     return pool_ops.common_computed_prefix(state.gpu, [t.blocks for t in tables])

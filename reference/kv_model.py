@@ -48,9 +48,11 @@ def _put(
     kv: KVModel, device: Device, block: int, contents: Sequence[SlotContent | None]
 ) -> KVModel:
     for i, content in enumerate(contents):
-        kv = kv.delete((device, block, i)) if content is None and (device, block, i) in kv else kv
+        slot = (device, block, i)
         if content is not None:
-            kv = kv.set((device, block, i), content)
+            kv = kv.set(slot, content)
+        elif slot in kv:
+            kv = kv.delete(slot)
     return kv
 
 

@@ -8,7 +8,9 @@ must do: a destination that was a cache hit, or that holds no token yet, needs n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from immutables import Map
 
@@ -43,7 +45,7 @@ def move_group(
     moved: dict[BlockId, BlockId] = {}
     pairs: list[CopyPair] = []
 
-    def move(block: BlockId, prefix: Prefix) -> BlockId:
+    def move(block: BlockId, prefix: Callable[[], Prefix]) -> BlockId:
         nonlocal source, destination
         if block == state.null_block:
             return block
@@ -64,11 +66,13 @@ def move_group(
         size = state.config.block_size
         extra = found.extra_key
         blocks = tuple(
-            move(block, prefix_at(table.tokens, index, size, extra))
+            move(block, partial(prefix_at, table.tokens, index, size, extra))
             for index, block in enumerate(table.blocks)
         )
         seqs = seqs.set(seq_id, replace(table, blocks=blocks))
-    cross = tuple(move(block, Prefix(extra_key=found.extra_key)) for block in found.cross_blocks)
+    cross = tuple(
+        move(block, partial(Prefix, extra_key=found.extra_key)) for block in found.cross_blocks
+    )
     state = with_pool(with_pool(state, found.device, source), to, destination)
     groups: Map[int, GroupView] = state.groups.set(
         group_id, replace(found, device=to, cross_blocks=cross)
@@ -77,9 +81,14 @@ def move_group(
 
 
 def _copy_block(
-    source: PoolState, destination: PoolState, block: BlockId, prefix: Prefix, pick: Picker
+    source: PoolState,
+    destination: PoolState,
+    block: BlockId,
+    prefix: Callable[[], Prefix],
+    pick: Picker,
 ) -> tuple[PoolState, BlockId, bool]:
-    """A destination block with ``block``'s contents, and whether the kernel must copy them."""
+    """A destination block with ``block``'s contents, and whether the kernel must copy them.
+    ``prefix`` is only asked for when an unhashed block with tokens is re-appended."""
     view = source.blocks[block]
     if view.content_hash is not None and view.prefix is not None:
         hit = view.content_hash in destination.cached
@@ -92,7 +101,7 @@ def _copy_block(
         needs_copy = bool(view.tokens)
         if view.tokens:
             allocated = copy
-            destination, copy = pool_ops.append_tokens(destination, copy, prefix, view.tokens)
+            destination, copy = pool_ops.append_tokens(destination, copy, prefix(), view.tokens)
             needs_copy = copy == allocated
     if view.computed:
         destination = pool_ops.mark_computed(destination, [copy])

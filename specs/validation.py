@@ -167,6 +167,13 @@ def check_id(kind: str, value: object) -> int:
     return value
 
 
+def check_seq_ids(value: object, *, non_empty: bool = False) -> list[int]:
+    if not _is_sequence(value) or (non_empty and not value):
+        what = "a non-empty sequence" if non_empty else "a sequence"
+        raise InvalidArgumentError(f"expected {what} of sequence ids, got {value!r}")
+    return [check_id("sequence", s) for s in value]
+
+
 def check_count(kind: str, value: object) -> int:
     if not _is_int(value) or not isinstance(value, int) or value < 0:
         raise InvalidArgumentError(f"{kind} must be an int >= 0, got {value!r}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from model_tests.lockstep import Divergence, call_both, comparable, run_call
+from model_tests.lockstep import Divergence, call_both, comparable, run_call, shared_error
 from model_tests.oracle.bijection import Bijection
 from reference.allocation import Picker, allowed_choices
 from reference.manager_adapter import ReferenceBlockSpaceManager
@@ -124,7 +124,9 @@ class IsomorphicManagerSession:
             finally:
                 self.model.pick = lowest_ids
             if model_error is not None or target_error is not None:
-                return self._failed(method, args, model_error, target_error, target_result)
+                return self._failed(
+                    method, args, (model_result, model_error), (target_result, target_error)
+                )
             after = self.model.view()
             observed = self.observe(after)
             slots = self._positions(after, observed)
@@ -156,16 +158,10 @@ class IsomorphicManagerSession:
         self,
         method: str,
         args: tuple[Any, ...],
-        model_error: BaseException | None,
-        target_error: BaseException | None,
-        target_result: Any,
+        model: tuple[Any, BaseException | None],
+        target: tuple[Any, BaseException | None],
     ) -> PagedKVError:
-        if type(model_error) is not type(target_error):
-            expected = f"raise {type(model_error).__name__}" if model_error else "succeed"
-            did = f"raised {target_error!r}" if target_error else f"returned {target_result!r}"
-            raise Divergence(f"{method}{args}: the model would {expected}; the target {did}")
-        if not isinstance(model_error, PagedKVError):
-            raise Divergence(f"{method}{args}: both raised an untyped {model_error!r}")
+        model_error = shared_error(f"{method}{args}", model, target)
         if self.observe(self.model.view()) != self.seen:
             raise Divergence(f"{method}{args} raised {model_error!r} but changed the target")
         self.steps.append(Step(method, args, model_error))

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from model_tests.lockstep import Divergence, run_call
+from model_tests.lockstep import Divergence, run_call, shared_error
 from model_tests.oracle.bijection import Bijection
 from model_tests.oracle.manager_session import Step
 from reference.pool_adapter import ReferenceBlockPool
-from specs.errors import InvalidArgumentError, PagedKVError
+from specs.errors import InvalidArgumentError
 from specs.types import BlockId
 
 ALLOCATING = {"allocate_mutable", "allocate_immutable", "append_tokens", "cow_if_not_appendable"}
@@ -42,13 +42,9 @@ class IsomorphicPoolSession:
         if isinstance(model_error, InvalidArgumentError) and "choice" in kwargs:
             raise Divergence(f"{method}: the target's choice is not allowed: {model_error}")
         if model_error is not None or target_error is not None:
-            if type(model_error) is not type(target_error):
-                raise Divergence(
-                    f"{method}{args}: model {model_error or model_result!r},"
-                    f" target {target_error or target_result!r}"
-                )
-            if not isinstance(model_error, PagedKVError):
-                raise Divergence(f"{method}: both raised an untyped {model_error!r}")
+            model_error = shared_error(
+                f"{method}{args}", (model_result, model_error), (target_result, target_error)
+            )
             if self.target.num_free_blocks() != free_before:
                 raise Divergence(f"{method} raised {model_error!r} but changed the target")
             self.steps.append(Step(method, args, model_error))
