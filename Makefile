@@ -1,9 +1,9 @@
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
-PKGS    := specs reference optimized model_tests
+PKGS    := specs reference optimized model_tests pagedkv
 
-.PHONY: setup test lint typecheck pytest fuzz bench clean
+.PHONY: setup test lint typecheck pytest wheel fuzz bench clean
 
 setup:
 	$(PY) -m venv $(VENV)
@@ -21,14 +21,19 @@ typecheck:
 	$(BIN)/mypy --strict $(PKGS)
 
 pytest:
-	$(BIN)/pytest -q --hypothesis-show-statistics model_tests
+	$(BIN)/pytest -q --hypothesis-show-statistics
 
-# Long campaigns: the `fuzz` Hypothesis profile (see model_tests/profiles.py).
+# The built wheel, installed into a fresh virtual environment without torch or dev extras and
+# used as a new user would (pytest runs this too, as model_tests/tests/test_wheel.py).
+wheel:
+	$(BIN)/pytest -q model_tests/tests/test_wheel.py -s
+
+# Long campaigns: the `fuzz` Hypothesis profile (see model_tests/machines/profiles.py).
 fuzz:
-	PAGEDKV_PROFILE=fuzz $(BIN)/pytest -q --hypothesis-show-statistics model_tests/test_pool_lockstep.py model_tests/test_manager_lockstep.py
+	PAGEDKV_PROFILE=fuzz $(BIN)/pytest -q --hypothesis-show-statistics model_tests/tests/test_pool_lockstep.py model_tests/tests/test_manager_lockstep.py
 
 bench:
 	$(BIN)/python -m optimized.bench
 
 clean:
-	rm -rf $(VENV) .hypothesis .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .hypothesis .mypy_cache .ruff_cache *.egg-info build dist

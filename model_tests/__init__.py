@@ -1,1 +1,2 @@
-"""Hypothesis stateful machines that hold implementations to the reference, step by step."""
+"""Holding implementations to the reference: the lockstep layer, the machines, the oracle, and an
+independently written manager the oracle is tested against (``independent``)."""

@@ -17,12 +17,7 @@ from optimized.block_pool import OptimizedBlockPool
 from optimized.block_table import BlockTable
 from specs.accounting import alloc_status, blocks_for
 from specs.content_hash import Prefix
-from specs.errors import (
-    DuplicateSequenceError,
-    OutOfBlocksError,
-    SequenceStateError,
-    UnknownSequenceError,
-)
+from specs.errors import DuplicateSequenceError, OutOfBlocksError
 from specs.manager_view import GroupView, ManagerView, SeqView
 from specs.types import (
     NO_EXTRA_KEY,
@@ -41,9 +36,12 @@ from specs.validation import (
     check_extra_key,
     check_id,
     check_manager_config,
+    check_on_device,
     check_seq_ids,
     check_time,
     check_tokens,
+    lookup_group,
+    lookup_sequence,
 )
 
 
@@ -79,31 +77,20 @@ class OptimizedBlockSpaceManager:
     def config(self) -> ManagerConfig:
         return self._config
 
-    # --- lookups (the checks of reference.manager_state, in its order) --------------------------
+    # --- lookups (the shared checks of specs.validation) -----------------------------------------
 
     def _pool(self, device: Device) -> OptimizedBlockPool:
         return self._gpu if device is Device.GPU else self._cpu
 
     def _table(self, seq_id: object) -> BlockTable:
-        checked = check_id("sequence", seq_id)
-        found = self._tables.get(checked)
-        if found is None:
-            raise UnknownSequenceError(f"sequence {checked} is not known to the manager")
-        return found
+        return lookup_sequence(self._tables, seq_id)
 
     def _group(self, group_id: object) -> SequenceGroup:
-        checked = check_id("group", group_id)
-        found = self._groups.get(checked)
-        if found is None:
-            raise UnknownSequenceError(f"group {checked} is not known to the manager")
-        return found
+        return lookup_group(self._groups, group_id)
 
     def _group_on(self, group_id: object, device: Device, action: str) -> SequenceGroup:
         found = self._group(group_id)
-        if found.device is not device:
-            raise SequenceStateError(
-                f"cannot {action} group {group_id}: its blocks are on the {found.device.value}"
-            )
+        check_on_device(group_id, found.device, device, action)
         return found
 
     def _distinct_blocks(self, group: SequenceGroup) -> list[BlockId]:

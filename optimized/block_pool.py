@@ -15,23 +15,22 @@ from itertools import takewhile
 from optimized.evictor import Evictor
 from optimized.free_list import FreeList
 from specs.content_hash import Prefix
-from specs.errors import (
-    DoubleFreeError,
-    InvalidArgumentError,
-    OutOfBlocksError,
-    TooManyTokensError,
-    UnallocatedBlockError,
-)
+from specs.errors import DoubleFreeError, OutOfBlocksError
 from specs.pool_view import BlockView, PoolView
 from specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, PoolConfig, Token
 from specs.validation import (
+    BlockFacts,
+    check_append,
+    check_appendable,
     check_block_id,
     check_block_ids,
     check_chains,
+    check_full_block,
+    check_known,
+    check_live,
     check_pool_config,
     check_prefix,
     check_time,
-    check_tokens,
 )
 
 
@@ -69,31 +68,19 @@ class OptimizedBlockPool:
     def config(self) -> PoolConfig:
         return self._config
 
-    # --- checks that need the state (mirroring reference.pool_state) ----------------------------
+    # --- what the shared checks of specs.validation read ---------------------------------------
+
+    def _facts(self, block: BlockId) -> BlockFacts:
+        index = block - self._first_id
+        return BlockFacts(
+            self._ref_counts[index], self._hashes[index] is not None, len(self._tokens[index])
+        )
 
     def _check_live(self, block: BlockId) -> None:
-        """A block somebody holds; a free or merely cached block is an error here."""
-        index = block - self._first_id
-        if self._ref_counts[index] == 0:
-            where = "cached but unused" if self._hashes[index] is not None else "free"
-            raise UnallocatedBlockError(f"block {block} is {where}, not allocated")
+        check_live(block, self._facts(block))
 
     def _check_known(self, block: BlockId) -> None:
-        """A block that is held or cached (both have meaningful contents)."""
-        index = block - self._first_id
-        if self._ref_counts[index] == 0 and self._hashes[index] is None:
-            raise UnallocatedBlockError(f"block {block} is free, not allocated or cached")
-
-    def _check_full_block(self, tokens: object) -> list[Token]:
-        checked = check_tokens(tokens)
-        size = self._block_size
-        if len(checked) > size:
-            raise TooManyTokensError(f"{len(checked)} tokens do not fit a block of {size}")
-        if len(checked) < size:
-            raise InvalidArgumentError(
-                f"an immutable block holds exactly {size} tokens, got {len(checked)}"
-            )
-        return checked
+        check_known(block, self._facts(block))
 
     # --- references: taking and releasing ------------------------------------------------------
 
@@ -172,7 +159,7 @@ class OptimizedBlockPool:
         """A full block of ``tokens`` after ``prefix``: the cached block when there is one (a hit),
         else a new block that becomes the cached block for its hash. A hit leaves the computed
         mark alone: a block filled in this very step holds no KV until ``mark_computed``."""
-        checked = self._check_full_block(tokens)
+        checked = check_full_block(tokens, self._block_size)
         check_prefix(prefix, self._block_size)
         if not self._caching:
             block = self._take_block()
@@ -195,11 +182,7 @@ class OptimizedBlockPool:
     def cow_if_not_appendable(self, block: BlockId) -> BlockId:
         """The block to append into: ``block`` itself when only one holder has it, else a new copy
         (the caller's reference moves to the copy and the pair waits for the copy kernel)."""
-        check_block_id(self._config, block)
-        self._check_live(block)
-        if len(self._tokens[block - self._first_id]) == self._block_size:
-            raise TooManyTokensError(f"block {block} is full; nothing can be appended to it")
-        return self._copy_if_shared(block)
+        return self._copy_if_shared(check_appendable(self._config, block, self._facts))
 
     def _copy_if_shared(self, block: BlockId) -> BlockId:
         index = block - self._first_id
@@ -226,17 +209,8 @@ class OptimizedBlockPool:
         fills gets its hash; if another block already holds that hash, the caller switches to it
         and releases its own (dedup, no copy needed). Otherwise a shared block is copied first
         (copy-on-write) and the caller appends into its copy."""
-        check_block_id(self._config, block)
-        self._check_live(block)
-        checked = check_tokens(tokens)
-        check_prefix(prefix, self._block_size)
-        current = self._tokens[block - self._first_id]
-        room = self._block_size - len(current)
-        if len(checked) > room:
-            raise TooManyTokensError(
-                f"block {block} has {room} empty slots, cannot append {len(checked)} tokens"
-            )
-        filled = current + tuple(checked)
+        block, checked = check_append(self._config, block, prefix, tokens, self._facts)
+        filled = self._tokens[block - self._first_id] + tuple(checked)
         content_hash = None
         if self._caching and len(filled) == self._block_size:
             content_hash = prefix.child_hash(filled)

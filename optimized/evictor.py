@@ -1,5 +1,5 @@
 """The evictor: cached blocks nobody holds, in the order they are given up when the free list is
-empty (DESIGN §2, "Eviction order")."""
+empty (`specs/semantics.md` 6, "Eviction order")."""
 
 from __future__ import annotations
 

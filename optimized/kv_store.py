@@ -4,6 +4,11 @@ Blocks are the first axis (``[num_blocks, block_size, num_kv_heads, head_dim]``)
 is one contiguous slab and a run of consecutive blocks is one contiguous slab too: that is what
 lets ``optimized.kernels`` move a run with a single ``copy_``. Indices here are 0-based positions
 in this store; a pool whose ids start at ``first_id`` subtracts it before calling in.
+
+The model runner's side is ``KVStore.write`` (each token's K and V into its slot, as vLLM's
+``reshape_and_cache`` does; ``specs/slots.py`` says which slot) and ``KVStore.read``. Where a block
+id's data sits in the store is the identity unless a defragmenter moved it: ``StoragePermutation``
+keeps that map and its inverse, and exchanges positions as ``swap_blocks_in_place`` exchanges data.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from specs.errors import ConfigurationError, ForeignBlockError, InvalidArgumentE
 
 LayerCache = tuple[torch.Tensor, torch.Tensor | None]
 """One layer's (K, V); V is None for MLA, whose single latent cache plays both roles."""
+
+StorageSlot = tuple[int, int]
+"""(position of a block in the store, slot within the block)."""
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -147,6 +155,66 @@ class KVStore:
                 return f"{name} {getattr(self, name)!r} != {getattr(other, name)!r}"
         return None
 
+    def _check_slots(self, slots: Sequence[StorageSlot]) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(slots, str | bytes) or not isinstance(slots, Sequence):
+            raise InvalidArgumentError(f"expected a sequence of (block, slot), got {slots!r}")
+        blocks, offsets = [], []
+        for slot in slots:
+            if (
+                not isinstance(slot, tuple)
+                or len(slot) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in slot)
+            ):
+                raise InvalidArgumentError(f"a slot is (block, offset) ints, got {slot!r}")
+            block, offset = slot
+            if not 0 <= block < self._num_blocks:
+                raise ForeignBlockError(
+                    f"block {block} is not in this store (0..{self._num_blocks - 1})"
+                )
+            if not 0 <= offset < self._block_size:
+                raise InvalidArgumentError(f"slot {offset} is not in a block of {self._block_size}")
+            blocks.append(block)
+            offsets.append(offset)
+        return (
+            torch.tensor(blocks, dtype=torch.int64, device=self._device),
+            torch.tensor(offsets, dtype=torch.int64, device=self._device),
+        )
+
+    def write(
+        self,
+        slots: Sequence[StorageSlot],
+        keys: Sequence[torch.Tensor],
+        values: Sequence[torch.Tensor | None],
+    ) -> None:
+        """Store token ``i``'s K (and V) of every layer in ``slots[i]``: the model runner's write.
+
+        ``keys[layer]`` and ``values[layer]`` are ``[len(slots), num_kv_heads, head_dim]``
+        (``values`` entries are None for MLA). Slots are checked before anything is written.
+        """
+        blocks, offsets = self._check_slots(slots)
+        shape = (len(slots), self._num_kv_heads, self._head_dim)
+        if len(keys) != self._num_layers or len(values) != self._num_layers:
+            raise InvalidArgumentError(
+                f"expected K and V for {self._num_layers} layers, got {len(keys)} and {len(values)}"
+            )
+        for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
+            if tuple(k.shape) != shape or (v is None) != self._mla:
+                raise InvalidArgumentError(f"layer {layer}: K/V must be {shape} (V None for MLA)")
+            if v is not None and tuple(v.shape) != shape:
+                raise InvalidArgumentError(f"layer {layer}: V must be {shape}")
+        for (k_cache, v_cache), k, v in zip(self._caches, keys, values, strict=True):
+            k_cache[blocks, offsets] = k.to(k_cache)
+            if v_cache is not None and v is not None:
+                v_cache[blocks, offsets] = v.to(v_cache)
+
+    def read(self, slots: Sequence[StorageSlot]) -> list[LayerCache]:
+        """Per layer the K (and V) of ``slots``, ``[len(slots), num_kv_heads, head_dim]``: what
+        attention reads through a block table. The result is a copy."""
+        blocks, offsets = self._check_slots(slots)
+        return [
+            (k[blocks, offsets], None if v is None else v[blocks, offsets]) for k, v in self._caches
+        ]
+
     def gather(self, block_ids: Sequence[int]) -> list[LayerCache]:
         """A sequence's KV read through its block table: per layer the named blocks, in order,
         concatenated along the token axis to ``[len(block_ids) * block_size, heads, head_dim]``.
@@ -176,3 +244,40 @@ class KVStore:
             f"head_dim={self._head_dim}, dtype={self._dtype}, device={self._device}, "
             f"mla={self._mla})"
         )
+
+
+class StoragePermutation:
+    """Block id -> position in a ``KVStore`` (``forward``), and position -> block id
+    (``backward``): inverse permutations, the identity until blocks trade places.
+
+    A defragmenter that moves data with ``swap_blocks_in_place`` exchanges positions here in the
+    same pairs, so that every block's data is still found at ``position(block)``.
+    """
+
+    __slots__ = ("backward", "forward")
+
+    def __init__(self, num_blocks: int) -> None:
+        self.forward: list[int] = list(range(num_blocks))
+        self.backward: list[int] = list(range(num_blocks))
+
+    def position(self, block: int) -> int:
+        return self.forward[block]
+
+    def exchange(self, pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Blocks ``a`` and ``b`` trade positions, for each pair in order; returns the pairs of
+        positions the kernel must exchange."""
+        moved = []
+        for a, b in pairs:
+            pa, pb = self.forward[a], self.forward[b]
+            self.forward[a], self.forward[b] = pb, pa
+            self.backward[pa], self.backward[pb] = b, a
+            moved.append((pa, pb))
+        return moved
+
+    def problems(self) -> list[str]:
+        """Invariant I4 of ``specs/invariants.md``: the two tables are inverse permutations."""
+        if sorted(self.forward) != list(range(len(self.forward))) or any(
+            self.backward[p] != b for b, p in enumerate(self.forward)
+        ):
+            return ["the forward and backward storage tables are not inverse permutations"]
+        return []

@@ -1,4 +1,4 @@
-"""Which block a new allocation takes (DESIGN §2, "Allocation order" and "Eviction order").
+"""Which block a new allocation takes (``specs/semantics.md`` 5 and 6; pool §4).
 
 A free block first; only when none is left, an evictable one, oldest access first and, among
 equally old, the one with the most hashed tokens (a chain's tail before its head). The spec lets

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from itertools import takewhile
 
 from reference.allocation import discard_pending_copies, take_block
 from reference.pool_state import (
     PoolState,
     evictable_ids,
+    facts,
     free_ids,
     known_block,
     live_block,
@@ -22,17 +24,19 @@ from reference.pool_state import (
     with_block,
 )
 from specs.content_hash import Prefix
-from specs.errors import DoubleFreeError, InvalidArgumentError, TooManyTokensError
+from specs.errors import DoubleFreeError
 from specs.pool_view import BLANK
 from specs.types import BlockId, CopyPair, PoolConfig, Token
 from specs.validation import (
+    check_append,
+    check_appendable,
     check_block_id,
     check_block_ids,
     check_chains,
+    check_full_block,
     check_pool_config,
     check_prefix,
     check_time,
-    check_tokens,
 )
 
 
@@ -68,18 +72,6 @@ def allocate_mutable(state: PoolState, choice: BlockId | None = None) -> tuple[P
     return take_block(state, choice)
 
 
-def _check_full_block(state: PoolState, tokens: object) -> list[Token]:
-    checked = check_tokens(tokens)
-    size = state.config.block_size
-    if len(checked) > size:
-        raise TooManyTokensError(f"{len(checked)} tokens do not fit a block of {size}")
-    if len(checked) < size:
-        raise InvalidArgumentError(
-            f"an immutable block holds exactly {size} tokens, got {len(checked)}"
-        )
-    return checked
-
-
 def allocate_immutable(
     state: PoolState, prefix: Prefix, tokens: Sequence[Token], choice: BlockId | None = None
 ) -> tuple[PoolState, BlockId]:
@@ -87,7 +79,7 @@ def allocate_immutable(
     else a new block that becomes the cached block for its hash. ``choice`` is only consulted
     when a block is allocated. A hit keeps the block's computed mark as it is: a block filled in
     this very step holds no KV until the model has run and ``mark_computed`` says so."""
-    checked = _check_full_block(state, tokens)
+    checked = check_full_block(tokens, state.config.block_size)
     check_prefix(prefix, state.config.block_size)
     if not state.config.enable_caching:
         state, block = take_block(state, choice)
@@ -119,10 +111,8 @@ def cow_if_not_appendable(
 ) -> tuple[PoolState, BlockId]:
     """The block to append into: ``block`` itself when only one holder has it, else a new copy
     (the caller's reference moves to the copy and the pair waits for the copy kernel)."""
-    check_block_id(state.config, block)
-    view = live_block(state, block)
-    if len(view.tokens) == state.config.block_size:
-        raise TooManyTokensError(f"block {block} is full; nothing can be appended to it")
+    check_appendable(state.config, block, partial(facts, state))
+    view = state.blocks[block]
     if view.ref_count == 1:
         return state, block
     state, copy = take_block(state, choice)
@@ -152,16 +142,8 @@ def append_tokens(
     fills gets its hash (``prefix`` is what precedes it); if another block already holds that
     hash, the caller switches to it and releases its own (dedup). Otherwise a shared block is
     copied first (copy-on-write) and the caller appends into its copy."""
-    check_block_id(state.config, block)
-    view = live_block(state, block)
-    checked = check_tokens(tokens)
-    check_prefix(prefix, state.config.block_size)
-    room = state.config.block_size - len(view.tokens)
-    if len(checked) > room:
-        raise TooManyTokensError(
-            f"block {block} has {room} empty slots, cannot append {len(checked)} tokens"
-        )
-    filled = (*view.tokens, *checked)
+    block, checked = check_append(state.config, block, prefix, tokens, partial(facts, state))
+    filled = (*state.blocks[block].tokens, *checked)
     fills = len(filled) == state.config.block_size
     if state.config.enable_caching and fills:
         cached = state.cached.get(prefix.child_hash(filled))

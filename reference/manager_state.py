@@ -10,10 +10,14 @@ from immutables import Map
 from reference import block_pool as pool_ops
 from reference.allocation import Picker, lowest_id
 from reference.pool_state import PoolState, to_view
-from specs.errors import SequenceStateError, UnknownSequenceError
 from specs.manager_view import GroupView, ManagerView, SeqView
 from specs.types import BlockId, Device, ManagerConfig
-from specs.validation import check_id, check_manager_config
+from specs.validation import (
+    check_manager_config,
+    check_on_device,
+    lookup_group,
+    lookup_sequence,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,27 +57,16 @@ def with_pool(state: ManagerState, device: Device, new_pool: PoolState) -> Manag
 
 
 def seq(state: ManagerState, seq_id: object) -> SeqView:
-    checked = check_id("sequence", seq_id)
-    found = state.seqs.get(checked)
-    if found is None:
-        raise UnknownSequenceError(f"sequence {checked} is not known to the manager")
-    return found
+    return lookup_sequence(state.seqs, seq_id)
 
 
 def group(state: ManagerState, group_id: object) -> GroupView:
-    checked = check_id("group", group_id)
-    found = state.groups.get(checked)
-    if found is None:
-        raise UnknownSequenceError(f"group {checked} is not known to the manager")
-    return found
+    return lookup_group(state.groups, group_id)
 
 
 def group_on(state: ManagerState, group_id: object, device: Device, action: str) -> GroupView:
     found = group(state, group_id)
-    if found.device is not device:
-        raise SequenceStateError(
-            f"cannot {action} group {group_id}: its blocks are on the {found.device.value}"
-        )
+    check_on_device(group_id, found.device, device, action)
     return found
 
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, replace
 
 from immutables import Map
 
-from specs.errors import UnallocatedBlockError
 from specs.pool_view import BLANK, BlockView, PoolView
 from specs.types import BlockHash, BlockId, CopyPair, PoolConfig
+from specs.validation import BlockFacts, check_known, check_live
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,21 +46,22 @@ def evictable_ids(state: PoolState) -> frozenset[BlockId]:
     return frozenset(b for b, view in state.blocks.items() if is_evictable(view))
 
 
+def facts(state: PoolState, block: BlockId) -> BlockFacts:
+    """What the shared checks of ``specs.validation`` read of a block."""
+    view = state.blocks[block]
+    return BlockFacts(view.ref_count, view.content_hash is not None, len(view.tokens))
+
+
 def live_block(state: PoolState, block: BlockId) -> BlockView:
     """The view of a block somebody holds; a free or merely cached block is an error here."""
-    view = state.blocks[block]
-    if view.ref_count == 0:
-        where = "cached but unused" if view.content_hash is not None else "free"
-        raise UnallocatedBlockError(f"block {block} is {where}, not allocated")
-    return view
+    check_live(block, facts(state, block))
+    return state.blocks[block]
 
 
 def known_block(state: PoolState, block: BlockId) -> BlockView:
     """The view of a block that is held or cached (both have meaningful contents)."""
-    view = state.blocks[block]
-    if is_free(view):
-        raise UnallocatedBlockError(f"block {block} is free, not allocated or cached")
-    return view
+    check_known(block, facts(state, block))
+    return state.blocks[block]
 
 
 def with_block(state: PoolState, block: BlockId, view: BlockView) -> PoolState:

@@ -1,4 +1,4 @@
-"""The typed errors every implementation raises (DESIGN "Errors").
+"""The typed errors every implementation raises (``specs/semantics.md`` 14, "Errors").
 
 Each names the offending value in its message, and an operation that raises one leaves the state
 exactly as it was.

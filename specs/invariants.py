@@ -1,4 +1,4 @@
-"""The invariants of DESIGN §3 as predicates over a ``PoolView``.
+"""Invariants I1-I3 of ``specs/invariants.md`` as predicates over a ``PoolView``.
 
 Each returns the list of violations it found (empty when the invariant holds), so a failing test
 can print all of them at once.
@@ -13,7 +13,7 @@ from specs.types import BlockId
 
 
 def ref_counts(view: PoolView, held: Mapping[BlockId, int]) -> list[str]:
-    """§3.1: each block's count is the number of references the callers hold on it."""
+    """I1: each block's count is the number of references the callers hold on it."""
     problems = []
     for block, block_view in view.blocks.items():
         expected = held.get(block, 0)
@@ -26,7 +26,7 @@ def ref_counts(view: PoolView, held: Mapping[BlockId, int]) -> list[str]:
 
 
 def accounting(view: PoolView) -> list[str]:
-    """§3.2: free + evictable + used = total, the three sets disjoint, free blocks blank."""
+    """I2: free + evictable + used = total, the three sets disjoint, free blocks blank."""
     problems = []
     total = view.config.num_blocks
     if set(view.blocks) != set(view.config.block_ids):
@@ -51,7 +51,7 @@ def accounting(view: PoolView) -> list[str]:
 
 
 def hash_index(view: PoolView) -> list[str]:
-    """§3.3: the index names each hash's one block, hashes recompute, evictable = cached at 0."""
+    """I3: the index names each hash's one block, hashes recompute, evictable = cached at 0."""
     problems = []
     for content_hash, block in view.cached.items():
         block_view = view.blocks.get(block)
@@ -82,5 +82,5 @@ def hash_index(view: PoolView) -> list[str]:
 
 
 def pool_invariants(view: PoolView) -> list[str]:
-    """§3.2 and §3.3, which need nothing but the pool."""
+    """I2 and I3, which need nothing but the pool."""
     return accounting(view) + hash_index(view)

@@ -1,18 +1,25 @@
 """Input checks shared by every implementation, so both sides reject bad input the same way.
 
 Each check raises the typed error of ``specs.errors`` with a message naming the offending value.
+Checks that need an implementation's state take the few facts they read (a block's ref count,
+whether it is hashed, how many tokens it holds; a sequence table) from the caller, so that the
+order of the checks and their messages are written once, here, for every implementation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeGuard
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple, TypeGuard, TypeVar
 
 from specs.content_hash import Prefix
 from specs.errors import (
     ConfigurationError,
     ForeignBlockError,
     InvalidArgumentError,
+    SequenceStateError,
+    TooManyTokensError,
+    UnallocatedBlockError,
+    UnknownSequenceError,
     UnsupportedError,
 )
 from specs.types import (
@@ -61,7 +68,7 @@ def check_block_id(config: PoolConfig, block: object) -> BlockId:
     if not _is_int(block):
         raise InvalidArgumentError(f"block id must be an int, got {block!r}")
     assert isinstance(block, int)
-    if block not in config.block_ids:
+    if not config.first_id <= block < config.first_id + config.num_blocks:
         raise ForeignBlockError(
             f"block {block} is not in this pool (ids {config.first_id}.."
             f"{config.first_id + config.num_blocks - 1})"
@@ -191,3 +198,103 @@ def check_encoder_support(config: ManagerConfig, encoder: object) -> list[Token]
             f" (enable_caching={config.enable_caching}, sliding_window={config.sliding_window})"
         )
     return tokens
+
+
+# --- checks over a block's state ----------------------------------------------------------------
+
+
+class BlockFacts(NamedTuple):
+    """What the pool checks read of one block."""
+
+    ref_count: int
+    hashed: bool
+    num_tokens: int
+
+
+def check_live(block: BlockId, facts: BlockFacts) -> None:
+    """``live(b)``: somebody holds the block; a free or merely cached block is an error here."""
+    if facts.ref_count == 0:
+        where = "cached but unused" if facts.hashed else "free"
+        raise UnallocatedBlockError(f"block {block} is {where}, not allocated")
+
+
+def check_known(block: BlockId, facts: BlockFacts) -> None:
+    """``known(b)``: the block is held or cached (both have meaningful contents)."""
+    if facts.ref_count == 0 and not facts.hashed:
+        raise UnallocatedBlockError(f"block {block} is free, not allocated or cached")
+
+
+def check_full_block(tokens: object, block_size: int) -> list[Token]:
+    """The tokens of an immutable block: exactly ``block_size`` of them."""
+    checked = check_tokens(tokens)
+    if len(checked) > block_size:
+        raise TooManyTokensError(f"{len(checked)} tokens do not fit a block of {block_size}")
+    if len(checked) < block_size:
+        raise InvalidArgumentError(
+            f"an immutable block holds exactly {block_size} tokens, got {len(checked)}"
+        )
+    return checked
+
+
+def check_append(
+    config: PoolConfig,
+    block: object,
+    prefix: object,
+    tokens: object,
+    facts_of: Callable[[BlockId], BlockFacts],
+) -> tuple[BlockId, list[Token]]:
+    """``append_tokens``'s checks, in order: id, live, tokens, prefix, room in the block."""
+    checked_block = check_block_id(config, block)
+    facts = facts_of(checked_block)
+    check_live(checked_block, facts)
+    checked = check_tokens(tokens)
+    check_prefix(prefix, config.block_size)
+    room = config.block_size - facts.num_tokens
+    if len(checked) > room:
+        raise TooManyTokensError(
+            f"block {checked_block} has {room} empty slots, cannot append {len(checked)} tokens"
+        )
+    return checked_block, checked
+
+
+def check_appendable(
+    config: PoolConfig, block: object, facts_of: Callable[[BlockId], BlockFacts]
+) -> BlockId:
+    """``cow_if_not_appendable``'s checks, in order: id, live, not already full."""
+    checked_block = check_block_id(config, block)
+    facts = facts_of(checked_block)
+    check_live(checked_block, facts)
+    if facts.num_tokens == config.block_size:
+        raise TooManyTokensError(f"block {checked_block} is full; nothing can be appended to it")
+    return checked_block
+
+
+# --- sequence and group lookups ------------------------------------------------------------------
+
+Found = TypeVar("Found")
+
+
+def _lookup(kind: str, found_in: Mapping[int, Found], value: object) -> Found:
+    checked = check_id(kind, value)
+    found = found_in.get(checked)
+    if found is None:
+        raise UnknownSequenceError(f"{kind} {checked} is not known to the manager")
+    return found
+
+
+def lookup_sequence(seqs: Mapping[int, Found], seq_id: object) -> Found:
+    """``seq(x)``: an int naming a live sequence."""
+    return _lookup("sequence", seqs, seq_id)
+
+
+def lookup_group(groups: Mapping[int, Found], group_id: object) -> Found:
+    """``group(x)``: an int naming a live group."""
+    return _lookup("group", groups, group_id)
+
+
+def check_on_device(group_id: object, device: Device, expected: Device, action: str) -> None:
+    """``on(g, D)``: the group's blocks are on ``expected``."""
+    if device is not expected:
+        raise SequenceStateError(
+            f"cannot {action} group {group_id}: its blocks are on the {device.value}"
+        )

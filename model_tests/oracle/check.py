@@ -16,12 +16,15 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.reporting import with_reporter
-from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+from hypothesis.stateful import run_state_machine_as_test
 
-from model_tests.lockstep import Divergence
+from model_tests.lockstep.calls import Divergence
+from model_tests.lockstep.capture import RunRecord
+from model_tests.machines.manager_machine import ManagerLockstep, manager_lockstep_case
+from model_tests.machines.pool_machine import PoolLockstep, lockstep_case
 from model_tests.oracle import codec, trace
-from model_tests.oracle.capture import RunRecord
 from model_tests.oracle.codec import Level
+from model_tests.oracle.exec_target import close_target
 from model_tests.oracle.trace import Trace, Verdict
 
 DEFAULT_STEPS = 2000
@@ -32,12 +35,18 @@ Progress = Callable[[int, int, bool], None]
 """Called after each run with (runs so far, calls so far, whether a failure was seen)."""
 
 
-def machine_case(factory: Callable[[Any], Any], level: Level) -> type[RuleBasedStateMachine]:
-    from model_tests.manager_machine import manager_lockstep_case
-    from model_tests.pool_machine import lockstep_case
-
-    make = manager_lockstep_case if level == "manager" else lockstep_case
-    return make(factory, isomorphic=True)
+def machine_case(
+    factory: Callable[[Any], Any], level: Level
+) -> type[ManagerLockstep] | type[PoolLockstep]:
+    """The isomorphic machine of ``level`` for ``factory``'s targets; each run's target goes back
+    to its factory when the run ends (an ``exec:`` program then serves the next run)."""
+    case: type[ManagerLockstep] | type[PoolLockstep]
+    if level == "manager":
+        case = manager_lockstep_case(factory, isomorphic=True)
+    else:
+        case = lockstep_case(factory, isomorphic=True)
+    case.release_target = staticmethod(close_target)
+    return case
 
 
 def budget(steps: int, per_run: int = MAX_STEPS_PER_RUN) -> tuple[int, int]:

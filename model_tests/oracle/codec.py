@@ -1,16 +1,17 @@
 """JSON for every argument and result of both protocols (manager and pool), for traces and stdio.
 
-Each level has a table: operation name -> its parameters (name, kind, optional) and the kind of
-its result. ``encode_args`` / ``decode_args`` and ``encode_result`` / ``decode_result`` go through
-the table, so an unknown operation, a wrong number of arguments or a malformed value is a
-``CodecError`` naming the operation and the parameter.
+The operations, their parameters and the kinds of their arguments and results are the table of
+``specs/operations.py``; ``encode_args`` / ``decode_args`` and ``encode_result`` /
+``decode_result`` go through it, so an unknown operation, a wrong number of arguments or a
+malformed value is a ``CodecError`` naming the operation and the parameter.
 
 Kinds and their JSON:
 
-- ``int``: a JSON integer. ``bool``: ``true`` / ``false``. ``float``: a JSON number, or
-  ``{"float": "nan" | "inf" | "-inf"}`` (strict JSON has no such numbers).
-- ``tokens`` / ``ids``: a list of integers; ``tokens?``: also ``null``. ``chains``: a list of lists
-  of integers. ``pairs``: a list of ``[source, destination]``.
+- ``int``, ``count``, ``seq``, ``group``, ``block``: a JSON integer. ``bool``: ``true`` /
+  ``false``. ``float``: a JSON number, or ``{"float": "nan" | "inf" | "-inf"}`` (strict JSON has
+  no such numbers).
+- ``tokens`` / ``seqs`` / ``blocks``: a list of integers; ``tokens?``: also ``null``. ``chains``:
+  a list of lists of integers. ``pairs``: a list of ``[source, destination]``.
 - ``device``: ``"gpu"`` / ``"cpu"``; ``device?``: also ``null``. ``status``: ``"ok"`` / ``"later"``
   / ``"never"``. ``none``: ``null``.
 - ``extra_key``: ``{"lora_id": int | null, "cache_salt": str | null}``.
@@ -26,133 +27,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, dataclass, fields
-from typing import Any, Literal
+from dataclasses import MISSING, fields
+from typing import Any
 
 from specs import errors as error_module
+from specs import operations
 from specs.content_hash import Prefix
 from specs.errors import PagedKVError
+from specs.operations import Operation
 from specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, PoolConfig
 
-Level = Literal["manager", "pool"]
-LEVELS: tuple[Level, ...] = ("manager", "pool")
 JSON = Any
+Level = operations.Level
+LEVELS = operations.LEVELS
+OPS = operations.OPERATIONS
+ERRORS = operations.ERRORS
 
 
 class CodecError(ValueError):
     """A value that does not fit its operation's table, or an unknown operation."""
 
 
-@dataclass(frozen=True)
-class Param:
-    name: str
-    kind: str
-    optional: bool = False
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    params: tuple[Param, ...]
-    result: str
-
-    @property
-    def min_args(self) -> int:
-        return sum(1 for p in self.params if not p.optional)
-
-
-def _op(result: str, *params: str) -> OpSpec:
-    """``"name:kind"`` is required, ``"name:kind="`` optional (it has a default)."""
-    out = []
-    for text in params:
-        name, kind = text.split(":")
-        out.append(Param(name, kind.rstrip("="), kind.endswith("=")))
-    return OpSpec(tuple(out), result)
-
-
-MANAGER_OPS: dict[str, OpSpec] = {
-    "can_allocate": _op(
-        "status", "prompt:tokens", "num_lookahead_slots:int=", "encoder_prompt:tokens?="
-    ),
-    "allocate": _op(
-        "none",
-        "group_id:int",
-        "seq_ids:ids",
-        "prompt:tokens",
-        "extra_key:extra_key=",
-        "encoder_prompt:tokens?=",
-    ),
-    "can_append_slots": _op(
-        "bool", "group_id:int", "num_new_tokens:int=", "num_lookahead_slots:int="
-    ),
-    "append_slots": _op("pairs", "seq_id:int", "tokens:tokens", "num_lookahead_slots:int="),
-    "fork": _op("none", "parent_id:int", "child_id:int"),
-    "free": _op("none", "seq_id:int"),
-    "can_swap_out": _op("status", "group_id:int"),
-    "can_swap_in": _op("status", "group_id:int", "num_lookahead_slots:int="),
-    "swap_out": _op("pairs", "group_id:int"),
-    "swap_in": _op("pairs", "group_id:int"),
-    "get_block_table": _op("ids", "seq_id:int"),
-    "get_cross_block_table": _op("ids", "group_id:int"),
-    "get_num_free_gpu_blocks": _op("int"),
-    "get_num_free_cpu_blocks": _op("int"),
-    "access_all_blocks_in_seq": _op("none", "seq_id:int", "now:float"),
-    "mark_blocks_as_computed": _op("none", "group_id:int"),
-    "get_common_computed_block_ids": _op("ids", "seq_ids:ids"),
-    "get_num_cached_tokens": _op("int", "seq_id:int"),
-    "get_prefix_cache_hit_rate": _op("float", "device:device"),
-    "reset_prefix_cache": _op("bool", "device:device?="),
-}
-
-POOL_OPS: dict[str, OpSpec] = {
-    "allocate_mutable": _op("int"),
-    "allocate_immutable": _op("int", "prefix:prefix", "tokens:tokens"),
-    "append_tokens": _op("int", "block:int", "prefix:prefix", "tokens:tokens"),
-    "free": _op("none", "block:int"),
-    "fork": _op("ids", "chain:ids"),
-    "cow_if_not_appendable": _op("int", "block:int"),
-    "clear_copy_on_writes": _op("pairs"),
-    "mark_accessed": _op("none", "blocks:ids", "now:float"),
-    "mark_computed": _op("none", "blocks:ids"),
-    "common_computed_prefix": _op("ids", "chains:chains"),
-    "num_free_blocks": _op("int"),
-    "hit_rate": _op("float"),
-    "reset_prefix_cache": _op("bool"),
-}
-
-OPS: dict[Level, dict[str, OpSpec]] = {"manager": MANAGER_OPS, "pool": POOL_OPS}
-
-ERRORS: dict[Level, tuple[str, ...]] = {
-    "manager": (
-        "ConfigurationError",
-        "InvalidArgumentError",
-        "OutOfBlocksError",
-        "UnknownSequenceError",
-        "DuplicateSequenceError",
-        "SequenceStateError",
-        "UnsupportedError",
-    ),
-    "pool": (
-        "ConfigurationError",
-        "InvalidArgumentError",
-        "OutOfBlocksError",
-        "DoubleFreeError",
-        "ForeignBlockError",
-        "UnallocatedBlockError",
-        "TooManyTokensError",
-    ),
-}
-"""The error types the spec has each level raise (``ConfigurationError`` on creation)."""
-
-
 def level_of(text: object) -> Level:
-    if text == "manager":
-        return "manager"
-    if text == "pool":
-        return "pool"
-    raise CodecError(f"unknown level {text!r} (expected 'manager' or 'pool')")
+    try:
+        return operations.level_of(text)
+    except ValueError as error:
+        raise CodecError(str(error)) from None
 
 
-def op_spec(level: Level, op: object) -> OpSpec:
+def op_spec(level: Level, op: object) -> Operation:
     table = OPS[level]
     if not isinstance(op, str) or op not in table:
         raise CodecError(f"unknown {level} operation {op!r} (known: {', '.join(sorted(table))})")
@@ -182,11 +85,22 @@ def _is_key(value: object) -> bool:
     )
 
 
+_JSON_KIND = {"count": "int", "seq": "int", "group": "int", "block": "int"}
+_JSON_KIND |= {"seqs": "ids", "blocks": "ids"}
+"""Kinds of the operation table that share a JSON form: ids and counts are integers."""
+
+
+def _base(kind: str) -> str:
+    """The JSON form of ``kind``, without its ``?``."""
+    bare = kind.rstrip("?")
+    return _JSON_KIND.get(bare, bare)
+
+
 def _fits(kind: str, value: object) -> bool:
     """Whether ``value`` has the typed JSON form of ``kind`` (else it is written raw)."""
     if kind.endswith("?") and value is None:
         return True
-    kind = kind.rstrip("?")
+    kind = _base(kind)
     checks: dict[str, Callable[[object], bool]] = {
         "int": _is_int,
         "bool": lambda v: isinstance(v, bool),
@@ -244,7 +158,7 @@ def encode_value(kind: str, value: object, where: str = "value") -> JSON:
         return {"raw": _plain(value, where)}
     if value is None:
         return None
-    base = kind.rstrip("?")
+    base = _base(kind)
     if base in {"int", "bool"}:
         return value
     if base == "float":
@@ -310,7 +224,7 @@ def decode_value(kind: str, value: JSON, where: str = "value", *, allow_raw: boo
         return value["raw"]
     if kind.endswith("?") and value is None:
         return None
-    base = kind.rstrip("?")
+    base = _base(kind)
     if base == "int":
         return _int(value, where)
     if base == "bool":
@@ -372,7 +286,7 @@ def decode_value(kind: str, value: JSON, where: str = "value", *, allow_raw: boo
 # --- operations -----------------------------------------------------------------------------------
 
 
-def _check_arity(level: Level, op: str, spec: OpSpec, count: int) -> None:
+def _check_arity(level: Level, op: str, spec: Operation, count: int) -> None:
     if not spec.min_args <= count <= len(spec.params):
         wanted = (
             str(len(spec.params))

@@ -22,39 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from typing import IO, Any
 
 from model_tests.oracle import codec
 from model_tests.oracle.codec import JSON, CodecError, Level
 from model_tests.oracle.targets import TargetError, load
 from specs.errors import PagedKVError
-
-
-def builtin(impl: str, level: Level) -> Callable[[Any], Any]:
-    if impl == "reference" and level == "manager":
-        from reference.manager_adapter import ReferenceBlockSpaceManager
-
-        return ReferenceBlockSpaceManager
-    if impl == "reference":
-        from reference.pool_adapter import ReferenceBlockPool
-
-        return ReferenceBlockPool
-    if impl == "optimized" and level == "manager":
-        from optimized.block_manager import OptimizedBlockSpaceManager
-
-        return OptimizedBlockSpaceManager
-    if impl == "optimized":
-        from optimized.block_pool import OptimizedBlockPool
-
-        return OptimizedBlockPool
-    if impl == "independent" and level == "manager":
-        from model_tests.independent.manager import IndependentManager
-
-        return IndependentManager
-    if impl == "independent":
-        raise LookupError("the independent implementation is a manager; it has no pool level")
-    return load(impl, level)  # a package.module:factory of the user's
 
 
 class Peer:
@@ -74,14 +47,14 @@ class Peer:
             if request["op"] == "create":
                 return self.create(request)
             return self.call(request["op"], request.get("args", []))
-        except (CodecError, LookupError, TargetError) as error:
+        except (CodecError, TargetError) as error:
             return protocol_error(str(error))
 
     def create(self, request: dict[str, JSON]) -> JSON:
         self.instance = None
         self.level = codec.level_of(request.get("level", "manager"))
         config = codec.decode_config(self.level, request.get("config"))
-        factory = builtin(self.impl, self.level)
+        factory = load(self.impl, self.level)
         try:
             self.instance = factory(config)
         except PagedKVError as error:

@@ -24,6 +24,9 @@ from typing import Any
 
 import pytest
 
+from model_tests.oracle import codec, targets
+from model_tests.oracle.check import check_report, run_check
+
 DEFAULT_STEPS = 1000
 
 
@@ -54,9 +57,6 @@ def run_oracle(
     trace_out: Path | None = None,
 ) -> Any:
     """Check ``target`` (a factory or a target string); raise OracleFailure with the report."""
-    from model_tests.oracle import codec, targets
-    from model_tests.oracle.check import check_report, run_check
-
     lvl = codec.level_of(level)
     if isinstance(target, str):
         name = target

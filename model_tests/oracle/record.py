@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
+from model_tests.lockstep.capture import RunRecord
 from model_tests.oracle import codec, trace
-from model_tests.oracle.capture import RunRecord
 from model_tests.oracle.check import machine_case
 from model_tests.oracle.codec import Level
 from specs.types import ManagerConfig, PoolConfig

@@ -32,6 +32,7 @@ ALIASES = {
         "manager": "optimized.block_manager:OptimizedBlockSpaceManager",
         "pool": "optimized.block_pool:OptimizedBlockPool",
     },
+    "independent": {"manager": "model_tests.independent.manager:IndependentManager"},
 }
 """Short names for the targets pagedkv ships."""
 
@@ -47,7 +48,10 @@ def load(spec: str, level: Level) -> Factory:
             return exec_factory(spec.removeprefix("exec:").strip(), level)
         except ExecSetupError as error:
             raise TargetError(f"target {spec}: {error}") from None
-    spec = ALIASES.get(spec, {}).get(level, spec)
+    if spec in ALIASES:
+        if level not in ALIASES[spec]:
+            raise TargetError(f"target {spec} has no {level} level")
+        spec = ALIASES[spec][level]
     module_name, colon, attribute = spec.partition(":")
     if not colon or not module_name or not attribute:
         raise TargetError(

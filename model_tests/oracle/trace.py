@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from model_tests.lockstep import Divergence, run_call
+from model_tests.lockstep.calls import Divergence, run_call
+from model_tests.lockstep.capture import Call, RunRecord
+from model_tests.lockstep.manager_session import IsomorphicManagerSession
+from model_tests.lockstep.pool_session import IsomorphicPoolSession
 from model_tests.oracle import codec
-from model_tests.oracle.capture import Call, RunRecord
 from model_tests.oracle.codec import JSON, CodecError, Level
 from model_tests.oracle.exec_target import close_target
-from model_tests.oracle.manager_session import IsomorphicManagerSession
-from model_tests.oracle.pool_session import IsomorphicPoolSession
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from reference.pool_adapter import ReferenceBlockPool
 from specs.errors import PagedKVError

@@ -2,8 +2,9 @@
 
 Steps act on live chains (a sequence's blocks, as a block table would hold them). Pools are small,
 tokens few and chains tend to follow one shared template, so evictions, dedup and copy-on-write
-happen in most runs. After every step the two pools must look the same (exact mode, DESIGN §4)
-and satisfy invariants 1-3 of DESIGN §3; a step that raises must leave both unchanged (§3.6).
+happen in most runs. After every step the two pools must look the same (exact mode,
+``specs/comparison.md``) and satisfy invariants I1-I3 of ``specs/invariants.md``; a step that
+raises must leave both unchanged (I6).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from model_tests.lockstep import assert_same_state, call_both, construction_outcome
-from model_tests.oracle import capture
-from model_tests.oracle.pool_session import IsomorphicPoolSession
+from model_tests.lockstep import capture
+from model_tests.lockstep.calls import assert_same_state, call_both, construction_outcome
+from model_tests.lockstep.pool_session import IsomorphicPoolSession
 from reference.pool_adapter import ReferenceBlockPool
 from specs import invariants
 from specs.content_hash import Prefix
@@ -90,6 +91,7 @@ class PoolLockstep(RuleBasedStateMachine):
     isomorphic: ClassVar[bool] = False
     last_run: ClassVar[capture.RunRecord | None] = None
     on_run_end: ClassVar[capture.RunHook | None] = None
+    release_target: ClassVar[capture.ReleaseHook | None] = None
     chains = Bundle("chains")
 
     def __init__(self) -> None:
@@ -403,7 +405,7 @@ class PoolLockstep(RuleBasedStateMachine):
             assert free_count == len(view.free) + len(view.evictable), f"{name}: free count"
 
 
-def lockstep_case(factory: Any, *, isomorphic: bool = False) -> type[RuleBasedStateMachine]:
+def lockstep_case(factory: Any, *, isomorphic: bool = False) -> type[PoolLockstep]:
     """A machine class checking ``factory``'s pools against the reference, in exact or in
     isomorphic mode (ids through a bijection, the target's allowed choices adopted)."""
     return type(

@@ -23,10 +23,11 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from model_tests.independent import broken
 from model_tests.independent.manager import IndependentManager
-from model_tests.manager_machine import manager_lockstep_case
-from model_tests.oracle import cli, codec, exec_target, targets, trace
+from model_tests.machines.manager_machine import manager_lockstep_case
+from model_tests.oracle import codec, exec_target, targets, trace
 from model_tests.oracle.check import CheckResult, check_report, run_check
 from model_tests.oracle.record import record_level
+from pagedkv import cli
 from reference.pool_adapter import ReferenceBlockPool
 from specs.content_hash import Prefix
 from specs.errors import OutOfBlocksError, UnknownSequenceError
@@ -77,7 +78,7 @@ def test_independent_manager_passes_the_isomorphic_machine() -> None:
             suppress_health_check=list(HealthCheck),
         ),
     )
-    assert case.last_run is not None and case.last_run.calls  # type: ignore[attr-defined]
+    assert case.last_run is not None and case.last_run.calls
 
 
 def test_independent_manager_passes_pagedkv_check() -> None:

@@ -1,8 +1,10 @@
 """What a lockstep machine leaves behind when a run ends: its configuration and its calls.
 
 Each machine calls ``finish`` from ``teardown``; the record goes to the machine class's
-``last_run`` and to its ``on_run_end`` hook, if one is set. Hypothesis runs the shrunk failing
-example last, so after a failure ``last_run`` is the minimal run: that is what becomes a trace.
+``last_run`` and to its ``on_run_end`` hook, if one is set, and the target to its
+``release_target`` hook (the oracle uses it to hand an ``exec:`` program back to its pool; the
+machines know nothing of processes). Hypothesis runs the shrunk failing example last, so after a
+failure ``last_run`` is the minimal run: that is what becomes a trace.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from model_tests.oracle.codec import Level
-from model_tests.oracle.exec_target import close_target
+from specs.operations import Level
 
 Call = tuple[str, tuple[Any, ...]]
 
@@ -33,6 +34,7 @@ class RunRecord:
 
 
 RunHook = Callable[[RunRecord], None]
+ReleaseHook = Callable[[Any], None]
 
 
 def finish(machine: Any, level: Level) -> RunRecord:
@@ -51,8 +53,10 @@ def finish(machine: Any, level: Level) -> RunRecord:
         outcomes=tuple(step.outcome for step in steps),
         checking_config=getattr(machine, "checking_config", None),
     )
-    close_target(getattr(machine, "target", None))  # a program goes back to serve the next run
     cls = type(machine)
+    release: ReleaseHook | None = getattr(cls, "release_target", None)
+    if release is not None and hasattr(machine, "target"):
+        release(machine.target)
     cls.last_run = record
     hook: RunHook | None = getattr(cls, "on_run_end", None)
     if hook is not None:

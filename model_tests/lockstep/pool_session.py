@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from model_tests.lockstep import Divergence, run_call, shared_error
-from model_tests.oracle.bijection import Bijection
-from model_tests.oracle.manager_session import Step
+from model_tests.lockstep.bijection import Bijection
+from model_tests.lockstep.calls import Divergence, run_call, shared_error
+from model_tests.lockstep.manager_session import Step
 from reference.pool_adapter import ReferenceBlockPool
 from specs.errors import InvalidArgumentError
+from specs.operations import ALLOCATING_POOL_OPERATIONS as ALLOCATING
+from specs.operations import OPERATIONS
 from specs.types import BlockId
-
-ALLOCATING = {"allocate_mutable", "allocate_immutable", "append_tokens", "cow_if_not_appendable"}
 
 
 @dataclass
@@ -94,24 +94,29 @@ class IsomorphicPoolSession:
         return unused[0] if unused else block
 
     def _translate_args(self, method: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        if not args:
+        """Block ids in arguments (by their kind in ``specs.operations``) in target ids; values
+        of the wrong shape (deliberate misuse) pass unchanged."""
+        operation = OPERATIONS["pool"].get(method)
+        if operation is None:
             return args
-        first, rest = args[0], args[1:]
-        if method in {"free", "append_tokens", "cow_if_not_appendable"}:
-            return (self._target_id(first), *rest)
-        if method in {"fork", "mark_accessed", "mark_computed"} and isinstance(first, list):
-            return ([self._target_id(b) for b in first], *rest)
-        if method == "common_computed_prefix" and isinstance(first, list):
-            return ([[self._target_id(b) for b in chain] for chain in first],)
-        return args
+        out = list(args)
+        for index, (param, arg) in enumerate(zip(operation.params, args, strict=False)):
+            if param.kind == "block":
+                out[index] = self._target_id(arg)
+            elif param.kind == "blocks" and isinstance(arg, list):
+                out[index] = [self._target_id(b) for b in arg]
+            elif param.kind == "chains" and isinstance(arg, list):
+                out[index] = [[self._target_id(b) for b in chain] for chain in arg]
+        return tuple(out)
 
     def _translate_result(self, method: str, mine: Any) -> Any:
         to_target = self.ids.target_of
-        if method in ALLOCATING:
+        kind = OPERATIONS["pool"][method].result
+        if kind == "block":
             return to_target(mine)
-        if method in {"fork", "common_computed_prefix"}:
+        if kind == "blocks":
             return [to_target(b) for b in mine]
-        if method == "clear_copy_on_writes":
+        if kind == "pairs":
             return [(to_target(s), to_target(d)) for s, d in mine]
         return mine
 

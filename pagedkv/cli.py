@@ -1,4 +1,5 @@
-"""``pagedkv``: check an allocator against the reference, record and replay conformance traces.
+"""The ``pagedkv`` command: check an allocator against the reference, record and replay
+conformance traces.
 
     pagedkv check  --target T [--level manager|pool] [--steps N] [--seed S] [--trace-out PATH]
     pagedkv record [--level manager|pool|all] [--out DIR] [--runs N] [--seed S]
@@ -15,11 +16,16 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
 
 from model_tests.oracle import codec, targets, trace
 from model_tests.oracle.check import (
@@ -31,6 +37,7 @@ from model_tests.oracle.check import (
     run_check,
 )
 from model_tests.oracle.codec import Level
+from model_tests.oracle.record import record_level
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 
@@ -55,26 +62,18 @@ class Output:
         self.rich = stream.isatty() if rich is None else rich
         self.console: Any = None
         if self.rich:
-            from rich.console import Console
-
             self.console = Console(file=stream, highlight=False)
 
     def line(self, text: str = "", style: str = "") -> None:
         if self.console is None:
             print(text, file=self.stream)
         else:
-            from rich.markup import escape
-
             self.console.print(f"[{style}]{escape(text)}[/]" if style and text else escape(text))
 
     def report(self, report: Report) -> None:
         if self.console is None:
             print(report.plain(), file=self.stream)
             return
-        from rich.panel import Panel
-        from rich.table import Table
-        from rich.text import Text
-
         self.console.print(Text(report.title, style="bold"))
         self.console.print(
             Panel(Text(report.verdict), style="green" if report.ok else "red", expand=False)
@@ -200,8 +199,6 @@ def cmd_replay(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_record(args: argparse.Namespace, out: Output) -> int:
-    from model_tests.oracle.record import record_level
-
     levels: list[Level] = ["manager", "pool"] if args.level == "all" else [_level(args.level)]
     if args.runs < 1:
         raise UsageError("--runs must be at least 1")
@@ -264,7 +261,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
 def main(
     argv: Sequence[str] | None = None, stdout: IO[str] | None = None, stderr: IO[str] | None = None
 ) -> int:
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # torch, harmless
     out_stream = sys.stdout if stdout is None else stdout
     err_stream = sys.stderr if stderr is None else stderr
     try:

@@ -2,14 +2,16 @@
 
 Groups live in a bundle; a step picks the sequences it acts on among a group's live members.
 The configuration (block size, pool sizes, watermark, sliding window, caching) is drawn per run.
-After every step both managers must look the same (exact mode), and invariants 1-4 of DESIGN §3
-must hold on both devices; every ``can_*`` answer is held to its promise (§3.7), and a step that
-raises must leave both unchanged (§3.6).
+After every step both managers must look the same (exact mode), and invariants I1-I4 of
+``specs/invariants.md`` must hold on both devices, I5 (KV data) on the model and on a target that
+has tensors; every ``can_*`` answer is held to its promise (I7), and a step that raises must leave
+both unchanged (I6).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from hypothesis import event
@@ -23,14 +25,14 @@ from hypothesis.stateful import (
     rule,
 )
 
-from model_tests.kv_harness import AbstractKV, CachedPrefixes, KVSide, TorchKV, Writer, kv_problems
-from model_tests.lockstep import assert_same_state, construction_outcome
-from model_tests.oracle import capture
-from model_tests.oracle.manager_session import (
+from model_tests.lockstep import capture
+from model_tests.lockstep.calls import assert_same_state, construction_outcome
+from model_tests.lockstep.manager_session import (
     ExactManagerSession,
     IsomorphicManagerSession,
     ManagerSession,
 )
+from model_tests.machines.kv_harness import AbstractKV, CachedPrefixes, KVSide, Writer, kv_problems
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from specs import invariants
 from specs.errors import OutOfBlocksError, PagedKVError
@@ -68,8 +70,10 @@ def held_references(view: ManagerView, device: Device) -> Counter[BlockId]:
 
 
 def mapping_problems(view: ManagerView) -> list[str]:
-    """§3.4: tables point only at allocated blocks of their group's device (or the null block)."""
+    """I4 (manager §7): tables point only at allocated blocks of their group's device (or the
+    null block), each holding the table's tokens for its position; no copy is left pending."""
     problems = []
+    size = view.config.block_size
     for seq_id, seq in view.seqs.items():
         group = view.groups.get(seq.group_id)
         if group is None or seq_id not in group.seq_ids:
@@ -84,8 +88,20 @@ def mapping_problems(view: ManagerView) -> list[str]:
                     f"sequence {seq_id} maps to block {block}, not an allocated"
                     f" {group.device.value} block"
                 )
-        if len(seq.blocks) * view.config.block_size < len(seq.tokens):
+        if len(seq.blocks) * size < len(seq.tokens):
             problems.append(f"sequence {seq_id} has more tokens than slots")
+            continue
+        for index, block in enumerate(seq.blocks):
+            held = pool.blocks.get(block)
+            wanted = seq.tokens[index * size : (index + 1) * size]
+            if block != view.null_block and held is not None and held.tokens != wanted:
+                problems.append(
+                    f"sequence {seq_id}: block {block} at position {index} holds"
+                    f" {list(held.tokens)}, the table's tokens there are {list(wanted)}"
+                )
+    for device in (Device.GPU, Device.CPU):
+        if view.pool(device).pending_cows:
+            problems.append(f"copy-on-write pairs left pending on the {device.value}")
     return problems
 
 
@@ -102,8 +118,11 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     make_target: ClassVar[BlockSpaceManagerFactory]
     isomorphic: ClassVar[bool] = False
+    target_kv: ClassVar[Callable[[ManagerConfig], KVSide] | None] = None
+    """The target's KV (its tensors, moved by its kernels), when it has one to check."""
     last_run: ClassVar[capture.RunRecord | None] = None
     on_run_end: ClassVar[capture.RunHook | None] = None
+    release_target: ClassVar[capture.ReleaseHook | None] = None
     groups = Bundle("groups")
 
     def __init__(self) -> None:
@@ -125,7 +144,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         else:
             self.session = ExactManagerSession(self.model, self.target)
         self.model_kv: KVSide = AbstractKV(config)
-        self.target_kv: KVSide | None = None if self.isomorphic else TorchKV(config)
+        make_kv = type(self).target_kv
+        self.target_side: KVSide | None = None if make_kv is None else make_kv(config)
         self.prefixes = CachedPrefixes()
         event(f"config: caching={config.enable_caching}, window={config.sliding_window}")
 
@@ -139,8 +159,8 @@ class ManagerLockstep(RuleBasedStateMachine):
     def sides(self) -> list[tuple[KVSide, ManagerView]]:
         """Each side's KV with the tables that place it (the target's, in exact mode)."""
         sides = [(self.model_kv, self.model.view())]
-        if self.target_kv is not None:
-            sides.append((self.target_kv, self.target.view()))
+        if self.target_side is not None:
+            sides.append((self.target_side, self.target.view()))
         return sides
 
     def kv_sides(self) -> list[KVSide]:
@@ -315,7 +335,7 @@ class ManagerLockstep(RuleBasedStateMachine):
                 f"can_swap_in said OK with {lookahead} lookahead slots, then {result!r}"
             )
 
-    @precondition(lambda self: not self.isomorphic)  # it only moves the model's KV then
+    @precondition(lambda self: type(self).target_kv is not None)  # it moves the target's tensors
     @rule(data=st.data())
     def defragment(self, data: st.DataObject) -> None:
         """Blocks trade storage by in-place exchange; block ids and tables stay as they are, so
@@ -439,7 +459,7 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @invariant()
     def kv_data_intact(self) -> None:
-        """DESIGN §3.5, on both sides."""
+        """I5, on both sides."""
         if not hasattr(self, "model"):
             return
         self.prefixes.record(self.model.view())
@@ -464,11 +484,21 @@ class ManagerLockstep(RuleBasedStateMachine):
             assert not problems, f"{name}: " + "; ".join(problems)
 
 
-def manager_lockstep_case(factory: Any, *, isomorphic: bool = False) -> type[RuleBasedStateMachine]:
+def manager_lockstep_case(
+    factory: Any,
+    *,
+    isomorphic: bool = False,
+    target_kv: Callable[[ManagerConfig], KVSide] | None = None,
+) -> type[ManagerLockstep]:
     """A machine class checking ``factory``'s managers against the reference: in exact mode
-    (same ids and state) or in isomorphic mode (ids through a bijection, the protocol only)."""
+    (same ids and state) or in isomorphic mode (ids through a bijection, the protocol only);
+    with ``target_kv``, the target's KV data is checked too."""
     return type(
         f"ManagerLockstep_{getattr(factory, '__name__', 'target')}",
         (ManagerLockstep,),
-        {"make_target": staticmethod(factory), "isomorphic": isomorphic},
+        {
+            "make_target": staticmethod(factory),
+            "isomorphic": isomorphic,
+            "target_kv": None if target_kv is None else staticmethod(target_kv),
+        },
     )

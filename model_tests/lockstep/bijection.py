@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model_tests.lockstep import Divergence
+from model_tests.lockstep.calls import Divergence
 from specs.types import BlockId
 
 

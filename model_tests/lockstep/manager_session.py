@@ -13,14 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from model_tests.lockstep import Divergence, call_both, comparable, run_call, shared_error
-from model_tests.oracle.bijection import Bijection
+from model_tests.lockstep.bijection import Bijection
+from model_tests.lockstep.calls import Divergence, call_both, comparable, run_call, shared_error
 from reference.allocation import Picker, allowed_choices
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from reference.manager_state import lowest_ids
 from reference.pool_state import PoolState
 from specs.errors import PagedKVError
 from specs.manager_view import ManagerView
+from specs.operations import OPERATIONS
 from specs.types import BlockId, CopyPair, Device
 
 
@@ -69,12 +70,6 @@ class Observation:
     free: dict[Device, int]
 
 
-# Results that are block ids on one device, by method.
-_RESULT_DEVICE = {
-    "append_slots": (Device.GPU, Device.GPU),
-    "swap_out": (Device.GPU, Device.CPU),
-    "swap_in": (Device.CPU, Device.GPU),
-}
 MAX_ATTEMPTS = 6
 
 
@@ -293,9 +288,9 @@ class IsomorphicManagerSession:
 
     def _translate(self, method: str, args: tuple[Any, ...], before: ManagerView, mine: Any) -> Any:
         view = self.model.view()
-        if method in _RESULT_DEVICE:
-            source, destination = _RESULT_DEVICE[method]
-            return [self._pair(p, source, destination) for p in mine]
+        devices = OPERATIONS["manager"][method].pair_devices
+        if devices is not None:
+            return [self._pair(p, *devices) for p in mine]
         if method == "get_block_table":
             device = view.groups[view.seqs[args[0]].group_id].device
             return [self.maps[device].target_of(b) for b in mine]

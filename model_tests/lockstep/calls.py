@@ -1,7 +1,8 @@
 """Call the same operation on the model and on an implementation, and insist they agree.
 
-Used by every lockstep machine, at every layer: same result, or the same error type; after an
-error both sides must be exactly as they were before it (DESIGN §3.6).
+Used by every lockstep machine and session, at every layer: same result, or the same error
+type; after an error both sides must be exactly as they were before it (invariant I6 of
+``specs/invariants.md``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ KV data moved by the torch kernels."""
 
 from __future__ import annotations
 
-from model_tests.manager_machine import manager_lockstep_case
+from model_tests.machines.manager_machine import manager_lockstep_case
+from model_tests.machines.torch_kv import TorchKV
 from optimized.block_manager import OptimizedBlockSpaceManager
 
-TestOptimizedManager = manager_lockstep_case(OptimizedBlockSpaceManager).TestCase
+TestOptimizedManager = manager_lockstep_case(OptimizedBlockSpaceManager, target_kv=TorchKV).TestCase

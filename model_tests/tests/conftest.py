@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from model_tests import profiles
+from model_tests.machines import profiles
 
 profiles.load()

@@ -1,0 +1,181 @@
+"""KV data in the lockstep machine: a stand-in model runner, the engine's kernel calls, and the
+check of invariant I5 (``specs/invariants.md`` §5).
+
+Each side of the machine gets a ``KVSide``: the reference's abstract KV model (``AbstractKV``, this
+file) or torch stores moved by the real kernels (``torch_kv.TorchKV``, for targets with tensors).
+After each manager call the harness does what an engine does: runs the copy-on-write pairs and
+swap mappings the manager returned, then has the stand-in model write K and V for every newly
+scheduled token whose block is not already computed, through the slot mapping of
+``specs/slots.py``. K and V are a deterministic function of the token prefix (and extra key), so
+the check can say what every slot must hold: every live sequence's KV, read through its block
+table, and every evictable cached block's KV. This file imports no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from reference import kv_model
+from reference.kv_model import KVModel, SlotContent
+from specs.content_hash import ROOT, encode_block
+from specs.manager_view import ManagerView
+from specs.slots import slot_of
+from specs.types import BlockId, Device, ExtraKey, ManagerConfig, Token
+
+CROSS = "cross-attention"
+
+
+def kv_values(content: SlotContent) -> tuple[float, float]:
+    """What the stand-in model writes for ``content``: two floats exact in float32."""
+    digest = hashlib.sha256(encode_block(ROOT, content.tokens, content.extra_key)).digest()
+    return float(int.from_bytes(digest[:3], "little")), float(int.from_bytes(digest[3:6], "little"))
+
+
+@dataclass
+class KVSide:
+    """One side's KV. Blocks are named by the manager's ids; ``run_*`` are the engine's kernel
+    calls, ``write`` the model's, ``holds`` the check's question."""
+
+    config: ManagerConfig
+
+    def run_copies(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+        raise NotImplementedError
+
+    def run_swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
+        raise NotImplementedError
+
+    def defragment(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+        """Blocks trade storage in place; through their ids nothing may change."""
+        raise NotImplementedError
+
+    def write(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> None:
+        raise NotImplementedError
+
+    def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool:
+        raise NotImplementedError
+
+    def problems(self) -> list[str]:
+        """Anything wrong with the side's own bookkeeping (its storage tables)."""
+        return []
+
+
+@dataclass
+class AbstractKV(KVSide):
+    """The reference's side: ``reference.kv_model`` keyed by block id. Storage positions are not
+    modelled, so a defragmentation is nothing here: that is what it must look like from outside."""
+
+    kv: KVModel = kv_model.EMPTY
+
+    def run_copies(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+        size = self.config.block_size
+        self.kv = kv_model.copy_blocks(self.kv, pairs, size, Device.GPU, Device.GPU)
+
+    def run_swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
+        source = Device.CPU if to is Device.GPU else Device.GPU
+        self.kv = kv_model.copy_blocks(self.kv, pairs, self.config.block_size, source, to)
+
+    def defragment(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+        del pairs
+
+    def write(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> None:
+        self.kv = kv_model.write(self.kv, (device, block, slot), content)
+
+    def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool:
+        return kv_model.read(self.kv, (device, block, slot)) == content
+
+
+@dataclass
+class Writer:
+    """The stand-in model runner: writes each newly scheduled token's KV into its slot, unless
+    its block is already computed (a cache hit's KV is there already)."""
+
+    side: KVSide
+
+    def write_tokens(self, view: ManagerView, seq_id: int, positions: range) -> None:
+        seq = view.seqs[seq_id]
+        group = view.groups[seq.group_id]
+        pool = view.pool(group.device)
+        size = view.config.block_size
+        for position in positions:
+            block, slot = slot_of(seq.blocks, position, size)
+            if block == view.null_block or pool.blocks[block].computed:
+                continue
+            content = SlotContent(seq.tokens[: position + 1], group.extra_key)
+            self.side.write(group.device, block, slot, content)
+
+    def write_cross(self, view: ManagerView, group_id: int) -> None:
+        group = view.groups[group_id]
+        size = view.config.block_size
+        for position in range(len(group.encoder_tokens)):
+            block, slot = slot_of(group.cross_blocks, position, size)
+            content = SlotContent(group.encoder_tokens[: position + 1], cross_key(group.extra_key))
+            self.side.write(group.device, block, slot, content)
+
+
+def cross_key(key: ExtraKey) -> ExtraKey:
+    return ExtraKey(key.lora_id, CROSS)
+
+
+@dataclass
+class CachedPrefixes:
+    """Which token prefix each content hash stands for, as seen in live sequences: what an
+    evictable block's KV must hold."""
+
+    by_hash: dict[bytes, tuple[tuple[Token, ...], ExtraKey]] = field(default_factory=dict)
+
+    def record(self, view: ManagerView) -> None:
+        size = view.config.block_size
+        for seq in view.seqs.values():
+            group = view.groups[seq.group_id]
+            pool = view.pool(group.device)
+            for index, block in enumerate(seq.blocks):
+                block_view = pool.blocks.get(block)
+                if block == view.null_block or block_view is None:
+                    continue
+                if block_view.content_hash is not None:
+                    tokens = seq.tokens[: (index + 1) * size]
+                    self.by_hash.setdefault(block_view.content_hash, (tokens, group.extra_key))
+
+
+def kv_problems(side: KVSide, view: ManagerView, prefixes: CachedPrefixes) -> list[str]:
+    """Invariant I5 on one side: live sequences, cross tables and evictable cached blocks."""
+    problems = side.problems()
+    size = view.config.block_size
+    for seq_id, seq in view.seqs.items():
+        group = view.groups[seq.group_id]
+        for position in range(len(seq.tokens)):
+            block, slot = slot_of(seq.blocks, position, size)
+            if block == view.null_block:
+                continue
+            expected = SlotContent(seq.tokens[: position + 1], group.extra_key)
+            if not side.holds(group.device, block, slot, expected):
+                problems.append(
+                    f"sequence {seq_id}: KV of token {position} in {group.device.value} block"
+                    f" {block} is not the KV of its prefix"
+                )
+                break
+    for group_id, group in view.groups.items():
+        for position in range(len(group.encoder_tokens)):
+            block, slot = slot_of(group.cross_blocks, position, size)
+            expected = SlotContent(group.encoder_tokens[: position + 1], cross_key(group.extra_key))
+            if not side.holds(group.device, block, slot, expected):
+                problems.append(f"group {group_id}: cross-attention KV of token {position} lost")
+                break
+    for device in Device:
+        pool = view.pool(device)
+        for block in sorted(pool.evictable):
+            block_view = pool.blocks[block]
+            assert block_view.content_hash is not None
+            known = prefixes.by_hash.get(block_view.content_hash)
+            if known is None:
+                continue
+            tokens, key = known
+            start = len(tokens) - size
+            for slot in range(size):
+                expected = SlotContent(tokens[: start + slot + 1], key)
+                if not side.holds(device, block, slot, expected):
+                    problems.append(f"evictable {device.value} block {block} lost its cached KV")
+                    break
+    return problems

@@ -1,0 +1,93 @@
+"""One table of operations (``specs/operations.py``), and everything that lists them held to it:
+the protocols of ``specs/interface.py``, every implementation, the codec and ``specs/oracle.md``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from model_tests.independent.manager import IndependentManager
+from model_tests.oracle import codec
+from optimized.block_manager import OptimizedBlockSpaceManager
+from optimized.block_pool import OptimizedBlockPool
+from reference.manager_adapter import ReferenceBlockSpaceManager
+from reference.pool_adapter import ReferenceBlockPool
+from specs import interface, operations
+from specs.types import ExtraKey
+
+SPECS = Path(operations.__file__).parent
+IMPLEMENTATIONS: dict[operations.Level, list[type[Any]]] = {
+    "manager": [
+        interface.BlockSpaceManager,
+        ReferenceBlockSpaceManager,
+        OptimizedBlockSpaceManager,
+        IndependentManager,
+    ],
+    "pool": [interface.BlockPool, ReferenceBlockPool, OptimizedBlockPool],
+}
+EXTRA_PARAMETERS = {"choice"}
+"""Trailing optional parameters an implementation may add: the reference pool's ``choice``, the
+oracle's way to replay another implementation's allowed choice."""
+
+
+def parameters(method: Callable[..., Any]) -> list[inspect.Parameter]:
+    return [p for p in inspect.signature(method).parameters.values() if p.name != "self"]
+
+
+def default_value(text: str) -> object:
+    return eval(text, {"ExtraKey": ExtraKey})
+
+
+@pytest.mark.parametrize(
+    ("level", "cls"),
+    [(level, cls) for level, classes in IMPLEMENTATIONS.items() for cls in classes],
+    ids=lambda v: v if isinstance(v, str) else v.__name__,
+)
+def test_every_implementation_has_the_tables_operations(
+    level: operations.Level, cls: type[Any]
+) -> None:
+    for operation in operations.OPERATIONS[level].values():
+        method = getattr(cls, operation.name, None)
+        assert callable(method), f"{cls.__name__} lacks {operation.name}"
+        found = parameters(method)
+        extra = [p for p in found[len(operation.params) :] if p.name in EXTRA_PARAMETERS]
+        assert len(found) == len(operation.params) + len(extra), (cls, operation.signature())
+        for param, actual in zip(operation.params, found, strict=False):
+            assert actual.name == param.name, (cls.__name__, operation.name, actual.name)
+            if param.default is None:
+                assert actual.default is inspect.Parameter.empty, (cls, operation.name, param)
+            else:
+                assert actual.default == default_value(param.default), (cls, operation.name)
+
+
+def test_the_protocols_have_nothing_the_table_lacks() -> None:
+    observers = {"config", "view", "block", "lookup"}
+    protocols: dict[operations.Level, type[Any]] = {
+        "manager": interface.BlockSpaceManager,
+        "pool": interface.BlockPool,
+    }
+    for level, protocol in protocols.items():
+        declared = {name for name in vars(protocol) if not name.startswith("_")}
+        assert declared - observers == set(operations.OPERATIONS[level]), level
+
+
+def test_the_codec_and_the_spec_page_read_the_same_table() -> None:
+    assert codec.OPS is operations.OPERATIONS
+    page = (SPECS / "oracle.md").read_text(encoding="utf-8")
+    for level in operations.LEVELS:
+        assert operations.markdown_table(level) in page, (
+            f"specs/oracle.md §2 differs from operations.markdown_table({level!r}): paste it"
+        )
+
+
+def test_every_kind_has_a_json_form() -> None:
+    for table in operations.OPERATIONS.values():
+        for operation in table.values():
+            for param in operation.params:
+                codec.encode_value(param.kind, None if param.kind.endswith("?") else [])
+            assert operation.result in operations.RESULTS or operation.result == "pairs"

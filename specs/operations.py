@@ -1,0 +1,217 @@
+"""The operations of both protocols, as data: each operation's parameters, their kinds and the
+kind of its result.
+
+This table is the one place the protocols are listed. ``specs/interface.py`` writes the same
+operations as typed Protocols (a test holds the two, and every implementation, to the same names
+and parameters); the oracle's codec turns each kind into JSON; the lockstep sessions read the
+kinds to know which arguments and results are block ids; ``specs/oracle.md`` shows the table.
+
+Kinds (JSON in brackets, see ``specs/oracle.md`` §3):
+
+| kind | value | JSON |
+| --- | --- | --- |
+| ``seq``, ``group`` | a sequence or group id | integer |
+| ``count`` | a number of tokens or lookahead slots | integer |
+| ``int`` | a count the operation returns | integer |
+| ``block`` | one block id | integer |
+| ``blocks`` | block ids | list of integers |
+| ``seqs`` | sequence ids | list of integers |
+| ``tokens`` | token ids | list of integers |
+| ``chains`` | a list of block-id lists | list of lists |
+| ``pairs`` | ``(source, destination)`` block pairs | list of ``[s, d]`` |
+| ``float`` | a time or a rate | number, or ``{"float": "nan"}`` ... |
+| ``bool``, ``status``, ``device``, ``extra_key``, ``prefix``, ``none`` | as named | see oracle.md |
+
+A kind ending in ``?`` also admits ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from specs.types import Device
+
+Level = Literal["manager", "pool"]
+LEVELS: tuple[Level, ...] = ("manager", "pool")
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    name: str
+    kind: str
+    default: str | None = None
+    """The default, as Python source (``"0"``, ``"None"``, ``"ExtraKey()"``), or None for a
+    required parameter. Callers (and traces) may leave optional ones off the end."""
+
+    @property
+    def optional(self) -> bool:
+        return self.default is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    name: str
+    params: tuple[Param, ...]
+    result: str
+    pair_devices: tuple[Device, Device] | None = None
+    """For a result of kind ``pairs``: the devices of each pair's source and destination."""
+
+    @property
+    def min_args(self) -> int:
+        return sum(1 for p in self.params if not p.optional)
+
+    def signature(self) -> str:
+        """``name(param, param=default, ...)``, as the docs show it."""
+        shown = (p.name if p.default is None else f"{p.name}={p.default}" for p in self.params)
+        return f"{self.name}({', '.join(shown)})"
+
+
+def _op(
+    name: str, result: str, *params: str, pairs: tuple[Device, Device] | None = None
+) -> Operation:
+    """``"name:kind"`` is required, ``"name:kind=default"`` optional."""
+    parsed = []
+    for text in params:
+        param, _, rest = text.partition(":")
+        kind, equals, default = rest.partition("=")
+        parsed.append(Param(param, kind, default if equals else None))
+    return Operation(name, tuple(parsed), result, pairs)
+
+
+GPU, CPU = Device.GPU, Device.CPU
+
+MANAGER_OPERATIONS: tuple[Operation, ...] = (
+    _op(
+        "can_allocate",
+        "status",
+        "prompt:tokens",
+        "num_lookahead_slots:count=0",
+        "encoder_prompt:tokens?=None",
+    ),
+    _op(
+        "allocate",
+        "none",
+        "group_id:group",
+        "seq_ids:seqs",
+        "prompt:tokens",
+        "extra_key:extra_key=ExtraKey()",
+        "encoder_prompt:tokens?=None",
+    ),
+    _op(
+        "can_append_slots",
+        "bool",
+        "group_id:group",
+        "num_new_tokens:count=1",
+        "num_lookahead_slots:count=0",
+    ),
+    _op(
+        "append_slots",
+        "pairs",
+        "seq_id:seq",
+        "tokens:tokens",
+        "num_lookahead_slots:count=0",
+        pairs=(GPU, GPU),
+    ),
+    _op("fork", "none", "parent_id:seq", "child_id:seq"),
+    _op("free", "none", "seq_id:seq"),
+    _op("can_swap_out", "status", "group_id:group"),
+    _op("can_swap_in", "status", "group_id:group", "num_lookahead_slots:count=0"),
+    _op("swap_out", "pairs", "group_id:group", pairs=(GPU, CPU)),
+    _op("swap_in", "pairs", "group_id:group", pairs=(CPU, GPU)),
+    _op("get_block_table", "blocks", "seq_id:seq"),
+    _op("get_cross_block_table", "blocks", "group_id:group"),
+    _op("get_num_free_gpu_blocks", "int"),
+    _op("get_num_free_cpu_blocks", "int"),
+    _op("access_all_blocks_in_seq", "none", "seq_id:seq", "now:float"),
+    _op("mark_blocks_as_computed", "none", "group_id:group"),
+    _op("get_common_computed_block_ids", "blocks", "seq_ids:seqs"),
+    _op("get_num_cached_tokens", "int", "seq_id:seq"),
+    _op("get_prefix_cache_hit_rate", "float", "device:device"),
+    _op("reset_prefix_cache", "bool", "device:device?=None"),
+)
+
+POOL_OPERATIONS: tuple[Operation, ...] = (
+    _op("allocate_mutable", "block"),
+    _op("allocate_immutable", "block", "prefix:prefix", "tokens:tokens"),
+    _op("append_tokens", "block", "block:block", "prefix:prefix", "tokens:tokens"),
+    _op("free", "none", "block:block"),
+    _op("fork", "blocks", "chain:blocks"),
+    _op("cow_if_not_appendable", "block", "block:block"),
+    _op("clear_copy_on_writes", "pairs"),
+    _op("mark_accessed", "none", "blocks:blocks", "now:float"),
+    _op("mark_computed", "none", "blocks:blocks"),
+    _op("common_computed_prefix", "blocks", "chains:chains"),
+    _op("num_free_blocks", "int"),
+    _op("hit_rate", "float"),
+    _op("reset_prefix_cache", "bool"),
+)
+
+OPERATIONS: dict[Level, dict[str, Operation]] = {
+    "manager": {op.name: op for op in MANAGER_OPERATIONS},
+    "pool": {op.name: op for op in POOL_OPERATIONS},
+}
+
+ALLOCATING_POOL_OPERATIONS: frozenset[str] = frozenset(
+    op.name for op in POOL_OPERATIONS if op.result == "block"
+)
+"""Pool operations that may take a block from the pool: each returns the block the caller holds
+afterwards (so the returned id tells which block an implementation chose)."""
+
+ERRORS: dict[Level, tuple[str, ...]] = {
+    "manager": (
+        "ConfigurationError",
+        "InvalidArgumentError",
+        "OutOfBlocksError",
+        "UnknownSequenceError",
+        "DuplicateSequenceError",
+        "SequenceStateError",
+        "UnsupportedError",
+    ),
+    "pool": (
+        "ConfigurationError",
+        "InvalidArgumentError",
+        "OutOfBlocksError",
+        "DoubleFreeError",
+        "ForeignBlockError",
+        "UnallocatedBlockError",
+        "TooManyTokensError",
+    ),
+}
+"""The error classes (``specs.errors``) each level raises; ``ConfigurationError`` on creation."""
+
+
+def level_of(text: object) -> Level:
+    """The level ``text`` names, or ``ValueError``."""
+    if text == "manager":
+        return "manager"
+    if text == "pool":
+        return "pool"
+    raise ValueError(f"unknown level {text!r} (expected 'manager' or 'pool')")
+
+
+RESULTS: dict[str, str] = {
+    "status": "`AllocStatus`",
+    "none": "`None`",
+    "bool": "`bool`",
+    "int": "`int`",
+    "float": "`float`",
+    "block": "a block id",
+    "blocks": "block ids",
+}
+
+
+def _result_text(operation: Operation) -> str:
+    if operation.pair_devices is not None:
+        source, destination = (d.value.upper() for d in operation.pair_devices)
+        return f"`[(source, destination)]`: {source} → {destination} ids"
+    if operation.result == "pairs":
+        return "`[(source, destination)]`"
+    return RESULTS[operation.result]
+
+
+def markdown_table(level: Level) -> str:
+    """The level's operations as the table ``specs/oracle.md`` §2 shows."""
+    rows = ["| operation | result |", "| --- | --- |"]
+    rows += [f"| `{op.signature()}` | {_result_text(op)} |" for op in OPERATIONS[level].values()]
+    return "\n".join(rows)
