@@ -60,6 +60,9 @@ class SequenceGroup:
 class OptimizedBlockSpaceManager:
     """What a scheduler asks of the KV cache, over plain sequence ids, group ids and tokens."""
 
+    atomic = True
+    """Every failed call changes nothing (``specs/safety.md`` S6)."""
+
     def __init__(self, config: ManagerConfig) -> None:
         check_manager_config(config)
         self._config = config
@@ -76,6 +79,10 @@ class OptimizedBlockSpaceManager:
     @property
     def config(self) -> ManagerConfig:
         return self._config
+
+    def get_null_block(self) -> BlockId | None:
+        """The block released window entries point at."""
+        return self._null_block
 
     # --- lookups (the shared checks of specs.validation) -----------------------------------------
 

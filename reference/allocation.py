@@ -65,6 +65,9 @@ def take_block(state: PoolState, choice: BlockId | None = None) -> tuple[PoolSta
 
 
 def discard_pending_copies(state: PoolState, block: BlockId) -> PoolState:
-    """A block whose contents are given up (back to the free list, or evicted) needs no copy."""
+    """A block whose contents are given up (back to the free list, or evicted) needs no copy
+    (policy ``cow_pairs=pending``; under ``as_recorded`` the pair stays)."""
+    if state.policy.cow_pairs == "as_recorded":
+        return state
     kept = tuple(pair for pair in state.pending_cows if pair[1] != block)
     return replace(state, pending_cows=kept)

@@ -23,13 +23,22 @@ from reference.manager_state import (
     group_on,
     lowest_ids,
     new_manager,
+    null_block_pending,
     pool,
     seq,
+    take_null_block,
     with_pool,
 )
 from reference.pool_state import PoolState
 from reference.swap import move_group
-from specs.accounting import alloc_status, blocks_for, blocks_touched_by_append
+from specs.accounting import (
+    alloc_status,
+    blocks_for,
+    blocks_touched_by_append,
+    computed_blocks_release_end,
+    token_chunks,
+    token_exact_release_end,
+)
 from specs.errors import DuplicateSequenceError, OutOfBlocksError
 from specs.manager_view import GroupView, SeqView
 from specs.types import NO_EXTRA_KEY, AllocStatus, BlockId, CopyPair, Device, ExtraKey, Token
@@ -125,9 +134,11 @@ def _new_seq_ids(state: ManagerState, seq_ids: object) -> list[int]:
 
 
 def _touched(state: ManagerState, table: SeqView, num_new: int, lookahead: int) -> int:
-    return blocks_touched_by_append(
-        len(table.tokens), len(table.blocks), state.config.block_size, num_new, lookahead
-    )
+    """The blocks one sequence's append may take (policy ``append_worst_case``)."""
+    size = state.config.block_size
+    if state.policy.append_worst_case == "token_chunks":
+        return token_chunks(len(table.tokens), size, num_new, lookahead)
+    return blocks_touched_by_append(len(table.tokens), len(table.blocks), size, num_new, lookahead)
 
 
 def can_append_slots(
@@ -139,7 +150,7 @@ def can_append_slots(
     num_new = check_count("num_new_tokens", num_new_tokens)
     lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
     needed = sum(_touched(state, state.seqs[s], num_new, lookahead) for s in found.seq_ids)
-    return needed <= _gpu_free(state)
+    return needed + null_block_pending(state) <= _gpu_free(state)
 
 
 def append_slots(
@@ -155,23 +166,37 @@ def append_slots(
     found = group_on(state, table.group_id, Device.GPU, "append to")
     new_tokens = check_tokens(tokens, allow_empty=True)
     lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
-    needed = _touched(state, table, len(new_tokens), lookahead)
-    if needed > _gpu_free(state):
+    needed = _touched(state, table, len(new_tokens), lookahead) + null_block_pending(state)
+    if state.policy.atomic and needed > _gpu_free(state):
         raise OutOfBlocksError(
             f"sequence {seq_id} may need {needed} GPU blocks, only {_gpu_free(state)} are free"
         )
-    gpu, blocks = state.gpu, table.blocks
-    window, null_block = state.config.sliding_window, state.null_block
-    if window is not None and null_block is not None and new_tokens:
-        gpu, blocks = block_table.release_out_of_window(
-            gpu, blocks, len(table.tokens), window, null_block
-        )
+    state = take_null_block(state, pick(Device.GPU))
+    gpu, blocks = _release_out_of_window(state, table, len(new_tokens))
     gpu, blocks = block_table.append(
         gpu, table.tokens, blocks, new_tokens, found.extra_key, lookahead, pick(Device.GPU)
     )
     gpu, pairs = pool_ops.clear_copy_on_writes(gpu)
     new_table = replace(table, tokens=(*table.tokens, *new_tokens), blocks=blocks)
     return replace(state, gpu=gpu, seqs=state.seqs.set(int(seq_id), new_table)), pairs
+
+
+def _release_out_of_window(
+    state: ManagerState, table: SeqView, num_new: int
+) -> tuple[PoolState, tuple[BlockId, ...]]:
+    """Before an append, point the blocks no future token reads at the null block (policy
+    ``window_release``: token-exact and only when tokens come, or vLLM's count of blocks)."""
+    window, null_block = state.config.sliding_window, state.null_block
+    if window is None or null_block is None:
+        return state.gpu, table.blocks
+    size = state.config.block_size
+    if state.policy.window_release == "computed_blocks":
+        end = computed_blocks_release_end(len(table.tokens), size, window)
+    elif num_new:
+        end = token_exact_release_end(len(table.tokens), size, window)
+    else:
+        return state.gpu, table.blocks
+    return block_table.release_blocks(state.gpu, table.blocks, end, null_block)
 
 
 def fork(state: ManagerState, parent_id: int, child_id: int) -> ManagerState:

@@ -25,6 +25,7 @@ from reference.pool_state import (
 )
 from specs.content_hash import Prefix
 from specs.errors import DoubleFreeError
+from specs.policy import PAGEDKV, Policy
 from specs.pool_view import BLANK
 from specs.types import BlockId, CopyPair, PoolConfig, Token
 from specs.validation import (
@@ -40,9 +41,9 @@ from specs.validation import (
 )
 
 
-def create(config: PoolConfig) -> PoolState:
+def create(config: PoolConfig, policy: Policy = PAGEDKV) -> PoolState:
     check_pool_config(config)
-    return new_state(config)
+    return new_state(config, policy)
 
 
 # --- references: taking and releasing -------------------------------------------------------
@@ -126,7 +127,7 @@ def _record_copy(state: PoolState, source: BlockId, destination: BlockId) -> Poo
     before any destination is written). A source that is itself still waiting for its own copy
     holds no data yet, so the new copy reads from where that one would."""
     waiting_for = [s for s, d in state.pending_cows if d == source]
-    if waiting_for:
+    if waiting_for and state.policy.cow_pairs == "pending":
         source = waiting_for[0]
     return replace(state, pending_cows=(*state.pending_cows, (source, destination)))
 
@@ -145,11 +146,16 @@ def append_tokens(
     block, checked = check_append(state.config, block, prefix, tokens, partial(facts, state))
     filled = (*state.blocks[block].tokens, *checked)
     fills = len(filled) == state.config.block_size
-    if state.config.enable_caching and fills:
-        cached = state.cached.get(prefix.child_hash(filled))
-        if cached is not None:
-            return _switch_to_cached(state, block, cached), cached
+    cached = (
+        state.cached.get(prefix.child_hash(filled))
+        if state.config.enable_caching and fills
+        else None
+    )
+    if cached is not None and state.policy.promotion == "dedup":
+        return _switch_to_cached(state, block, cached), cached
     state, target = cow_if_not_appendable(state, block, choice)
+    if cached is not None:  # promotion=copy_then_dedup: the copy is made, then given up
+        return _switch_to_cached(state, target, cached), cached
     state = with_block(state, target, replace(state.blocks[target], tokens=filled))
     if state.config.enable_caching and fills:
         state = _cache(state, target, prefix, filled)
@@ -226,6 +232,8 @@ def common_computed_prefix(state: PoolState, chains: Sequence[Sequence[BlockId]]
     if not state.config.enable_caching or not checked:
         return []
     runs = [list(takewhile(lambda b: state.blocks[b].computed, chain[:-1])) for chain in checked]
+    if state.policy.common_prefix == "nonempty_runs" and len(runs) > 1:
+        runs = [run for run in runs if run] or [[]]
     common: list[BlockId] = []
     for column in zip(*runs, strict=False):
         if any(b != column[0] for b in column):
@@ -253,4 +261,4 @@ def reset_prefix_cache(state: PoolState) -> tuple[PoolState, bool]:
     """Forget every cached block, only when no block is in use (else nothing changes)."""
     if any(view.ref_count > 0 for view in state.blocks.values()):
         return state, False
-    return new_state(state.config), True
+    return new_state(state.config, state.policy), True

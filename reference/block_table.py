@@ -44,21 +44,15 @@ def allocate_prompt(
     return pool, tuple(blocks)
 
 
-def release_out_of_window(
-    pool: PoolState,
-    blocks: tuple[BlockId, ...],
-    first_new_position: int,
-    window: int,
-    null_block: BlockId,
+def release_blocks(
+    pool: PoolState, blocks: tuple[BlockId, ...], end: int, null_block: BlockId
 ) -> tuple[PoolState, tuple[BlockId, ...]]:
-    """Release every block whose tokens all precede ``first_new_position - window + 1``, the
-    oldest position the new tokens attend to; its entry then names the null block."""
-    size = pool.config.block_size
-    first_needed = first_new_position - window + 1
+    """Release the table's entries before index ``end`` (those no future token attends to);
+    each then names the null block."""
     table = list(blocks)
-    for index, block in enumerate(table):
-        if (index + 1) * size <= first_needed and block != null_block:
-            pool = pool_ops.free(pool, block)
+    for index in range(min(end, len(table))):
+        if table[index] != null_block:
+            pool = pool_ops.free(pool, table[index])
             table[index] = null_block
     return pool, tuple(table)
 

@@ -11,6 +11,7 @@ from reference import block_pool as pool_ops
 from reference.allocation import Picker, lowest_id
 from reference.pool_state import PoolState, to_view
 from specs.manager_view import GroupView, ManagerView, SeqView
+from specs.policy import PAGEDKV, Policy
 from specs.types import BlockId, Device, ManagerConfig
 from specs.validation import (
     check_manager_config,
@@ -28,6 +29,7 @@ class ManagerState:
     seqs: Map[int, SeqView]
     groups: Map[int, GroupView]
     null_block: BlockId | None = None
+    policy: Policy = PAGEDKV
 
 
 DevicePicker = Callable[[Device], Picker]
@@ -38,14 +40,23 @@ def lowest_ids(_: Device) -> Picker:
     return lowest_id
 
 
-def new_manager(config: ManagerConfig) -> ManagerState:
+def new_manager(config: ManagerConfig, policy: Policy = PAGEDKV) -> ManagerState:
     check_manager_config(config)
-    gpu = pool_ops.create(config.pool_config(Device.GPU))
-    cpu = pool_ops.create(config.pool_config(Device.CPU))
-    null_block = None
-    if config.sliding_window is not None:
-        gpu, null_block = pool_ops.allocate_mutable(gpu)  # pinned for good
-    return ManagerState(config, gpu, cpu, Map(), Map(), null_block)
+    gpu = pool_ops.create(config.pool_config(Device.GPU), policy)
+    cpu = pool_ops.create(config.pool_config(Device.CPU), policy)
+    state = ManagerState(config, gpu, cpu, Map(), Map(), None, policy)
+    if policy.null_block == "at_creation":
+        state = take_null_block(state)
+    return state
+
+
+def take_null_block(state: ManagerState, pick: Picker = lowest_id) -> ManagerState:
+    """With a window, pin the block released table entries will point at (policy
+    ``null_block``: at creation, or at the first append)."""
+    if state.config.sliding_window is None or state.null_block is not None:
+        return state
+    gpu, null_block = pool_ops.allocate_mutable(state.gpu, pick(state.gpu))  # pinned for good
+    return replace(state, gpu=gpu, null_block=null_block)
 
 
 def pool(state: ManagerState, device: Device) -> PoolState:
@@ -83,8 +94,14 @@ def distinct_blocks(state: ManagerState, found: GroupView) -> list[BlockId]:
 
 
 def empty_gpu_capacity(state: ManagerState) -> int:
-    """Free GPU blocks of this manager when nothing is allocated (the null block stays)."""
-    return state.config.num_gpu_blocks - (1 if state.null_block is not None else 0)
+    """Free GPU blocks of this manager when nothing is allocated: all but the null block, which
+    a window needs (taken already, or to be taken at the first append)."""
+    return state.config.num_gpu_blocks - (1 if state.config.sliding_window is not None else 0)
+
+
+def null_block_pending(state: ManagerState) -> int:
+    """1 while a window's null block is still to be taken (policy ``null_block``), else 0."""
+    return 1 if state.config.sliding_window is not None and state.null_block is None else 0
 
 
 def to_manager_view(state: ManagerState) -> ManagerView:

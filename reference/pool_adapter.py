@@ -12,14 +12,18 @@ from collections.abc import Sequence
 from reference import block_pool as ops
 from reference.pool_state import PoolState, to_view
 from specs.content_hash import Prefix
+from specs.policy import PAGEDKV, Policy
 from specs.pool_view import BlockView, PoolView
 from specs.types import BlockHash, BlockId, CopyPair, PoolConfig, Token
 from specs.validation import check_block_id
 
 
 class ReferenceBlockPool:
-    def __init__(self, config: PoolConfig) -> None:
-        self.state: PoolState = ops.create(config)
+    atomic = True
+    """Every failed call changes nothing (``specs/safety.md`` S6)."""
+
+    def __init__(self, config: PoolConfig, policy: Policy = PAGEDKV) -> None:
+        self.state: PoolState = ops.create(config, policy)
 
     @property
     def config(self) -> PoolConfig:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from immutables import Map
 
+from specs.policy import PAGEDKV, Policy
 from specs.pool_view import BLANK, BlockView, PoolView
 from specs.types import BlockHash, BlockId, CopyPair, PoolConfig
 from specs.validation import BlockFacts, check_known, check_live
@@ -24,10 +25,12 @@ class PoolState:
     pending_cows: tuple[CopyPair, ...] = ()
     hits: int = 0
     queries: int = 0
+    policy: Policy = PAGEDKV
+    """The choices this pool makes where correct pools differ (``specs/policy.md``)."""
 
 
-def new_state(config: PoolConfig) -> PoolState:
-    return PoolState(config, Map({b: BLANK for b in config.block_ids}), Map())
+def new_state(config: PoolConfig, policy: Policy = PAGEDKV) -> PoolState:
+    return PoolState(config, Map({b: BLANK for b in config.block_ids}), Map(), policy=policy)
 
 
 def is_free(view: BlockView) -> bool:

@@ -30,3 +30,25 @@ def alloc_status(needed: int, free: int, capacity: int, watermark: int) -> Alloc
     if free - needed >= watermark:
         return AllocStatus.OK
     return AllocStatus.LATER
+
+
+def token_chunks(num_tokens: int, block_size: int, num_new: int, lookahead: int) -> int:
+    """vLLM 0.6.3's worst case of an append, per sequence: the chunks the new tokens and the
+    lookahead slots are cut into, the first filling the last block (policy
+    ``append_worst_case=token_chunks``). Blocks already in the table count again; a partial
+    last block counts even when nothing is appended."""
+    first_chunk = block_size - num_tokens % block_size
+    return 1 + -(-(num_new + lookahead - first_chunk) // block_size)
+
+
+def token_exact_release_end(num_tokens: int, block_size: int, window: int) -> int:
+    """How many leading blocks hold only positions before ``num_tokens - window + 1``, the oldest
+    position the next token attends to: those a window releases (manager §4.4)."""
+    return max(0, (num_tokens - window + 1) // block_size)
+
+
+def computed_blocks_release_end(num_computed: int, block_size: int, window: int) -> int:
+    """vLLM 0.6.3's count of leading blocks a window releases: all but the last
+    ``window // block_size + 2`` blocks of the computed tokens (policy
+    ``window_release=computed_blocks``)."""
+    return max(0, num_computed // block_size - (window // block_size + 2))

@@ -226,6 +226,8 @@ class IndependentManager:
     """A ``BlockSpaceManager`` (without ``view``) over plain sequence and group ids."""
 
     device_class: type[_Device] = _Device
+    atomic = True
+    """It checks everything before it changes anything (the safety tier may hold it to that)."""
 
     def __init__(self, config: ManagerConfig) -> None:
         check_manager_config(config)
@@ -244,6 +246,9 @@ class IndependentManager:
     @property
     def config(self) -> ManagerConfig:
         return self._config
+
+    def get_null_block(self) -> BlockId | None:
+        return self.null
 
     # --- lookups and checks -------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from model_tests.lockstep.bijection import Bijection
 from model_tests.lockstep.calls import Divergence, run_call, shared_error
-from model_tests.lockstep.manager_session import Step
+from model_tests.lockstep.step import Step
 from reference.pool_adapter import ReferenceBlockPool
 from specs.errors import InvalidArgumentError
 from specs.operations import ALLOCATING_POOL_OPERATIONS as ALLOCATING

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, ClassVar
+from functools import partial
+from typing import Any, ClassVar, Literal
 
 from hypothesis import event
 from hypothesis import strategies as st
@@ -27,17 +28,20 @@ from hypothesis.stateful import (
 
 from model_tests.lockstep import capture
 from model_tests.lockstep.calls import assert_same_state, construction_outcome
+from model_tests.lockstep.ledger import Ledger
 from model_tests.lockstep.manager_session import (
     ExactManagerSession,
     IsomorphicManagerSession,
     ManagerSession,
 )
+from model_tests.lockstep.safety_session import SafetySession
 from model_tests.machines.kv_harness import AbstractKV, CachedPrefixes, KVSide, Writer, kv_problems
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from specs import invariants
 from specs.errors import OutOfBlocksError, PagedKVError
 from specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
 from specs.manager_view import ManagerView
+from specs.policy import PAGEDKV, Policy
 from specs.types import AllocStatus, BlockId, Device, ExtraKey, ManagerConfig, Token
 
 TEMPLATE: tuple[Token, ...] = (3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8)
@@ -105,19 +109,29 @@ def mapping_problems(view: ManagerView) -> list[str]:
     return problems
 
 
-def pair_problems(pairs: list[tuple[int, int]], what: str) -> list[str]:
-    sources = [s for s, _ in pairs]
-    destinations = [d for _, d in pairs]
-    if len(set(sources)) != len(sources) or len(set(destinations)) != len(destinations):
+def pair_problems(pairs: list[tuple[int, int]], what: str, *, each_block_once: bool) -> list[str]:
+    """I4 for a mapping: no block receives two different sources (safety); under pagedkv's
+    policy also no source or destination twice (each distinct block moves once)."""
+    sources_of: dict[int, set[int]] = {}
+    for source, destination in pairs:
+        sources_of.setdefault(destination, set()).add(source)
+    if any(len(sources) > 1 for sources in sources_of.values()):
+        return [f"{what} mapping sends two sources into one block: {pairs}"]
+    if each_block_once and len({s for s, _ in pairs}) != len(pairs):
         return [f"{what} mapping is not injective: {pairs}"]
     return []
 
 
+Mode = Literal["exact", "isomorphic", "safety"]
+
+
 class ManagerLockstep(RuleBasedStateMachine):
-    """Subclass and set ``make_target`` to check another manager against the reference."""
+    """Subclass and set ``make_target`` to check another manager: against the reference under
+    ``policy`` (exact or isomorphic mode), or alone against the safety tier."""
 
     make_target: ClassVar[BlockSpaceManagerFactory]
-    isomorphic: ClassVar[bool] = False
+    mode: ClassVar[Mode] = "exact"
+    policy: ClassVar[Policy] = PAGEDKV
     target_kv: ClassVar[Callable[[ManagerConfig], KVSide] | None] = None
     """The target's KV (its tensors, moved by its kernels), when it has one to check."""
     last_run: ClassVar[capture.RunRecord | None] = None
@@ -127,38 +141,65 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.model: ReferenceBlockSpaceManager
+        self.model: ReferenceBlockSpaceManager | None = None
         self.target: BlockSpaceManager
         self.next_id = 0
         self.clock = 0.0
         self.pending: capture.Call | None = None
         self.checking_config: ManagerConfig | None = None
+        self.ending_error: Any = None
 
     @initialize(config=manager_configs)
     def create_managers(self, config: ManagerConfig) -> None:
-        self.model = ReferenceBlockSpaceManager(config)
+        self.config = config
         self.target = type(self).make_target(config)
         self.session: ManagerSession
-        if self.isomorphic:
-            self.session = IsomorphicManagerSession(self.model, self.target)
+        if self.mode == "safety":
+            self.session = SafetySession(self.target, config)
         else:
-            self.session = ExactManagerSession(self.model, self.target)
+            self.model = ReferenceBlockSpaceManager(config, self.policy)
+            if self.mode == "isomorphic":
+                self.session = IsomorphicManagerSession(self.model, self.target)
+            else:
+                self.session = ExactManagerSession(self.model, self.target)
         self.model_kv: KVSide = AbstractKV(config)
         make_kv = type(self).target_kv
         self.target_side: KVSide | None = None if make_kv is None else make_kv(config)
         self.prefixes = CachedPrefixes()
         event(f"config: caching={config.enable_caching}, window={config.sliding_window}")
 
+    @property
+    def ledger(self) -> Ledger:
+        return self.session.ledger
+
+    @property
+    def ended(self) -> bool:
+        """A call failed under a policy that lets it fail midway: nothing defines the target's
+        state now, so the run makes no more calls."""
+        return hasattr(self, "session") and self.session.ended
+
     def both(self, method: str, *args: Any) -> Any:
+        """One call on the session. Once the run has ended, the call is not made: the error
+        that ended it stands for every later one, and the rules go by without calls."""
+        if self.ended:
+            return self.ending_error
         event(f"rule: {method}")
         self.pending = (method, args)
         outcome = self.session.call(method, *args)
         self.pending = None
+        if self.session.ended:
+            event("outcome: run ended by a call that failed midway")
+            self.ending_error = outcome
         return outcome
+
+    def model_view(self) -> ManagerView | None:
+        return None if self.model is None else self.model.view()
 
     def sides(self) -> list[tuple[KVSide, ManagerView]]:
         """Each side's KV with the tables that place it (the target's, in exact mode)."""
-        sides = [(self.model_kv, self.model.view())]
+        sides = []
+        if self.model is not None:
+            sides.append((self.model_kv, self.model.view()))
         if self.target_side is not None:
             sides.append((self.target_side, self.target.view()))
         return sides
@@ -169,7 +210,8 @@ class ManagerLockstep(RuleBasedStateMachine):
     def run_model(self, group_id: int, new_tokens: dict[int, range], data: st.DataObject) -> None:
         """The engine's model step: write the new tokens' KV, then (usually at once; sometimes
         a later step does it, as with chunked prefill) mark the group computed. Until then a
-        scheduler's questions must not count the new blocks as computed, cache hit or not."""
+        scheduler's questions must not count the new blocks as computed, cache hit or not. (The
+        safety session plays the model itself, through the target's tables.)"""
         for side, view in self.sides():
             for seq_id, positions in new_tokens.items():
                 Writer(side).write_tokens(view, seq_id, positions)
@@ -185,34 +227,44 @@ class ManagerLockstep(RuleBasedStateMachine):
             return [TEMPLATE[(start + i) % len(TEMPLATE)] for i in range(count)]
         return data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))
 
-    def _members(self, group_id: int) -> list[int]:
-        group = self.model.view().groups.get(group_id)
-        return list(group.seq_ids) if group else []
-
-    def _device_of(self, group_id: int) -> Device | None:
-        group = self.model.view().groups.get(group_id)
-        return group.device if group else None
+    def _never_is_final(self, prompt: list[Token], lookahead: int, encoder: Any) -> None:
+        """I7: a NEVER holds in an empty manager too (the reference's, or a fresh target's under
+        the safety tier)."""
+        if self.mode == "safety":
+            fresh = type(self).make_target(self.config)
+            release = type(self).release_target
+            try:
+                answer = fresh.can_allocate(prompt, lookahead, encoder)
+            finally:
+                if release is not None:
+                    release(fresh)
+        else:
+            answer = ReferenceBlockSpaceManager(self.config, self.policy).can_allocate(
+                prompt, lookahead, encoder
+            )
+        assert answer is AllocStatus.NEVER, f"can_allocate said NEVER, an empty manager {answer}"
 
     # --- admission ----------------------------------------------------------------------------
 
     @rule(target=groups, data=st.data())
     def allocate(self, data: st.DataObject) -> int:
-        size = self.model.config.block_size
+        size = self.config.block_size
         length = data.draw(st.integers(1, 3 * size + 1), label="prompt length")
         prompt = self._tokens(data, 0, length)
         num_seqs = data.draw(st.integers(1, 3), label="sequences")
         key = data.draw(st.sampled_from(EXTRA_KEYS), label="extra key")
         encoder = None
-        plain = not self.model.config.enable_caching and self.model.config.sliding_window is None
+        plain = not self.config.enable_caching and self.config.sliding_window is None
         if plain and data.draw(st.sampled_from([False, False, True]), label="encoder"):
             encoder = self._tokens(data, 5, data.draw(st.integers(1, 2 * size), label="enc"))
         lookahead = data.draw(st.integers(0, 2), label="lookahead")
         status = self.both("can_allocate", prompt, lookahead, encoder)
+        group_id = self.fresh_id()
+        if isinstance(status, PagedKVError):
+            return group_id
         event(f"outcome: can_allocate {status.name}")
         if status is AllocStatus.NEVER:
-            fresh = ReferenceBlockSpaceManager(self.model.config)
-            assert fresh.can_allocate(prompt, lookahead, encoder) is AllocStatus.NEVER
-        group_id = self.fresh_id()
+            self._never_is_final(prompt, lookahead, encoder)
         seq_ids = [self.fresh_id() for _ in range(num_seqs)]
         result = self.both("allocate", group_id, seq_ids, prompt, key, encoder)
         if status is AllocStatus.OK:
@@ -233,8 +285,7 @@ class ManagerLockstep(RuleBasedStateMachine):
     def decode_step(self, data: st.DataObject) -> None:
         """One scheduler iteration: every group on the GPU gets its decode step. This is what
         fills the pool, so it is what makes copy-on-write and window releases common."""
-        view = self.model.view()
-        for group_id, group in sorted(view.groups.items()):
+        for group_id, group in sorted(self.ledger.groups.items()):
             if group.device is Device.GPU:
                 self.append_slots(group_id, data)
 
@@ -249,15 +300,15 @@ class ManagerLockstep(RuleBasedStateMachine):
         if not allowed:
             event("outcome: can_append_slots refused")
         scheduled: dict[int, range] = {}
-        for seq_id in self._members(group):
-            start = len(self.model.view().seqs[seq_id].tokens)
+        for seq_id in self.ledger.members(group):
+            start = len(self.ledger.seqs[seq_id].tokens)
             tokens = self._tokens(data, start, num_new)
-            before = self.model.view()
+            before = self.model_view()
             pairs = self.both("append_slots", seq_id, tokens, lookahead)
             if allowed:
                 assert not isinstance(pairs, PagedKVError), f"can_append_slots said yes: {pairs!r}"
             if isinstance(pairs, list):
-                assert not pair_problems(pairs, "copy-on-write")
+                assert not pair_problems(pairs, "copy-on-write", each_block_once=False)
                 if pairs:
                     event("outcome: copy-on-write")
                 for side in self.kv_sides():
@@ -267,18 +318,19 @@ class ManagerLockstep(RuleBasedStateMachine):
         if scheduled:
             self.run_model(group, scheduled, data)
 
-    def _note_window(self, before: ManagerView, seq_id: int) -> None:
-        null = before.null_block
-        if null is None:
+    def _note_window(self, before: ManagerView | None, seq_id: int) -> None:
+        after = self.model_view()
+        if before is None or after is None or after.null_block is None:
             return
+        null = after.null_block
         old = before.seqs[seq_id].blocks
-        new = self.model.view().seqs[seq_id].blocks
+        new = after.seqs[seq_id].blocks
         if any(a != null and b == null for a, b in zip(old, new, strict=False)):
             event("outcome: sliding-window release")
 
     @rule(group=groups, data=st.data())
     def fork(self, group: int, data: st.DataObject) -> None:
-        members = self._members(group)
+        members = self.ledger.members(group)
         if not members:
             return
         parent = data.draw(st.sampled_from(members), label="parent")
@@ -286,12 +338,15 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @rule(group=groups, data=st.data())
     def free(self, group: int, data: st.DataObject) -> None:
-        members = self._members(group)
+        members = self.ledger.members(group)
         if not members:
             return
         self.both("free", data.draw(st.sampled_from(members), label="sequence"))
 
     # --- swapping -----------------------------------------------------------------------------
+
+    def _each_block_once(self) -> bool:
+        return self.mode != "safety" and self.policy.swap_pairs == "copies"
 
     @rule(group=groups)
     def swap_out(self, group: int) -> None:
@@ -305,7 +360,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         if status is AllocStatus.NEVER:
             assert isinstance(pairs, OutOfBlocksError), "a NEVER swap out succeeded"
         if isinstance(pairs, list):
-            assert not pair_problems(pairs, "swap out")
+            assert not pair_problems(pairs, "swap out", each_block_once=self._each_block_once())
             event("outcome: swapped out")
             for side in self.kv_sides():
                 side.run_swap(pairs, Device.CPU)
@@ -320,7 +375,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         if status is AllocStatus.OK:
             assert isinstance(pairs, list), f"can_swap_in said OK, then {pairs!r}"
         if isinstance(pairs, list):
-            assert not pair_problems(pairs, "swap in")
+            assert not pair_problems(pairs, "swap in", each_block_once=self._each_block_once())
             event("outcome: swapped in")
             for side in self.kv_sides():
                 side.run_swap(pairs, Device.GPU)
@@ -329,7 +384,7 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     def _lookahead_promised(self, group: int, lookahead: int) -> None:
         """An OK from ``can_swap_in(group, n)`` promises room for n lookahead slots as well."""
-        for seq_id in self._members(group):
+        for seq_id in self.ledger.members(group):
             result = self.both("append_slots", seq_id, [], lookahead)
             assert not isinstance(result, PagedKVError), (
                 f"can_swap_in said OK with {lookahead} lookahead slots, then {result!r}"
@@ -341,7 +396,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         """Blocks trade storage by in-place exchange; block ids and tables stay as they are, so
         every block's KV must still be found through the storage tables. A free block may
         still hold cached KV, so a one-way copy would lose it."""
-        ids = list(range(self.model.config.num_gpu_blocks))
+        ids = list(range(self.config.num_gpu_blocks))
         order = data.draw(st.permutations(ids), label="pairing")
         count = data.draw(st.integers(1, max(1, len(ids) // 2)), label="pairs")
         pairs = [(order[2 * i], order[2 * i + 1]) for i in range(min(count, len(ids) // 2))]
@@ -353,7 +408,7 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @rule(group=groups, data=st.data(), step=st.sampled_from([0.0, 1.0, 2.0]))
     def access(self, group: int, data: st.DataObject, step: float) -> None:
-        members = self._members(group)
+        members = self.ledger.members(group)
         if members:
             self.clock += step
             self.both("access_all_blocks_in_seq", data.draw(st.sampled_from(members)), self.clock)
@@ -364,7 +419,7 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @rule(group=groups, data=st.data())
     def ask(self, group: int, data: st.DataObject) -> None:
-        members = self._members(group) or [group]
+        members = self.ledger.members(group) or [group]
         seq_id = data.draw(st.sampled_from(members), label="sequence")
         queries: list[tuple[Any, ...]] = [
             ("get_common_computed_block_ids", members),
@@ -390,10 +445,13 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     # --- calls that must fail -----------------------------------------------------------------
 
+    @precondition(lambda self: self.mode != "safety")
     @rule(group=groups, data=st.data())
     def misuse(self, group: int, data: st.DataObject) -> None:
-        members = self._members(group)
-        device = self._device_of(group)
+        """A call the spec refuses (checked against the reference; the safety tier leaves
+        argument checking to the policy)."""
+        members = self.ledger.members(group)
+        device = self.ledger.device_of(group)
         calls: list[tuple[Any, ...]] = [
             ("free", 10_000),
             ("append_slots", 10_000, [1]),
@@ -413,9 +471,10 @@ class ManagerLockstep(RuleBasedStateMachine):
                 ("append_slots", known, [-5]),
                 ("access_all_blocks_in_seq", known, float("inf")),
             ]
-        if device is Device.GPU:
+        view = self.model_view()
+        if device is Device.GPU and view is not None:
             calls += [("swap_in", group), ("can_swap_in", group)]
-            room = len(self.model.view().seqs[known].blocks) * self.model.config.block_size
+            room = len(view.seqs[known].blocks) * self.config.block_size
             calls.append(("append_slots", known, [1] * (room + 40)))
         if device is Device.CPU:
             calls += [
@@ -423,14 +482,14 @@ class ManagerLockstep(RuleBasedStateMachine):
                 ("append_slots", known, [1]),
                 ("can_append_slots", group),
             ]
-        if not self.model.config.enable_caching and self.model.config.sliding_window is None:
-            pass
-        else:
+        if self.config.enable_caching or self.config.sliding_window is not None:
             calls.append(("allocate", self.fresh_id(), [self.fresh_id()], [1], ExtraKey(), [1]))
         call = data.draw(st.sampled_from(calls), label="call")
         result = self.both(*call)
-        assert isinstance(result, PagedKVError), f"{call} was accepted"
+        if not self.ended:
+            assert isinstance(result, PagedKVError), f"{call} was accepted"
 
+    @precondition(lambda self: self.mode != "safety")
     @rule(
         gpu=st.integers(0, 2),
         cpu=st.integers(0, 2),
@@ -442,7 +501,10 @@ class ManagerLockstep(RuleBasedStateMachine):
         self.checking_config = config
         outcomes = [
             construction_outcome(factory, config)
-            for factory in (ReferenceBlockSpaceManager, type(self).make_target)
+            for factory in (
+                partial(ReferenceBlockSpaceManager, policy=self.policy),
+                type(self).make_target,
+            )
         ]
         assert outcomes[0] == outcomes[1], f"{config}: model {outcomes[0]}, target {outcomes[1]}"
         self.checking_config = None
@@ -454,13 +516,13 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @invariant()
     def same_state(self) -> None:
-        if hasattr(self, "model") and not self.isomorphic:
+        if self.model is not None and self.mode == "exact":
             assert_same_state(self.model, self.target, "manager state")
 
     @invariant()
     def kv_data_intact(self) -> None:
-        """I5, on both sides."""
-        if not hasattr(self, "model"):
+        """I5, on the model and on a target with tensors (the safety session checks its own)."""
+        if self.model is None:
             return
         self.prefixes.record(self.model.view())
         for name, (side, view) in zip(("model", "target"), self.sides(), strict=False):
@@ -469,10 +531,10 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @invariant()
     def invariants_hold(self) -> None:
-        if not hasattr(self, "model"):
+        if self.model is None:
             return
         sides: list[tuple[str, Any]] = [("model", self.model)]
-        if not self.isomorphic:
+        if self.mode == "exact":
             sides.append(("target", self.target))
         for name, side in sides:
             view = side.view()
@@ -487,18 +549,21 @@ class ManagerLockstep(RuleBasedStateMachine):
 def manager_lockstep_case(
     factory: Any,
     *,
-    isomorphic: bool = False,
+    mode: Mode = "exact",
+    policy: Policy = PAGEDKV,
     target_kv: Callable[[ManagerConfig], KVSide] | None = None,
 ) -> type[ManagerLockstep]:
-    """A machine class checking ``factory``'s managers against the reference: in exact mode
-    (same ids and state) or in isomorphic mode (ids through a bijection, the protocol only);
-    with ``target_kv``, the target's KV data is checked too."""
+    """A machine class checking ``factory``'s managers: against the reference under ``policy``
+    in exact mode (same ids and state) or isomorphic mode (ids through a bijection, the protocol
+    only), or against the safety tier alone (``mode="safety"``); with ``target_kv``, the target's
+    KV data is checked too."""
     return type(
         f"ManagerLockstep_{getattr(factory, '__name__', 'target')}",
         (ManagerLockstep,),
         {
             "make_target": staticmethod(factory),
-            "isomorphic": isomorphic,
+            "mode": mode,
+            "policy": policy,
             "target_kv": None if target_kv is None else staticmethod(target_kv),
         },
     )

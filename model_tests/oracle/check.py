@@ -42,7 +42,7 @@ def machine_case(
     to its factory when the run ends (an ``exec:`` program then serves the next run)."""
     case: type[ManagerLockstep] | type[PoolLockstep]
     if level == "manager":
-        case = manager_lockstep_case(factory, isomorphic=True)
+        case = manager_lockstep_case(factory, mode="isomorphic")
     else:
         case = lockstep_case(factory, isomorphic=True)
     case.release_target = staticmethod(close_target)

@@ -1,0 +1,400 @@
+"""The safety tier: hold a target to what every correct allocator guarantees, whatever its
+policy, reading it through the protocol alone (``specs/safety.md``).
+
+No model runs beside the target: its answers are not compared with anyone's. Instead, after every
+call, the session checks what it can see:
+
+- S1 no aliasing: a block shared by live tables sits at the same position in each, under the same
+  extra key, after the same tokens, and holds the same tokens where both hold any;
+- S2 accounting: on each device, the free count is the total minus the distinct blocks the tables
+  hold (and the null block, where the target names it);
+- S3 placement: every table has a slot for every token, on its group's device;
+- S4 mappings: copy-on-write pairs land in the sequence's own table, no destination twice; a
+  swap's pairs run from the group's old blocks to its new ones, no destination from two sources;
+- S5 KV data: the oracle plays the engine: it runs the target's pairs through a KV store (the
+  target's own, when it offers ``get_kv_access()``; else an abstract one in the target's ids),
+  writes each scheduled token's KV (skipping the prefix the target reports as computed), and
+  checks that every readable slot holds its prefix's KV;
+- S6 typed errors, and no trace of a failed call when the target declares ``atomic = True``; a
+  target that does not may leave anything after a failed call, so the run ends there.
+
+Promises (an OK kept, a NEVER final) are the machine's to check, as in every mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from model_tests.lockstep.calls import Divergence, run_call
+from model_tests.lockstep.ledger import GroupRecord, Ledger
+from model_tests.lockstep.observation import Observation, observe
+from model_tests.lockstep.step import Step
+from reference import kv_model
+from reference.kv_model import KVModel, SlotContent
+from specs.errors import PagedKVError
+from specs.slots import slot_of
+from specs.types import BlockId, CopyPair, Device, ExtraKey, ManagerConfig, Token
+
+CROSS_SALT = "pagedkv/cross-attention"
+"""Cross-attention KV is of the encoder's tokens, never interchangeable with decoder KV."""
+
+
+class KVAccess(Protocol):
+    """A target's own KV store, seen by the oracle (the optional ``get_kv_access()``)."""
+
+    def write(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> None: ...
+
+    def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool: ...
+
+    def copy_blocks(self, pairs: Sequence[CopyPair]) -> None: ...
+
+    def swap_blocks(self, pairs: Sequence[CopyPair], to: Device) -> None: ...
+
+
+@dataclass
+class SimulatedKV:
+    """The engine's KV as the target's pairs would leave it: ``reference.kv_model`` in target
+    ids. Used when the target offers no KV of its own."""
+
+    block_size: int
+    kv: KVModel = kv_model.EMPTY
+
+    def write(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> None:
+        self.kv = kv_model.write(self.kv, (device, block, slot), content)
+
+    def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool:
+        return kv_model.read(self.kv, (device, block, slot)) == content
+
+    def copy_blocks(self, pairs: Sequence[CopyPair]) -> None:
+        self.kv = kv_model.copy_blocks(self.kv, pairs, self.block_size, Device.GPU, Device.GPU)
+
+    def swap_blocks(self, pairs: Sequence[CopyPair], to: Device) -> None:
+        source = Device.CPU if to is Device.GPU else Device.GPU
+        self.kv = kv_model.copy_blocks(self.kv, pairs, self.block_size, source, to)
+
+
+@dataclass
+class SafetySession:
+    target: Any
+    config: ManagerConfig
+    steps: list[Step] = field(default_factory=list)
+    ended: bool = False
+    """A call failed on a target that does not declare itself atomic: its state is no longer
+    defined by anything, so the run stops."""
+
+    def __post_init__(self) -> None:
+        self.ledger = Ledger(self.config)
+        self.atomic = bool(getattr(self.target, "atomic", False))
+        access = getattr(self.target, "get_kv_access", None)
+        self.kv: KVAccess = access() if callable(access) else SimulatedKV(self.config.block_size)
+        self.pending_prefill: set[int] = set()
+        self.seen = self.observe()
+
+    # --- what the target shows --------------------------------------------------------------------
+
+    def observe(self) -> Observation:
+        return observe(self.target, self.ledger.seqs, self.ledger.groups)
+
+    def null_block(self) -> BlockId | None:
+        get = getattr(self.target, "get_null_block", None)
+        return get() if callable(get) else None
+
+    def knows_null_block(self) -> bool:
+        return self.config.sliding_window is None or callable(
+            getattr(self.target, "get_null_block", None)
+        )
+
+    # --- one call ---------------------------------------------------------------------------------
+
+    def call(self, method: str, *args: Any) -> Any:
+        prefill_next = method == "get_common_computed_block_ids"
+        if not prefill_next:
+            self._prefill(list(self.pending_prefill), skip_blocks=0)
+        before = self.seen
+        result, error = run_call(self.target, method, args, {})
+        if error is not None:
+            return self._failed(method, args, error, before)
+        self.ledger.record(method, args)
+        after = self.observe()
+        self._check_result(method, args, result, before, after)
+        self.seen = after
+        self._run_engine(method, args, result)
+        problems = self.problems()
+        if problems:
+            raise Divergence(f"{method}{args}: " + "; ".join(problems))
+        self.steps.append(Step(method, args, result))
+        return result
+
+    def _failed(
+        self, method: str, args: tuple[Any, ...], error: BaseException, before: Observation
+    ) -> PagedKVError:
+        if not isinstance(error, PagedKVError):
+            raise Divergence(f"{method}{args}: the target raised an untyped {error!r}")
+        if self.atomic:
+            if self.observe() != before:
+                raise Divergence(
+                    f"{method}{args} raised {type(error).__name__}, but the target, which declares"
+                    " itself atomic, changed its tables or free counts"
+                )
+        else:
+            self.ended = True
+        self.steps.append(Step(method, args, error))
+        return error
+
+    # --- playing the engine: kernels and the model's writes ---------------------------------------
+
+    def _run_engine(self, method: str, args: tuple[Any, ...], result: Any) -> None:
+        if method == "allocate":
+            self.pending_prefill.add(args[0])
+        elif method == "append_slots":
+            self.kv.copy_blocks(result)
+            seq = self.ledger.seqs[args[0]]
+            self._write(args[0], range(len(seq.tokens) - len(args[1]), len(seq.tokens)))
+        elif method in ("swap_out", "swap_in"):
+            self.kv.swap_blocks(result, Device.CPU if method == "swap_out" else Device.GPU)
+        elif method == "get_common_computed_block_ids" and isinstance(args[0], list):
+            groups = {self.ledger.seqs[s].group_id for s in args[0] if s in self.ledger.seqs}
+            self._prefill(list(groups & self.pending_prefill), skip_blocks=len(result))
+            self._prefill(list(self.pending_prefill), skip_blocks=0)
+
+    def _prefill(self, group_ids: Iterable[int], skip_blocks: int) -> None:
+        """The model's prefill of newly admitted groups, past the prefix the target said it
+        had computed already."""
+        size = self.config.block_size
+        for group_id in group_ids:
+            self.pending_prefill.discard(group_id)
+            group = self.ledger.groups.get(group_id)
+            if group is None:
+                continue
+            for seq_id in group.seq_ids:
+                tokens = self.ledger.seqs[seq_id].tokens
+                self._write(seq_id, range(min(skip_blocks * size, len(tokens)), len(tokens)))
+            for position in range(len(group.encoder_tokens)):
+                block, slot = slot_of(self.seen.cross[group_id], position, size)
+                self.kv.write(group.device, block, slot, _cross(group, position))
+
+    def _write(self, seq_id: int, positions: range, now: Observation | None = None) -> None:
+        table = (now or self.seen).tables[seq_id]
+        seq = self.ledger.seqs[seq_id]
+        group = self.ledger.groups[seq.group_id]
+        for position in positions:
+            block, slot = slot_of(table, position, self.config.block_size)
+            self.kv.write(
+                group.device, block, slot, SlotContent(seq.tokens[: position + 1], group.extra_key)
+            )
+
+    # --- the checks -------------------------------------------------------------------------------
+
+    def _check_result(
+        self,
+        method: str,
+        args: tuple[Any, ...],
+        result: Any,
+        before: Observation,
+        after: Observation,
+    ) -> None:
+        if method == "append_slots":
+            table = set(after.tables[args[0]])
+            destinations = [d for _, d in result]
+            if len(set(destinations)) != len(destinations):
+                raise Divergence(f"append_slots{args}: a block is copied into twice: {result}")
+            stray = [d for d in destinations if d not in table]
+            if stray:
+                raise Divergence(
+                    f"append_slots{args}: copies into {stray}, which the sequence's table"
+                    f" {after.tables[args[0]]} does not hold"
+                )
+        elif method in ("swap_out", "swap_in"):
+            self._check_swap(method, args[0], result, before, after)
+
+    def _check_swap(
+        self,
+        method: str,
+        group_id: int,
+        pairs: list[CopyPair],
+        before: Observation,
+        after: Observation,
+    ) -> None:
+        group = self.ledger.groups[group_id]
+        old = {b for s in group.seq_ids for b in before.tables[s]} | set(before.cross[group_id])
+        new = {b for s in group.seq_ids for b in after.tables[s]} | set(after.cross[group_id])
+        sources_of: dict[BlockId, set[BlockId]] = {}
+        for source, destination in pairs:
+            sources_of.setdefault(destination, set()).add(source)
+        twice = {d: sorted(s) for d, s in sources_of.items() if len(s) > 1}
+        if twice:
+            raise Divergence(f"{method}({group_id}): blocks receive two sources: {twice}")
+        if not {s for s, _ in pairs} <= old or not set(sources_of) <= new:
+            raise Divergence(
+                f"{method}({group_id}): the pairs {pairs} do not run from the group's blocks"
+                f" before the swap {sorted(old)} to its blocks after {sorted(new)}"
+            )
+
+    def problems(self) -> list[str]:
+        view = self.seen
+        return (
+            self._placement_problems(view)
+            + self._alias_problems(view)
+            + self._accounting_problems(view)
+            + self._kv_problems(view)
+        )
+
+    def _released(self, seq_id: int, index: int) -> bool:
+        """Block ``index`` of the sequence lies wholly before the oldest position the next token
+        attends to: nothing reads it again, whatever block its entry names."""
+        window = self.config.sliding_window
+        if window is None:
+            return False
+        first_needed = len(self.ledger.seqs[seq_id].tokens) - window + 1
+        return (index + 1) * self.config.block_size <= first_needed
+
+    def _placement_problems(self, view: Observation) -> list[str]:
+        problems = []
+        size, null = self.config.block_size, self.null_block()
+        for seq_id, table in view.tables.items():
+            seq = self.ledger.seqs[seq_id]
+            if len(table) * size < len(seq.tokens):
+                problems.append(
+                    f"sequence {seq_id} has {len(seq.tokens)} tokens but a table of"
+                    f" {len(table)} blocks of {size}"
+                )
+            device = self.ledger.groups[seq.group_id].device
+            for index, block in enumerate(table):
+                if block != null and not self._released(seq_id, index):
+                    problems += self._on_device(f"sequence {seq_id}", block, device)
+        for group_id, cross in view.cross.items():
+            group = self.ledger.groups[group_id]
+            if len(cross) * size < len(group.encoder_tokens):
+                problems.append(f"group {group_id}'s cross-attention table is too short")
+            for block in cross:
+                problems += self._on_device(f"group {group_id}'s cross table", block, group.device)
+        return problems
+
+    def _on_device(self, where: str, block: BlockId, device: Device) -> list[str]:
+        gpu = self.config.num_gpu_blocks
+        ids = range(gpu) if device is Device.GPU else range(gpu, gpu + self.config.num_cpu_blocks)
+        if block in ids:
+            return []
+        return [f"{where} names block {block}, which is not a {device.value} block"]
+
+    def _alias_problems(self, view: Observation) -> list[str]:
+        size, null = self.config.block_size, self.null_block()
+        holders: dict[tuple[Device, BlockId], list[_Holder]] = {}
+        for seq_id, table in view.tables.items():
+            seq = self.ledger.seqs[seq_id]
+            group = self.ledger.groups[seq.group_id]
+            for index, block in enumerate(table):
+                if block == null or self._released(seq_id, index):
+                    continue
+                holder = _Holder(f"sequence {seq_id}", index, group.extra_key, seq.tokens)
+                holders.setdefault((group.device, block), []).append(holder)
+        for group_id, cross in view.cross.items():
+            group = self.ledger.groups[group_id]
+            key = _cross_key(group.extra_key)
+            for index, block in enumerate(cross):
+                holder = _Holder(f"group {group_id} (cross)", index, key, group.encoder_tokens)
+                holders.setdefault((group.device, block), []).append(holder)
+        problems = []
+        for (device, block), found in holders.items():
+            first = found[0]
+            for other in found[1:]:
+                why = first.conflict(other, size)
+                if why:
+                    problems.append(
+                        f"{device.value} block {block} is shared by {first.where} (position"
+                        f" {first.index}) and {other.where} (position {other.index}), {why}"
+                    )
+        return problems
+
+    def _accounting_problems(self, view: Observation) -> list[str]:
+        if not self.knows_null_block():
+            return []  # which entry is the null block is unknown: counted nowhere (safety.md)
+        null = self.null_block()
+        held: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
+        for seq_id, table in view.tables.items():
+            device = self.ledger.group_of(seq_id).device
+            held[device] |= {b for b in table if b != null}
+        for group_id, cross in view.cross.items():
+            held[self.ledger.groups[group_id].device] |= set(cross)
+        if null is not None:
+            held[Device.GPU].add(null)
+        totals = {Device.GPU: self.config.num_gpu_blocks, Device.CPU: self.config.num_cpu_blocks}
+        problems = []
+        for device, blocks in held.items():
+            expected = totals[device] - len(blocks)
+            if view.free[device] != expected:
+                problems.append(
+                    f"the target reports {view.free[device]} free {device.value} blocks, but its"
+                    f" tables hold {len(blocks)} of {totals[device]}"
+                    + (" and the null block" if null is not None and device is Device.GPU else "")
+                    + f", which leaves {expected}: "
+                    + (
+                        "a block is leaked"
+                        if view.free[device] < expected
+                        else "a held block is counted free"
+                    )
+                )
+        return problems
+
+    def _kv_problems(self, view: Observation) -> list[str]:
+        size = self.config.block_size
+        problems = []
+        for seq_id, table in view.tables.items():
+            seq = self.ledger.seqs[seq_id]
+            group = self.ledger.groups[seq.group_id]
+            if seq.group_id in self.pending_prefill:
+                continue
+            for position in range(len(seq.tokens)):
+                if self._released(seq_id, position // size):
+                    continue
+                block, slot = slot_of(table, position, size)
+                wanted = SlotContent(seq.tokens[: position + 1], group.extra_key)
+                if not self.kv.holds(group.device, block, slot, wanted):
+                    problems.append(
+                        f"sequence {seq_id}: the KV in {group.device.value} block {block} slot"
+                        f" {slot} is not that of its token {position} (its prefix's KV was lost or"
+                        " overwritten)"
+                    )
+                    break
+        for group_id, cross in view.cross.items():
+            group = self.ledger.groups[group_id]
+            if group_id in self.pending_prefill:
+                continue
+            for position in range(len(group.encoder_tokens)):
+                block, slot = slot_of(cross, position, size)
+                if not self.kv.holds(group.device, block, slot, _cross(group, position)):
+                    problems.append(
+                        f"group {group_id}: cross-attention KV of token {position} lost"
+                    )
+                    break
+        return problems
+
+
+@dataclass(frozen=True)
+class _Holder:
+    where: str
+    index: int
+    key: ExtraKey
+    tokens: tuple[Token, ...]
+
+    def conflict(self, other: _Holder, size: int) -> str:
+        """Why one block cannot serve both, or ''."""
+        if other.index != self.index:
+            return "at different positions"
+        if other.key != self.key:
+            return f"under different extra keys ({self.key} and {other.key})"
+        start = self.index * size
+        held = min(len(self.tokens), len(other.tokens), start + size)
+        if self.tokens[:held] != other.tokens[:held]:
+            return "after different tokens"
+        return ""
+
+
+def _cross_key(key: ExtraKey) -> ExtraKey:
+    return ExtraKey(key.lora_id, CROSS_SALT)
+
+
+def _cross(group: GroupRecord, position: int) -> SlotContent:
+    return SlotContent(group.encoder_tokens[: position + 1], _cross_key(group.extra_key))
