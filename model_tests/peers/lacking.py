@@ -6,7 +6,9 @@ plain run would stop at the first such call, hiding everything behind it. ``with
 machine that never makes such a call: neither side runs it, it is not recorded (so the shrunk
 trace replays on the target unchanged), and the rule that wanted it gets an ``UnsupportedError``
 back, which every rule already treats as a refused call (a swap rule stops after a refused
-``can_swap_out``, a query's answer is only looked at, ...). What is left out is named in the
+``can_swap_out``, a query's answer is only looked at, ...); the one rule that cannot take a
+refusal (the pool's ``common_computed_prefix``, which measures its answer) is taken out of the
+machine instead. What is left out is named in the
 report of ``make peers``; the operations stay part of the protocol.
 
 A manager target may also serve only some configurations (nano-vllm has no sliding window):
@@ -25,6 +27,13 @@ from specs.errors import UnsupportedError
 from specs.operations import OPERATIONS
 from specs.types import ManagerConfig
 
+RULES_THAT_NEED = {"common_computed_prefix": "common_computed_prefix"}
+"""Operation → the rule that exists to drive it and cannot take a refusal."""
+
+
+def _not_a_rule(self: Any, *args: Any, **kwargs: Any) -> None:
+    """A rule taken out (Hypothesis finds rules by their marker; this has none)."""
+
 
 def without(
     case: type[Any],
@@ -38,6 +47,8 @@ def without(
     if not lacked <= known:
         raise ValueError(f"not protocol operations: {sorted(lacked - known)}")
     namespace: dict[str, Any] = {"lacks": lacked}
+    for op in lacked & RULES_THAT_NEED.keys():
+        namespace[RULES_THAT_NEED[op]] = _not_a_rule
     if serves is not None:
 
         @initialize(config=manager_configs.filter(serves))
