@@ -31,9 +31,10 @@ from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 
 from model_tests.peers import sources
+from model_tests.peers.admission import new_ids
 from model_tests.peers.standins import nano_vllm
 from model_tests.peers.standins.nano_vllm import Sequence as NanoSequence
-from specs.errors import DuplicateSequenceError, OutOfBlocksError, UnsupportedError
+from specs.errors import OutOfBlocksError, UnsupportedError
 from specs.types import (
     NO_EXTRA_KEY,
     AllocStatus,
@@ -48,9 +49,7 @@ from specs.validation import (
     check_count,
     check_device,
     check_extra_key,
-    check_id,
     check_manager_config,
-    check_seq_ids,
     check_time,
     check_tokens,
     lookup_group,
@@ -143,13 +142,7 @@ class NanoVllmManager:
         extra_key: ExtraKey = NO_EXTRA_KEY,
         encoder_prompt: Sequence[Token] | None = None,
     ) -> None:
-        gid = check_id("group", group_id)
-        if gid in self._groups:
-            raise DuplicateSequenceError(f"group {gid} already exists")
-        ids = check_seq_ids(seq_ids, non_empty=True)
-        for seq_id in ids:
-            if seq_id in self._seqs or ids.count(seq_id) > 1:
-                raise DuplicateSequenceError(f"sequence {seq_id} already exists")
+        gid, ids = new_ids(self._groups, self._seqs, group_id, seq_ids)
         check_extra_key(extra_key)  # nano-vllm's hash has no extra key
         tokens = check_tokens(prompt)
         if encoder_prompt is not None:

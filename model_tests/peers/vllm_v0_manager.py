@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from model_tests.peers import vllm_v0
+from model_tests.peers.admission import new_ids
 from model_tests.peers.standins.vllm_v0 import Sequence as VllmSequence
 from model_tests.peers.standins.vllm_v0 import SequenceData, SequenceGroup, SequenceStatus
 from specs.accounting import blocks_for, blocks_touched_by_append
@@ -164,13 +165,7 @@ class VllmV0Manager:
         extra_key: ExtraKey = NO_EXTRA_KEY,
         encoder_prompt: Sequence[Token] | None = None,
     ) -> None:
-        gid = check_id("group", group_id)
-        if gid in self._groups:
-            raise DuplicateSequenceError(f"group {gid} already exists")
-        ids = check_seq_ids(seq_ids, non_empty=True)
-        for seq_id in ids:
-            if seq_id in self._seqs or ids.count(seq_id) > 1:
-                raise DuplicateSequenceError(f"sequence {seq_id} already exists")
+        gid, ids = new_ids(self._groups, self._seqs, group_id, seq_ids)
         key = check_extra_key(extra_key)
         tokens = check_tokens(prompt)
         encoder = None if encoder_prompt is None else check_tokens(encoder_prompt)
