@@ -137,6 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"peers: error: {error}", file=sys.stderr)
             return 2
         return 0
+    if args.steps < 1:
+        print("peers: error: --steps must be at least 1", file=sys.stderr)
+        return 2
     known = {peer.name: peer for peer in PEERS}
     unknown = [name for name in args.peer if name not in known]
     if unknown:
