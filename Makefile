@@ -3,7 +3,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PKGS    := specs reference optimized model_tests pagedkv
 
-.PHONY: setup test lint typecheck pytest wheel fuzz bench clean
+.PHONY: setup test lint typecheck pytest wheel fuzz bench clean peers peers-fetch
 
 setup:
 	$(PY) -m venv $(VENV)
@@ -37,3 +37,12 @@ bench:
 
 clean:
 	rm -rf $(VENV) .hypothesis .mypy_cache .ruff_cache *.egg-info build dist
+
+# Real peers (model_tests/peers/, specs/peers.md): fetch their published wheels' block-manager
+# files into .peers/ (nothing of theirs is committed), then check each against the reference.
+# Not part of `make test`. PEERS_ARGS passes options, e.g. PEERS_ARGS="--steps 4000 --seed 3".
+peers-fetch:
+	$(BIN)/python -m model_tests.peers.run fetch
+
+peers: peers-fetch
+	$(BIN)/python -m model_tests.peers.run check $(PEERS_ARGS)

@@ -82,12 +82,17 @@ def run_check(
     trace_out: str | Path | None = DEFAULT_TRACE,
     progress: Progress | None = None,
     steps_per_run: int = MAX_STEPS_PER_RUN,
+    adapt_case: Callable[[Any], Any] | None = None,
 ) -> CheckResult:
     """Check ``factory``'s targets against the reference in isomorphic mode. On a failure, the
-    shrunk run is written as a trace to ``trace_out`` (unless None) and replayed once."""
+    shrunk run is written as a trace to ``trace_out`` (unless None) and replayed once.
+    ``adapt_case`` may derive the machine used from the standard one (the real peers use it to
+    leave out what their engine lacks, ``model_tests/peers/lacking.py``)."""
     seed = random.randrange(2**32) if seed is None else seed
     result = CheckResult(level, seed)
     case = machine_case(factory, level)
+    if adapt_case is not None:
+        case = adapt_case(case)
     failing = False
 
     def on_run_end(record: RunRecord) -> None:
