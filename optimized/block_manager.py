@@ -393,6 +393,7 @@ class OptimizedBlockSpaceManager:
                 group.extra_key,
                 group.encoder_tokens,
                 tuple(group.cross_blocks),
+                group.device,
             )
             for group_id, group in self._groups.items()
         }

@@ -1,7 +1,8 @@
 """The ``pagedkv`` command: check an allocator against the reference, record and replay
 conformance traces.
 
-    pagedkv check  --target T [--level manager|pool] [--steps N] [--seed S] [--trace-out PATH]
+    pagedkv check  --target T [--level manager|pool] [--profile P] [--policy NAME=VALUE ...]
+                   [--steps N] [--seed S] [--trace-out PATH]
     pagedkv record [--level manager|pool|all] [--out DIR] [--runs N] [--seed S]
     pagedkv replay TRACE [TRACE ...] --target T
 
@@ -38,6 +39,8 @@ from model_tests.oracle.check import (
 )
 from model_tests.oracle.codec import Level
 from model_tests.oracle.record import record_level
+from specs.policy import PROFILE_NAMES, Profile
+from specs.policy import profile as named_profile
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 
@@ -116,10 +119,26 @@ def _level(text: str) -> Level:
     return codec.level_of(text)
 
 
+def _profile(args: argparse.Namespace) -> Profile:
+    overrides: dict[str, str] = {}
+    for assignment in args.policy:
+        name, equals, value = assignment.partition("=")
+        if not equals or not name:
+            raise UsageError(f"--policy takes name=value, got {assignment!r}")
+        overrides[name] = value
+    try:
+        return named_profile(args.profile, overrides)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
 def cmd_check(args: argparse.Namespace, out: Output) -> int:
     level = _level(args.level)
     if args.steps < 1:
         raise UsageError("--steps must be at least 1")
+    profile = _profile(args)
+    if profile.safety and level == "pool":
+        raise UsageError("--profile safety checks the manager level (--level manager)")
     factory = targets.check(args.target, level)
 
     with out.status(f"checking {args.target} against the reference ...") as update:
@@ -135,6 +154,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
             seed=args.seed,
             trace_out=args.trace_out,
             progress=progress,
+            profile=profile,
         )
     hint = None
     if result.trace_path is not None:
@@ -230,6 +250,19 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--level", default="manager", choices=["manager", "pool"])
     check.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="about how many calls")
     check.add_argument("--seed", type=int, default=None, help="make the run reproducible")
+    check.add_argument(
+        "--profile",
+        default="pagedkv",
+        choices=PROFILE_NAMES,
+        help="the reference's policy, or `safety` for the safety tier alone (specs/policy.md)",
+    )
+    check.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one policy option of the profile (repeatable)",
+    )
     check.add_argument(
         "--trace-out",
         default=DEFAULT_TRACE,

@@ -61,6 +61,7 @@ def take_block(state: PoolState, choice: BlockId | None = None) -> tuple[PoolSta
     if evicted_hash is not None:
         state = replace(state, cached=state.cached.delete(evicted_hash))
         state = discard_pending_copies(state, choice)
+    state = replace(state, promoted=state.promoted - {choice})
     return with_block(state, choice, replace(BLANK, ref_count=1)), choice
 
 

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
+from itertools import takewhile
+from typing import TypeVar
+
+from immutables import Map
 
 from reference import block_pool as pool_ops
 from reference import block_table
 from reference.manager_state import (
+    ComputedList,
     DevicePicker,
     ManagerState,
     distinct_blocks,
@@ -29,7 +35,7 @@ from reference.manager_state import (
     take_null_block,
     with_pool,
 )
-from reference.pool_state import PoolState
+from reference.pool_state import PoolState, is_computed
 from reference.swap import move_group
 from specs.accounting import (
     alloc_status,
@@ -41,6 +47,7 @@ from specs.accounting import (
 )
 from specs.errors import DuplicateSequenceError, OutOfBlocksError
 from specs.manager_view import GroupView, SeqView
+from specs.pool_view import BlockView
 from specs.types import NO_EXTRA_KEY, AllocStatus, BlockId, CopyPair, Device, ExtraKey, Token
 from specs.validation import (
     check_count,
@@ -54,6 +61,7 @@ from specs.validation import (
 )
 
 create = new_manager
+Kept = TypeVar("Kept")
 
 
 def _gpu_free(state: ManagerState) -> int:
@@ -107,7 +115,7 @@ def allocate(
     ids = _new_seq_ids(state, seq_ids)
     check_extra_key(extra_key)
     tokens, encoder_tokens, needed = _prompt_blocks(state, prompt, encoder_prompt)
-    if needed > _gpu_free(state):
+    if state.policy.atomic and needed > _gpu_free(state):
         raise OutOfBlocksError(f"the group needs {needed} GPU blocks, only {_gpu_free(state)} free")
     gpu, blocks = block_table.allocate_prompt(state.gpu, tokens, extra_key, pick(Device.GPU))
     for _ in ids[1:]:
@@ -173,6 +181,8 @@ def append_slots(
         )
     state = take_null_block(state, pick(Device.GPU))
     gpu, blocks = _release_out_of_window(state, table, len(new_tokens))
+    if blocks[:1] != table.blocks[:1]:
+        state = _released_from_computed_list(state, int(seq_id))
     gpu, blocks = block_table.append(
         gpu, table.tokens, blocks, new_tokens, found.extra_key, lookahead, pick(Device.GPU)
     )
@@ -199,6 +209,16 @@ def _release_out_of_window(
     return block_table.release_blocks(state.gpu, table.blocks, end, null_block)
 
 
+def _released_from_computed_list(state: ManagerState, seq_id: int) -> ManagerState:
+    """A window release took the head of a kept computed list (it starts at the first block):
+    what is left of it is no prefix, so it is empty and stops growing."""
+    kept = state.computed_lists.get(seq_id)
+    if kept is None or not kept.blocks:
+        return state
+    stopped = ComputedList((), stopped=True)
+    return replace(state, computed_lists=state.computed_lists.set(seq_id, stopped))
+
+
 def fork(state: ManagerState, parent_id: int, child_id: int) -> ManagerState:
     """The child joins the parent's group sharing every block; nothing is allocated."""
     parent = seq(state, parent_id)
@@ -219,27 +239,46 @@ def free(state: ManagerState, seq_id: int) -> ManagerState:
     table = seq(state, seq_id)
     found = state.groups[table.group_id]
     device_pool = pool(state, found.device)
+    recorded = state.access_times.get(int(seq_id))
+    if recorded is not None:  # access_time=at_free: the sequence's time reaches its blocks now
+        held = [b for b in table.blocks if b != state.null_block]
+        device_pool = pool_ops.mark_accessed(device_pool, held, recorded)
     for block in table.blocks:
         if block != state.null_block:
             device_pool = pool_ops.free(device_pool, block)
     remaining = tuple(s for s in found.seq_ids if s != seq_id)
     groups = state.groups.set(table.group_id, replace(found, seq_ids=remaining))
     if not remaining:
-        for block in found.cross_blocks:
-            device_pool = pool_ops.free(device_pool, block)
         groups = state.groups.delete(table.group_id)
     state = with_pool(state, found.device, device_pool)
-    return replace(state, seqs=state.seqs.delete(seq_id), groups=groups)
+    if not remaining:
+        cross_pool = pool(state, found.cross_device)
+        for block in found.cross_blocks:
+            cross_pool = pool_ops.free(cross_pool, block)
+        state = with_pool(state, found.cross_device, cross_pool)
+    return replace(
+        state,
+        seqs=state.seqs.delete(seq_id),
+        groups=groups,
+        computed_lists=_forget(state.computed_lists, seq_id),
+        access_times=_forget(state.access_times, seq_id),
+    )
+
+
+def _forget(per_seq: Map[int, Kept], seq_id: int) -> Map[int, Kept]:
+    return per_seq.delete(seq_id) if seq_id in per_seq else per_seq
 
 
 # --- swapping ---------------------------------------------------------------------------------
 
 
 def can_swap_out(state: ManagerState, group_id: int) -> AllocStatus:
+    """Whether the group's blocks fit on the CPU (no watermark there)."""
     found = group_on(state, group_id, Device.GPU, "swap out")
-    needed = len(distinct_blocks(state, found))
-    free_cpu = pool_ops.num_free_blocks(state.cpu)
-    return alloc_status(needed, free_cpu, state.config.num_cpu_blocks, 0)
+    status = _swap_status(state, found, Device.CPU, 0)
+    if status is AllocStatus.NEVER and state.policy.swap_out_answer == "ok_or_later":
+        return AllocStatus.LATER
+    return status
 
 
 def can_swap_in(state: ManagerState, group_id: int, num_lookahead_slots: int = 0) -> AllocStatus:
@@ -247,27 +286,69 @@ def can_swap_in(state: ManagerState, group_id: int, num_lookahead_slots: int = 0
     with the watermark kept."""
     found = group_on(state, group_id, Device.CPU, "swap in")
     lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
-    needed = len(distinct_blocks(state, found))
-    needed += sum(_touched(state, state.seqs[s], 0, lookahead) for s in found.seq_ids)
-    return alloc_status(
-        needed, _gpu_free(state), empty_gpu_capacity(state), state.config.watermark_blocks
-    )
+    return _swap_status(state, found, Device.GPU, lookahead)
+
+
+def _swap_status(state: ManagerState, found: GroupView, to: Device, lookahead: int) -> AllocStatus:
+    needed = _swap_worst_case(state, found, to, lookahead)
+    free = pool_ops.num_free_blocks(pool(state, to))
+    if to is Device.GPU:
+        capacity, watermark = empty_gpu_capacity(state), state.config.watermark_blocks
+    else:
+        capacity, watermark = state.config.num_cpu_blocks, 0
+    if state.policy.swap_never == "without_watermark" and capacity >= needed:
+        return AllocStatus.OK if free - needed >= watermark else AllocStatus.LATER
+    return alloc_status(needed, free, capacity, watermark)
+
+
+def _swap_worst_case(state: ManagerState, found: GroupView, to: Device, lookahead: int) -> int:
+    """The blocks a swap of ``found`` to ``to``, then its lookahead, may take (policy
+    ``swap_worst_case``)."""
+    tables = [state.seqs[s] for s in found.seq_ids]
+    if state.policy.swap_worst_case == "distinct_blocks":
+        needed = len(distinct_blocks(state, found))
+        return needed + sum(_touched(state, t, 0, lookahead) for t in tables)
+    size, destination, source = state.config.block_size, pool(state, to), pool(state, found.device)
+    needed = sum(token_chunks(len(t.tokens), size, 0, lookahead) for t in tables)
+    entries = [b for t in tables for b in t.blocks if b != state.null_block]
+    moving_cross = found.cross_blocks if state.policy.swap_cross_tables == "moved" else ()
+    for block in [*entries, *moving_cross]:
+        needed += _entry_cost(source.blocks[block], destination)
+    return needed
+
+
+def _entry_cost(view: BlockView, destination: PoolState) -> int:
+    """What one table entry takes on the destination, beyond the token chunks: a full block
+    nothing there holds (cached but evictable costs one), or an empty lookahead block (the count
+    vLLM's #8824 leaves out); a partial block is its table's last, counted by its chunks."""
+    if 0 < len(view.tokens) < destination.config.block_size:
+        return 0
+    held = destination.cached.get(view.content_hash) if view.content_hash else None
+    return 0 if held is not None and destination.blocks[held].ref_count > 0 else 1
 
 
 def swap_out(
     state: ManagerState, group_id: int, pick: DevicePicker = lowest_ids
 ) -> tuple[ManagerState, list[CopyPair]]:
     """Move the group to the CPU; returns the (GPU id, CPU id) copies for the swap kernel."""
-    group_on(state, group_id, Device.GPU, "swap out")
-    return move_group(state, group_id, Device.CPU, pick(Device.CPU))
+    found = group_on(state, group_id, Device.GPU, "swap out")
+    return move_group(_forget_computed_lists(state, found), group_id, Device.CPU, pick(Device.CPU))
 
 
 def swap_in(
     state: ManagerState, group_id: int, pick: DevicePicker = lowest_ids
 ) -> tuple[ManagerState, list[CopyPair]]:
     """Move the group back to the GPU; returns the (CPU id, GPU id) copies for the swap kernel."""
-    group_on(state, group_id, Device.CPU, "swap in")
-    return move_group(state, group_id, Device.GPU, pick(Device.GPU))
+    found = group_on(state, group_id, Device.CPU, "swap in")
+    return move_group(_forget_computed_lists(state, found), group_id, Device.GPU, pick(Device.GPU))
+
+
+def _forget_computed_lists(state: ManagerState, found: GroupView) -> ManagerState:
+    """A swap renames every block: a sequence's kept computed list starts over."""
+    lists = state.computed_lists
+    for seq_id in found.seq_ids:
+        lists = _forget(lists, seq_id)
+    return replace(state, computed_lists=lists)
 
 
 # --- queries and marks ------------------------------------------------------------------------
@@ -286,8 +367,14 @@ def num_free_blocks(state: ManagerState, device: Device) -> int:
 
 
 def access_all_blocks_in_seq(state: ManagerState, seq_id: int, now: float) -> ManagerState:
+    """Record ``now`` as the last access of the sequence's blocks: at once, or (policy
+    ``access_time=at_free``, caching only) when the sequence is freed."""
     table = seq(state, seq_id)
-    check_time(now)
+    time = check_time(now)
+    if state.policy.access_time == "at_free":
+        if not state.config.enable_caching:
+            return state
+        return replace(state, access_times=state.access_times.set(int(seq_id), time))
     device = state.groups[table.group_id].device
     held = [b for b in table.blocks if b != state.null_block]
     return with_pool(state, device, pool_ops.mark_accessed(pool(state, device), held, now))
@@ -300,12 +387,51 @@ def mark_blocks_as_computed(state: ManagerState, group_id: int) -> ManagerState:
     return with_pool(state, found.device, device_pool)
 
 
-def get_common_computed_block_ids(state: ManagerState, seq_ids: Sequence[int]) -> list[BlockId]:
-    """The computed prefix every listed sequence shares: prefill it may skip."""
-    tables = [seq(state, s) for s in check_seq_ids(seq_ids)]
+def get_common_computed_block_ids(
+    state: ManagerState, seq_ids: Sequence[int]
+) -> tuple[ManagerState, list[BlockId]]:
+    """The computed prefix every listed sequence shares: prefill it may skip. Under
+    ``computed_list=cached_per_sequence`` each sequence's list is kept (and may grow)."""
+    ids = check_seq_ids(seq_ids)
+    tables = [seq(state, s) for s in ids]
     for table in tables:
         group_on(state, table.group_id, Device.GPU, "read the computed blocks of")
-    return pool_ops.common_computed_prefix(state.gpu, [t.blocks for t in tables])
+    if state.policy.computed_list == "recomputed":
+        return state, pool_ops.common_computed_prefix(state.gpu, [t.blocks for t in tables])
+    lists = []
+    for seq_id, table in zip(ids, tables, strict=True):
+        kept = extend_computed_list(state, state.computed_lists.get(seq_id, ComputedList()), table)
+        state = replace(state, computed_lists=state.computed_lists.set(seq_id, kept))
+        lists.append(list(kept.blocks))
+    return state, common_of_kept_lists(state, lists)
+
+
+def extend_computed_list(state: ManagerState, kept: ComputedList, table: SeqView) -> ComputedList:
+    """vLLM's computed-block tracker, its gap fixed: grow the kept leading run of computed
+    blocks (the last block never counts); stop for good at the first block that is not."""
+    limit = len(table.blocks) - 1
+    if kept.stopped or len(kept.blocks) >= limit:
+        return kept
+    more = takewhile(partial(is_computed, state.gpu), table.blocks[len(kept.blocks) : limit])
+    grown = (*kept.blocks, *more)
+    return ComputedList(grown, stopped=len(grown) < limit)
+
+
+def common_of_kept_lists(state: ManagerState, lists: list[list[BlockId]]) -> list[BlockId]:
+    """One sequence's list is the answer; of several, the common prefix (policy
+    ``common_prefix`` says whether empty lists count)."""
+    if not state.config.enable_caching or not lists:
+        return []
+    if len(lists) == 1:
+        return lists[0]
+    if state.policy.common_prefix == "nonempty_runs":
+        lists = [found for found in lists if found] or [[]]
+    common: list[BlockId] = []
+    for column in zip(*lists, strict=False):
+        if any(b != column[0] for b in column):
+            break
+        common.append(column[0])
+    return common
 
 
 def get_num_cached_tokens(state: ManagerState, seq_id: int) -> int:

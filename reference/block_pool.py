@@ -18,6 +18,7 @@ from reference.pool_state import (
     evictable_ids,
     facts,
     free_ids,
+    is_computed,
     known_block,
     live_block,
     new_state,
@@ -27,7 +28,7 @@ from specs.content_hash import Prefix
 from specs.errors import DoubleFreeError
 from specs.policy import PAGEDKV, Policy
 from specs.pool_view import BLANK
-from specs.types import BlockId, CopyPair, PoolConfig, Token
+from specs.types import NEVER_ACCESSED, BlockId, CopyPair, PoolConfig, Token
 from specs.validation import (
     check_append,
     check_appendable,
@@ -61,8 +62,23 @@ def _release(state: PoolState, block: BlockId) -> PoolState:
     view = state.blocks[block]
     view = replace(view, ref_count=view.ref_count - 1)
     if view.ref_count == 0 and view.content_hash is None:
+        state = replace(state, promoted=state.promoted - {block})
         return with_block(discard_pending_copies(state, block), block, BLANK)
     return with_block(state, block, view)
+
+
+def _take_cached(state: PoolState, block: BlockId) -> PoolState:
+    """A hit, or a dedup: one more holder of a cached block. Under ``computed_marks=
+    promoted_batch`` a block taken back from the evictor counts as computed, and under
+    ``revival_access=reset`` its last access starts over."""
+    view = state.blocks[block]
+    if view.ref_count == 0:
+        if state.policy.computed_marks == "promoted_batch":
+            view = replace(view, computed=True)
+        if state.policy.revival_access == "reset":
+            view = replace(view, last_accessed=NEVER_ACCESSED)
+        state = with_block(state, block, view)
+    return _acquire(state, block)
 
 
 # --- allocation --------------------------------------------------------------------------------
@@ -89,7 +105,7 @@ def allocate_immutable(
     state = replace(state, queries=state.queries + 1)
     hit = state.cached.get(content_hash)
     if hit is not None:
-        return _acquire(replace(state, hits=state.hits + 1), hit), hit
+        return _take_cached(replace(state, hits=state.hits + 1), hit), hit
     state, block = take_block(state, choice)
     return _cache(state, block, prefix, checked), block
 
@@ -101,7 +117,9 @@ def _cache(state: PoolState, block: BlockId, prefix: Prefix, tokens: Sequence[To
         state.blocks[block], tokens=tuple(tokens), content_hash=content_hash, prefix=prefix
     )
     state = with_block(state, block, view)
-    return replace(state, cached=state.cached.set(content_hash, block))
+    return replace(
+        state, cached=state.cached.set(content_hash, block), promoted=state.promoted | {block}
+    )
 
 
 # --- appending, promotion and copy-on-write ----------------------------------------------------
@@ -165,7 +183,7 @@ def append_tokens(
 def _switch_to_cached(state: PoolState, block: BlockId, cached: BlockId) -> PoolState:
     """Dedup: the caller's reference moves from its own block to the cached one (no copy is
     needed even when its block is shared: the cached block has, or will have, the content)."""
-    return _acquire(_release(state, block), cached)
+    return _take_cached(_release(state, block), cached)
 
 
 def clear_copy_on_writes(state: PoolState) -> tuple[PoolState, list[CopyPair]]:
@@ -215,6 +233,9 @@ def mark_computed(state: PoolState, blocks: Sequence[BlockId]) -> PoolState:
         known_block(state, block)
     if not state.config.enable_caching:
         return state
+    if state.policy.computed_marks == "promoted_batch":
+        checked = sorted(b for b in state.promoted if state.blocks[b].ref_count > 0)
+        state = replace(state, promoted=frozenset())
     for block in checked:
         view = state.blocks[block]
         if len(view.tokens) == state.config.block_size:
@@ -231,7 +252,7 @@ def common_computed_prefix(state: PoolState, chains: Sequence[Sequence[BlockId]]
             live_block(state, block)
     if not state.config.enable_caching or not checked:
         return []
-    runs = [list(takewhile(lambda b: state.blocks[b].computed, chain[:-1])) for chain in checked]
+    runs = [list(takewhile(partial(is_computed, state), chain[:-1])) for chain in checked]
     if state.policy.common_prefix == "nonempty_runs" and len(runs) > 1:
         runs = [run for run in runs if run] or [[]]
     common: list[BlockId] = []

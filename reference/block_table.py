@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from reference import block_pool as pool_ops
 from reference.allocation import Picker, lowest_id
-from reference.pool_state import PoolState
+from reference.pool_state import PoolState, is_computed
 from specs.content_hash import Prefix
 from specs.types import BlockId, ExtraKey, Token
 
@@ -71,6 +71,10 @@ def append(
     size = pool.config.block_size
     table = list(blocks)
     everything = [*tokens, *new_tokens]
+    if pool.policy.append_order == "slots_first":
+        while len(table) * size < len(everything) + lookahead:
+            pool, block = pool_ops.allocate_mutable(pool, pick(pool))
+            table.append(block)
     position = len(tokens)
     while position < len(everything):
         index = position // size
@@ -91,8 +95,7 @@ def num_cached_tokens(pool: PoolState, blocks: Sequence[BlockId]) -> int:
     """Tokens in the leading run of computed blocks: the prefill a cache lets a sequence skip."""
     cached = 0
     for block in blocks:
-        view = pool.blocks.get(block)
-        if view is None or not view.computed:
+        if block not in pool.blocks or not is_computed(pool, block):
             break
-        cached += len(view.tokens)
+        cached += len(pool.blocks[block].tokens)
     return cached

@@ -155,7 +155,8 @@ class ReferenceBlockSpaceManager:
 
     @offered
     def get_common_computed_block_ids(self, seq_ids: Sequence[int]) -> list[BlockId]:
-        return ops.get_common_computed_block_ids(self.state, seq_ids)
+        self.state, common = ops.get_common_computed_block_ids(self.state, seq_ids)
+        return common
 
     @offered
     def get_num_cached_tokens(self, seq_id: int) -> int:

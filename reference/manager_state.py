@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from immutables import Map
 
@@ -22,6 +22,15 @@ from specs.validation import (
 
 
 @dataclass(frozen=True, slots=True)
+class ComputedList:
+    """A sequence's computed blocks as a cache of them (policy ``computed_list=
+    cached_per_sequence``): only ever extended, and no longer once it stopped short."""
+
+    blocks: tuple[BlockId, ...] = ()
+    stopped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ManagerState:
     config: ManagerConfig
     gpu: PoolState
@@ -30,6 +39,10 @@ class ManagerState:
     groups: Map[int, GroupView]
     null_block: BlockId | None = None
     policy: Policy = PAGEDKV
+    computed_lists: Map[int, ComputedList] = field(default_factory=Map)
+    """Per sequence, under ``computed_list=cached_per_sequence`` (absent: not looked at yet)."""
+    access_times: Map[int, float] = field(default_factory=Map)
+    """Per sequence, the time ``access_all_blocks_in_seq`` recorded (``access_time=at_free``)."""
 
 
 DevicePicker = Callable[[Device], Picker]
@@ -88,8 +101,9 @@ def distinct_blocks(state: ManagerState, found: GroupView) -> list[BlockId]:
         for block in state.seqs[seq_id].blocks:
             if block != state.null_block:
                 seen[block] = None
-    for block in found.cross_blocks:
-        seen[block] = None
+    if found.cross_device is found.device:
+        for block in found.cross_blocks:
+            seen[block] = None
     return list(seen)
 
 

@@ -27,6 +27,9 @@ class PoolState:
     queries: int = 0
     policy: Policy = PAGEDKV
     """The choices this pool makes where correct pools differ (``specs/policy.md``)."""
+    promoted: frozenset[BlockId] = frozenset()
+    """Blocks hashed since the last ``mark_computed`` (policy ``computed_marks=promoted_batch``:
+    the next mark makes them computed, whatever blocks it names)."""
 
 
 def new_state(config: PoolConfig, policy: Policy = PAGEDKV) -> PoolState:
@@ -39,6 +42,14 @@ def is_free(view: BlockView) -> bool:
 
 def is_evictable(view: BlockView) -> bool:
     return view.ref_count == 0 and view.content_hash is not None
+
+
+def is_computed(state: PoolState, block: BlockId) -> bool:
+    """Whether the block's KV counts as written (policy ``computed_marks``)."""
+    view = state.blocks[block]
+    if state.policy.computed_marks == "promoted_batch" and is_evictable(view):
+        return True
+    return view.computed
 
 
 def free_ids(state: PoolState) -> frozenset[BlockId]:

@@ -81,13 +81,13 @@ def move_group(
             for index, block in enumerate(table.blocks)
         )
         seqs = seqs.set(seq_id, replace(table, blocks=blocks))
-    cross = tuple(
-        move(block, partial(Prefix, extra_key=found.extra_key)) for block in found.cross_blocks
-    )
+    cross, cross_device = found.cross_blocks, found.cross_device
+    if state.policy.swap_cross_tables == "moved":
+        root = partial(Prefix, extra_key=found.extra_key)
+        cross, cross_device = tuple(move(block, root) for block in found.cross_blocks), to
     state = with_pool(with_pool(state, found.device, source), to, destination)
-    groups: Map[int, GroupView] = state.groups.set(
-        group_id, replace(found, device=to, cross_blocks=cross)
-    )
+    moved_group = replace(found, device=to, cross_blocks=cross, cross_device=cross_device)
+    groups: Map[int, GroupView] = state.groups.set(group_id, moved_group)
     return replace(state, seqs=seqs, groups=groups), pairs
 
 
@@ -110,7 +110,7 @@ def _take_copy(
             allocated = copy
             destination, copy = pool_ops.append_tokens(destination, copy, prefix(), view.tokens)
             needs_copy = copy == allocated
-    if view.computed:
+    if view.computed and destination.policy.computed_marks == "data":
         destination = pool_ops.mark_computed(destination, [copy])
     return destination, copy, needs_copy
 
@@ -121,7 +121,8 @@ def blocks_to_move(state: ManagerState, found: GroupView) -> list[BlockId]:
     if state.policy.swap_pairs == "copies":
         return distinct_blocks(state, found)
     entries = [b for s in found.seq_ids for b in state.seqs[s].blocks if b != state.null_block]
-    return entries + list(found.cross_blocks)
+    cross = list(found.cross_blocks) if state.policy.swap_cross_tables == "moved" else []
+    return entries + cross
 
 
 def move_table_by_table(
@@ -155,9 +156,12 @@ def move_table_by_table(
         table = seqs[seq_id]
         blocks = move_table(table.blocks, partial(_prefix_at, table.tokens, size, key))
         seqs = seqs.set(seq_id, replace(table, blocks=blocks))
-    cross = move_table(found.cross_blocks, partial(_root, key))
+    cross, cross_device = found.cross_blocks, found.cross_device
+    if state.policy.swap_cross_tables == "moved":
+        cross, cross_device = move_table(found.cross_blocks, partial(_root, key)), to
     state = with_pool(with_pool(state, found.device, source), to, destination)
-    groups = state.groups.set(group_id, replace(found, device=to, cross_blocks=cross))
+    moved_group = replace(found, device=to, cross_blocks=cross, cross_device=cross_device)
+    groups = state.groups.set(group_id, moved_group)
     return replace(state, seqs=seqs, groups=groups), pairs
 
 

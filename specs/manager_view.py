@@ -28,6 +28,9 @@ class GroupView:
     extra_key: ExtraKey
     encoder_tokens: tuple[Token, ...] = ()
     cross_blocks: tuple[BlockId, ...] = ()
+    cross_device: Device = Device.GPU
+    """Where the cross blocks live: the group's device, unless a swap left them on the GPU
+    (policy ``swap_cross_tables=kept_on_gpu``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,15 @@ SwapPairs = Literal["copies", "every_entry"]
 CommonPrefix = Literal["every_run", "nonempty_runs"]
 CowPairs = Literal["pending", "as_recorded"]
 Promotion = Literal["dedup", "copy_then_dedup"]
+ComputedMarks = Literal["data", "promoted_batch"]
+RevivalAccess = Literal["kept", "reset"]
+AccessTime = Literal["immediate", "at_free"]
+ComputedList = Literal["recomputed", "cached_per_sequence"]
+SwapWorstCase = Literal["distinct_blocks", "table_entries"]
+SwapNever = Literal["with_watermark", "without_watermark"]
+SwapOutAnswer = Literal["status", "ok_or_later"]
+SwapCrossTables = Literal["moved", "kept_on_gpu"]
+AppendOrder = Literal["token_by_token", "slots_first"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +39,15 @@ class Policy:
     common_prefix: CommonPrefix = "every_run"
     cow_pairs: CowPairs = "pending"
     promotion: Promotion = "dedup"
+    computed_marks: ComputedMarks = "data"
+    revival_access: RevivalAccess = "kept"
+    access_time: AccessTime = "immediate"
+    computed_list: ComputedList = "recomputed"
+    swap_worst_case: SwapWorstCase = "distinct_blocks"
+    swap_never: SwapNever = "with_watermark"
+    swap_out_answer: SwapOutAnswer = "status"
+    swap_cross_tables: SwapCrossTables = "moved"
+    append_order: AppendOrder = "token_by_token"
     atomic: bool = True
     unsupported: frozenset[str] = frozenset()
     """Operations the engine does not offer: the reference raises ``UnsupportedError`` for them."""
@@ -163,6 +181,98 @@ OPTIONS: dict[str, Option] = {
             },
         ),
         Option(
+            "computed_marks",
+            _values(ComputedMarks),
+            "which blocks count as computed (their KV written)",
+            {
+                "data": "pagedkv: exactly the full blocks `mark_computed` named; a hit or a"
+                " dedup leaves the mark as it was (pool §8)",
+                "promoted_batch": "vLLM 0.6.3: `mark_computed` ignores its blocks and marks every"
+                " block promoted since the previous call; evictable blocks count as computed; a"
+                " hit or dedup that revives an evictable block makes it computed",
+            },
+        ),
+        Option(
+            "revival_access",
+            _values(RevivalAccess),
+            "the last-access time of a cached block a hit takes back from the evictor",
+            {
+                "kept": "pagedkv: kept (per physical block)",
+                "reset": "vLLM 0.6.3: reset to never accessed (its block tracker starts over)",
+            },
+        ),
+        Option(
+            "access_time",
+            _values(AccessTime),
+            "when `access_all_blocks_in_seq` reaches the blocks",
+            {
+                "immediate": "pagedkv: at once, in any mode",
+                "at_free": "vLLM 0.6.3: with caching only, one time kept per sequence and given"
+                " to its blocks when the sequence is freed",
+            },
+        ),
+        Option(
+            "computed_list",
+            _values(ComputedList),
+            "how `get_common_computed_block_ids` finds each sequence's computed blocks",
+            {
+                "recomputed": "pagedkv: the leading computed run of the table, every time",
+                "cached_per_sequence": "vLLM 0.6.3: a list kept per sequence and only extended;"
+                " once a block past it is not computed the list stops growing until the sequence"
+                " is freed; one sequence's list is its answer",
+            },
+        ),
+        Option(
+            "swap_worst_case",
+            _values(SwapWorstCase),
+            "the blocks `can_swap_in` / `can_swap_out` count",
+            {
+                "distinct_blocks": "pagedkv: each distinct block, plus the blocks lookahead adds",
+                "table_entries": "vLLM 0.6.3 (with its #8824 fixed): per sequence the token chunks"
+                " of its lookahead, plus every table entry but full blocks the destination holds"
+                " already",
+            },
+        ),
+        Option(
+            "swap_never",
+            _values(SwapNever),
+            "when a swap is judged NEVER",
+            {
+                "with_watermark": "pagedkv: when it would not fit an empty device with the"
+                " watermark kept",
+                "without_watermark": "vLLM 0.6.3: only when it exceeds the device's capacity"
+                " (what fits only by eating the watermark waits as LATER)",
+            },
+        ),
+        Option(
+            "swap_out_answer",
+            _values(SwapOutAnswer),
+            "what `can_swap_out` can answer",
+            {
+                "status": "pagedkv: OK, LATER or NEVER",
+                "ok_or_later": "vLLM 0.6.3: a bool, so NEVER is answered LATER",
+            },
+        ),
+        Option(
+            "swap_cross_tables",
+            _values(SwapCrossTables),
+            "whether a swap moves a group's cross-attention table",
+            {
+                "moved": "pagedkv: with the group",
+                "kept_on_gpu": "vLLM 0.6.3: never; it stays on the GPU while the group is away",
+            },
+        ),
+        Option(
+            "append_order",
+            _values(AppendOrder),
+            "when an append takes the blocks past its table's end",
+            {
+                "token_by_token": "pagedkv: each as the tokens reach it, then the lookahead",
+                "slots_first": "vLLM 0.6.3: all of them (tokens' and lookahead's) first, empty,"
+                " then the tokens are written",
+            },
+        ),
+        Option(
             "atomic",
             ("true", "false"),
             "whether a call that fails is refused before it changes anything",
@@ -193,8 +303,17 @@ PROFILES: dict[str, Policy] = {
         common_prefix="nonempty_runs",
         cow_pairs="as_recorded",
         promotion="copy_then_dedup",
+        computed_marks="promoted_batch",
+        revival_access="reset",
+        access_time="at_free",
+        computed_list="cached_per_sequence",
+        swap_worst_case="table_entries",
+        swap_never="without_watermark",
+        swap_out_answer="ok_or_later",
+        swap_cross_tables="kept_on_gpu",
+        append_order="slots_first",
         atomic=False,
-        unsupported=frozenset({"reset_prefix_cache"}),
+        unsupported=frozenset({"get_num_cached_tokens", "reset_prefix_cache"}),
     ),
 }
 
@@ -204,7 +323,53 @@ SAFETY = "safety"
 PROFILE_NAMES: tuple[str, ...] = (*PROFILES, SAFETY)
 
 
-def profile(name: str) -> Policy:
-    if name not in PROFILES:
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """What a check holds a target to: the reference under ``policy``, or (``safety``) only
+    what every correct allocator guarantees. A safety profile's policy says nothing but which
+    operations the target lacks."""
+
+    name: str
+    policy: Policy = PAGEDKV
+    safety: bool = False
+
+    def describe(self) -> str:
+        changed = self.policy.describe() if self.policy != PAGEDKV else ""
+        return f"{self.name} ({changed})" if changed and self.name not in PROFILES else self.name
+
+
+def profile(name: str, overrides: dict[str, str] | None = None) -> Profile:
+    """The named profile with ``--policy`` overrides applied; ValueError with one line."""
+    if name != SAFETY and name not in PROFILES:
         raise ValueError(f"unknown profile {name!r} (known: {', '.join(PROFILE_NAMES)})")
-    return PROFILES[name]
+    policy = PAGEDKV if name == SAFETY else PROFILES[name]
+    if overrides:
+        policy = policy.overridden(overrides)
+        label = name + " " + " ".join(f"{k}={v}" for k, v in overrides.items())
+        return Profile(label, policy, name == SAFETY)
+    return Profile(name, policy, name == SAFETY)
+
+
+def policy_json(policy: Policy) -> dict[str, object]:
+    """The options that differ from pagedkv's, as JSON (``unsupported`` as a sorted list)."""
+    out: dict[str, object] = {}
+    for name, (value, _) in policy.differences(PAGEDKV).items():
+        out[name] = sorted(value) if isinstance(value, frozenset) else value
+    return out
+
+
+def policy_from_json(value: object) -> Policy:
+    """The inverse of ``policy_json``; ValueError naming what is wrong."""
+    if not isinstance(value, dict):
+        raise ValueError(f"a policy is an object of options, got {value!r}")
+    text: dict[str, str] = {}
+    for name, option_value in value.items():
+        if isinstance(option_value, list) and all(isinstance(v, str) for v in option_value):
+            text[name] = ",".join(option_value)
+        elif isinstance(option_value, bool):
+            text[name] = "true" if option_value else "false"
+        elif isinstance(option_value, str):
+            text[name] = option_value
+        else:
+            raise ValueError(f"policy option {name}: {option_value!r} is not a value")
+    return PAGEDKV.overridden(text)

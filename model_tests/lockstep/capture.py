@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specs.operations import Level
+from specs.policy import PAGEDKV, Policy
 
 Call = tuple[str, tuple[Any, ...]]
 
@@ -31,6 +32,10 @@ class RunRecord:
     """The model's outcome (result or error) of each completed call, as the session saw it."""
     checking_config: Any = None
     """A configuration the run was comparing the two sides' acceptance of when it ended."""
+    policy: Policy = PAGEDKV
+    """The reference's policy in the run (under the safety tier: only what the target lacks)."""
+    safety: bool = False
+    """The run held the target to the safety tier alone; ``outcomes`` are then the target's."""
 
 
 RunHook = Callable[[RunRecord], None]
@@ -45,13 +50,16 @@ def finish(machine: Any, level: Level) -> RunRecord:
     pending: Call | None = getattr(machine, "pending", None)
     if pending is not None:
         calls.append(pending)
+    config = getattr(machine, "config", None) or getattr(model, "config", None)
     record = RunRecord(
         level=level,
-        config=None if model is None else model.config,
+        config=config,
         calls=tuple(calls),
         failed_call=pending is not None,
         outcomes=tuple(step.outcome for step in steps),
         checking_config=getattr(machine, "checking_config", None),
+        policy=getattr(machine, "policy", PAGEDKV),
+        safety=getattr(machine, "mode", None) == "safety",
     )
     cls = type(machine)
     release: ReleaseHook | None = getattr(cls, "release_target", None)

@@ -144,11 +144,17 @@ class IsomorphicManagerSession:
         model: tuple[Any, BaseException | None],
         target: tuple[Any, BaseException | None],
     ) -> PagedKVError:
+        if not self.model.policy.atomic and isinstance(target[1], OutOfBlocksError):
+            # The policy lets a call fail midway: the target ran out of blocks (before any check
+            # the reference makes first, perhaps), and what is left, seen or not, is undefined.
+            self.ended = True
+            self.steps.append(Step(method, args, target[1]))
+            return target[1]
         model_error = shared_error(f"{method}{args}", model, target)
-        if isinstance(model_error, OutOfBlocksError) and not self.model.policy.atomic:
+        if self.observe(self.model.view()) != self.seen:
+            if self.model.policy.atomic:
+                raise Divergence(f"{method}{args} raised {model_error!r} but changed the target")
             self.ended = True  # the policy lets a call fail midway: what is left is undefined
-        elif self.observe(self.model.view()) != self.seen:
-            raise Divergence(f"{method}{args} raised {model_error!r} but changed the target")
         self.steps.append(Step(method, args, model_error))
         return model_error
 
@@ -174,7 +180,8 @@ class IsomorphicManagerSession:
             if len(theirs) != len(group.cross_blocks):
                 raise Divergence(f"group {group_id}: cross-attention tables differ in length")
             for index, (mine, their) in enumerate(zip(group.cross_blocks, theirs, strict=True)):
-                out.append((f"group {group_id} cross block {index}", group.device, mine, their))
+                where = f"group {group_id} cross block {index}"
+                out.append((where, group.cross_device, mine, their))
         return out
 
     def _align(
@@ -269,7 +276,7 @@ class IsomorphicManagerSession:
     def _compare_result(
         self, method: str, args: tuple[Any, ...], before: ManagerView, mine: Any, theirs: Any
     ) -> None:
-        expected = self._translate(method, args, before, mine)
+        expected = self._translate(method, args, before, mine, theirs)
         if _same_rate(expected, theirs):
             return
         if expected != theirs:
@@ -278,11 +285,15 @@ class IsomorphicManagerSession:
                 f" the target {theirs!r}"
             )
 
-    def _translate(self, method: str, args: tuple[Any, ...], before: ManagerView, mine: Any) -> Any:
+    def _translate(
+        self, method: str, args: tuple[Any, ...], before: ManagerView, mine: Any, theirs: Any
+    ) -> Any:
         view = self.model.view()
         devices = OPERATIONS["manager"][method].pair_devices
         if devices is not None:
-            return [self._pair(p, *devices) for p in mine]
+            their_pairs = theirs if isinstance(theirs, list) else []
+            padded = [*their_pairs, *[None] * (len(mine) - len(their_pairs))]
+            return [self._pair(p, t, *devices) for p, t in zip(mine, padded, strict=False)]
         if method == "get_block_table":
             device = view.groups[view.seqs[args[0]].group_id].device
             return [self.maps[device].target_of(b) for b in mine]
@@ -293,8 +304,22 @@ class IsomorphicManagerSession:
             return [self.maps[Device.GPU].target_of(b) for b in mine]
         return mine
 
-    def _pair(self, pair: CopyPair, source: Device, destination: Device) -> CopyPair:
-        return (self.maps[source].target_of(pair[0]), self.maps[destination].target_of(pair[1]))
+    def _pair(self, pair: CopyPair, theirs: Any, source: Device, destination: Device) -> CopyPair:
+        """A pair in the target's ids. A block already free again on both sides (a copy
+        recorded into a block the call gave back, ``cow_pairs=as_recorded``) stands for any
+        free block: the target's id at that place is taken as its counterpart."""
+        their = theirs if isinstance(theirs, tuple | list) and len(theirs) == 2 else (None, None)
+        return (
+            self._block_in_target(pair[0], their[0], source),
+            self._block_in_target(pair[1], their[1], destination),
+        )
+
+    def _block_in_target(self, block: BlockId, theirs: Any, device: Device) -> BlockId:
+        ids = self.maps[device]
+        free_now = block in self.model.view().pool(device).free
+        if block not in ids.to_target and free_now and theirs not in ids.to_model:
+            return theirs  # type: ignore[no-any-return]
+        return ids.target_of(block)
 
     def _compare_counts(self, after: ManagerView, observed: Observation) -> None:
         for device in Device:

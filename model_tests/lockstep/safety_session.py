@@ -33,7 +33,7 @@ from model_tests.lockstep.observation import Observation, observe
 from model_tests.lockstep.step import Step
 from reference import kv_model
 from reference.kv_model import KVModel, SlotContent
-from specs.errors import PagedKVError
+from specs.errors import OutOfBlocksError, PagedKVError
 from specs.slots import slot_of
 from specs.types import BlockId, CopyPair, Device, ExtraKey, ManagerConfig, Token
 
@@ -132,14 +132,15 @@ class SafetySession:
     ) -> PagedKVError:
         if not isinstance(error, PagedKVError):
             raise Divergence(f"{method}{args}: the target raised an untyped {error!r}")
-        if self.atomic:
-            if self.observe() != before:
+        if not self.atomic and isinstance(error, OutOfBlocksError):
+            self.ended = True  # out of blocks midway: what is left, seen or not, is undefined
+        elif self.observe() != before:
+            if self.atomic:
                 raise Divergence(
                     f"{method}{args} raised {type(error).__name__}, but the target, which declares"
                     " itself atomic, changed its tables or free counts"
                 )
-        else:
-            self.ended = True
+            self.ended = True  # a failure midway: nothing defines what is left
         self.steps.append(Step(method, args, error))
         return error
 
@@ -171,9 +172,12 @@ class SafetySession:
             for seq_id in group.seq_ids:
                 tokens = self.ledger.seqs[seq_id].tokens
                 self._write(seq_id, range(min(skip_blocks * size, len(tokens)), len(tokens)))
+            cross = self.seen.cross[group_id]
             for position in range(len(group.encoder_tokens)):
-                block, slot = slot_of(self.seen.cross[group_id], position, size)
-                self.kv.write(group.device, block, slot, _cross(group, position))
+                block, slot = slot_of(cross, position, size)
+                self.kv.write(
+                    self._device_of(block) or group.device, block, slot, _cross(group, position)
+                )
 
     def _write(self, seq_id: int, positions: range, now: Observation | None = None) -> None:
         table = (now or self.seen).tables[seq_id]
@@ -268,9 +272,22 @@ class SafetySession:
             group = self.ledger.groups[group_id]
             if len(cross) * size < len(group.encoder_tokens):
                 problems.append(f"group {group_id}'s cross-attention table is too short")
-            for block in cross:
-                problems += self._on_device(f"group {group_id}'s cross table", block, group.device)
+            devices = {self._device_of(block) for block in cross}
+            if None in devices or len(devices) > 1:
+                problems.append(
+                    f"group {group_id}'s cross table {cross} is not on one device"
+                    " (a swap may leave it on the GPU, but not split it or name a foreign block)"
+                )
         return problems
+
+    def _device_of(self, block: BlockId) -> Device | None:
+        """The device whose ids include ``block`` (GPU ids first, then CPU ids)."""
+        gpu = self.config.num_gpu_blocks
+        if 0 <= block < gpu:
+            return Device.GPU
+        if gpu <= block < gpu + self.config.num_cpu_blocks:
+            return Device.CPU
+        return None
 
     def _on_device(self, where: str, block: BlockId, device: Device) -> list[str]:
         gpu = self.config.num_gpu_blocks
@@ -295,7 +312,9 @@ class SafetySession:
             key = _cross_key(group.extra_key)
             for index, block in enumerate(cross):
                 holder = _Holder(f"group {group_id} (cross)", index, key, group.encoder_tokens)
-                holders.setdefault((group.device, block), []).append(holder)
+                holders.setdefault((self._device_of(block) or group.device, block), []).append(
+                    holder
+                )
         problems = []
         for (device, block), found in holders.items():
             first = found[0]
@@ -316,8 +335,9 @@ class SafetySession:
         for seq_id, table in view.tables.items():
             device = self.ledger.group_of(seq_id).device
             held[device] |= {b for b in table if b != null}
-        for group_id, cross in view.cross.items():
-            held[self.ledger.groups[group_id].device] |= set(cross)
+        for cross in view.cross.values():
+            for block in cross:
+                held[self._device_of(block) or Device.GPU].add(block)
         if null is not None:
             held[Device.GPU].add(null)
         totals = {Device.GPU: self.config.num_gpu_blocks, Device.CPU: self.config.num_cpu_blocks}
@@ -364,7 +384,8 @@ class SafetySession:
                 continue
             for position in range(len(group.encoder_tokens)):
                 block, slot = slot_of(cross, position, size)
-                if not self.kv.holds(group.device, block, slot, _cross(group, position)):
+                device = self._device_of(block) or group.device
+                if not self.kv.holds(device, block, slot, _cross(group, position)):
                     problems.append(
                         f"group {group_id}: cross-attention KV of token {position} lost"
                     )

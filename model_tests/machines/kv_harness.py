@@ -111,7 +111,7 @@ class Writer:
         for position in range(len(group.encoder_tokens)):
             block, slot = slot_of(group.cross_blocks, position, size)
             content = SlotContent(group.encoder_tokens[: position + 1], cross_key(group.extra_key))
-            self.side.write(group.device, block, slot, content)
+            self.side.write(group.cross_device, block, slot, content)
 
 
 def cross_key(key: ExtraKey) -> ExtraKey:
@@ -160,7 +160,7 @@ def kv_problems(side: KVSide, view: ManagerView, prefixes: CachedPrefixes) -> li
         for position in range(len(group.encoder_tokens)):
             block, slot = slot_of(group.cross_blocks, position, size)
             expected = SlotContent(group.encoder_tokens[: position + 1], cross_key(group.extra_key))
-            if not side.holds(group.device, block, slot, expected):
+            if not side.holds(group.cross_device, block, slot, expected):
                 problems.append(f"group {group_id}: cross-attention KV of token {position} lost")
                 break
     for device in Device:

@@ -38,7 +38,7 @@ from model_tests.lockstep.safety_session import SafetySession
 from model_tests.machines.kv_harness import AbstractKV, CachedPrefixes, KVSide, Writer, kv_problems
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from specs import invariants
-from specs.errors import OutOfBlocksError, PagedKVError
+from specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
 from specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
 from specs.manager_view import ManagerView
 from specs.policy import PAGEDKV, Policy
@@ -66,7 +66,7 @@ def held_references(view: ManagerView, device: Device) -> Counter[BlockId]:
         if view.groups[seq.group_id].device is device:
             held.update(b for b in seq.blocks if b != view.null_block)
     for group in view.groups.values():
-        if group.device is device:
+        if group.cross_device is device:
             held.update(group.cross_blocks)
     if device is Device.GPU and view.null_block is not None:
         held[view.null_block] += 1
@@ -84,13 +84,16 @@ def mapping_problems(view: ManagerView) -> list[str]:
             problems.append(f"sequence {seq_id} is not a member of group {seq.group_id}")
             continue
         pool = view.pool(group.device)
-        for block in (*seq.blocks, *group.cross_blocks):
+        placed = [(b, group.device) for b in seq.blocks]
+        placed += [(b, group.cross_device) for b in group.cross_blocks]
+        for block, device in placed:
+            where = view.pool(device)
             if block == view.null_block:
                 continue
-            if block not in pool.config.block_ids or pool.blocks[block].ref_count == 0:
+            if block not in where.config.block_ids or where.blocks[block].ref_count == 0:
                 problems.append(
                     f"sequence {seq_id} maps to block {block}, not an allocated"
-                    f" {group.device.value} block"
+                    f" {device.value} block"
                 )
         if len(seq.blocks) * size < len(seq.tokens):
             problems.append(f"sequence {seq_id} has more tokens than slots")
@@ -183,6 +186,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         that ended it stands for every later one, and the rules go by without calls."""
         if self.ended:
             return self.ending_error
+        if method in self.policy.unsupported:  # the engine has no such call: nobody makes it
+            return UnsupportedError(f"{method} is not offered under this policy")
         event(f"rule: {method}")
         self.pending = (method, args)
         outcome = self.session.call(method, *args)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 from hypothesis import event
@@ -32,8 +33,9 @@ from model_tests.lockstep.pool_session import IsomorphicPoolSession
 from reference.pool_adapter import ReferenceBlockPool
 from specs import invariants
 from specs.content_hash import Prefix
-from specs.errors import OutOfBlocksError, PagedKVError
+from specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
 from specs.interface import BlockPool, BlockPoolFactory
+from specs.policy import PAGEDKV, Policy
 from specs.types import BlockId, ExtraKey, PoolConfig, Token
 
 TEMPLATE: tuple[Token, ...] = (0, 1, 1, 0, 2, 0, 1, 2, 2, 1, 0, 0)
@@ -89,6 +91,7 @@ class PoolLockstep(RuleBasedStateMachine):
 
     make_target: ClassVar[BlockPoolFactory]
     isomorphic: ClassVar[bool] = False
+    policy: ClassVar[Policy] = PAGEDKV
     last_run: ClassVar[capture.RunRecord | None] = None
     on_run_end: ClassVar[capture.RunHook | None] = None
     release_target: ClassVar[capture.ReleaseHook | None] = None
@@ -115,7 +118,7 @@ class PoolLockstep(RuleBasedStateMachine):
     def create_pools(self, config: PoolConfig, keys: list[ExtraKey], data: st.DataObject) -> Any:
         """Two or three chains start with prompts along the template, so the first steps
         already find shared prefixes, cache hits and a nearly full pool."""
-        self.model = ReferenceBlockPool(config)
+        self.model = ReferenceBlockPool(config, self.policy)
         self.target = type(self).make_target(config)
         self.session: Any = (
             IsomorphicPoolSession(self.model, self.target) if self.isomorphic else None
@@ -132,6 +135,8 @@ class PoolLockstep(RuleBasedStateMachine):
         return self.model.config.block_size
 
     def both(self, method: str, *args: Any) -> Any:
+        if method in self.policy.unsupported:  # the engine has no such call: nobody makes it
+            return UnsupportedError(f"{method} is not offered under this policy")
         event(f"rule: {method}")
         self.calls += 1
         if self.session is not None:
@@ -351,7 +356,7 @@ class PoolLockstep(RuleBasedStateMachine):
         self.checking_config = config
         outcomes = [
             construction_outcome(factory, config)
-            for factory in (ReferenceBlockPool, type(self).make_target)
+            for factory in (partial(ReferenceBlockPool, policy=self.policy), type(self).make_target)
         ]
         assert outcomes[0] == outcomes[1], f"{config}: model {outcomes[0]}, target {outcomes[1]}"
         self.checking_config = None
@@ -405,11 +410,14 @@ class PoolLockstep(RuleBasedStateMachine):
             assert free_count == len(view.free) + len(view.evictable), f"{name}: free count"
 
 
-def lockstep_case(factory: Any, *, isomorphic: bool = False) -> type[PoolLockstep]:
-    """A machine class checking ``factory``'s pools against the reference, in exact or in
-    isomorphic mode (ids through a bijection, the target's allowed choices adopted)."""
+def lockstep_case(
+    factory: Any, *, isomorphic: bool = False, policy: Policy = PAGEDKV
+) -> type[PoolLockstep]:
+    """A machine class checking ``factory``'s pools against the reference under ``policy``, in
+    exact or in isomorphic mode (ids through a bijection, the target's allowed choices
+    adopted)."""
     return type(
         f"PoolLockstep_{getattr(factory, '__name__', 'target')}",
         (PoolLockstep,),
-        {"make_target": staticmethod(factory), "isomorphic": isomorphic},
+        {"make_target": staticmethod(factory), "isomorphic": isomorphic, "policy": policy},
     )

@@ -20,12 +20,16 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from model_tests.lockstep.calls import Divergence
 from model_tests.lockstep.capture import RunRecord
-from model_tests.machines.manager_machine import ManagerLockstep, manager_lockstep_case
+from model_tests.machines.manager_machine import ManagerLockstep, Mode, manager_lockstep_case
 from model_tests.machines.pool_machine import PoolLockstep, lockstep_case
 from model_tests.oracle import codec, trace
 from model_tests.oracle.codec import Level
 from model_tests.oracle.exec_target import close_target
 from model_tests.oracle.trace import Trace, Verdict
+from specs.policy import Profile
+from specs.policy import profile as named_profile
+
+PAGEDKV_PROFILE = named_profile("pagedkv")
 
 DEFAULT_STEPS = 2000
 DEFAULT_TRACE = "pagedkv-divergence.jsonl"
@@ -36,15 +40,19 @@ Progress = Callable[[int, int, bool], None]
 
 
 def machine_case(
-    factory: Callable[[Any], Any], level: Level
+    factory: Callable[[Any], Any], level: Level, profile: Profile = PAGEDKV_PROFILE
 ) -> type[ManagerLockstep] | type[PoolLockstep]:
-    """The isomorphic machine of ``level`` for ``factory``'s targets; each run's target goes back
-    to its factory when the run ends (an ``exec:`` program then serves the next run)."""
+    """The machine of ``level`` for ``factory``'s targets: isomorphic against the reference
+    under the profile's policy, or the safety tier alone; each run's target goes back to its
+    factory when the run ends (an ``exec:`` program then serves the next run)."""
     case: type[ManagerLockstep] | type[PoolLockstep]
     if level == "manager":
-        case = manager_lockstep_case(factory, mode="isomorphic")
+        mode: Mode = "safety" if profile.safety else "isomorphic"
+        case = manager_lockstep_case(factory, mode=mode, policy=profile.policy)
     else:
-        case = lockstep_case(factory, isomorphic=True)
+        if profile.safety:
+            raise ValueError("the safety tier is checked at the manager level only")
+        case = lockstep_case(factory, isomorphic=True, policy=profile.policy)
     case.release_target = staticmethod(close_target)
     return case
 
@@ -59,6 +67,7 @@ def budget(steps: int, per_run: int = MAX_STEPS_PER_RUN) -> tuple[int, int]:
 class CheckResult:
     level: Level
     seed: int
+    profile: Profile = PAGEDKV_PROFILE
     runs: int = 0
     calls: int = 0
     failure: BaseException | None = None
@@ -83,14 +92,16 @@ def run_check(
     progress: Progress | None = None,
     steps_per_run: int = MAX_STEPS_PER_RUN,
     adapt_case: Callable[[Any], Any] | None = None,
+    profile: Profile = PAGEDKV_PROFILE,
 ) -> CheckResult:
-    """Check ``factory``'s targets against the reference in isomorphic mode. On a failure, the
-    shrunk run is written as a trace to ``trace_out`` (unless None) and replayed once.
-    ``adapt_case`` may derive the machine used from the standard one (the real peers use it to
-    leave out what their engine lacks, ``model_tests/peers/lacking.py``)."""
+    """Check ``factory``'s targets against the reference under ``profile`` (isomorphic mode), or
+    against the safety tier alone. On a failure, the shrunk run is written as a trace to
+    ``trace_out`` (unless None) and replayed once. ``adapt_case`` may derive the machine used
+    from the standard one (the real peers narrow the configurations their engine serves,
+    ``model_tests/peers/lacking.py``)."""
     seed = random.randrange(2**32) if seed is None else seed
-    result = CheckResult(level, seed)
-    case = machine_case(factory, level)
+    result = CheckResult(level, seed, profile)
+    case = machine_case(factory, level, profile)
     if adapt_case is not None:
         case = adapt_case(case)
     failing = False
@@ -195,7 +206,8 @@ def show_outcome(outcome: Any) -> str:
 
 
 def check_report(result: CheckResult, target: str, replay_hint: str | None = None) -> Report:
-    where = f"{result.level} level, isomorphic mode, seed {result.seed}"
+    mode = "safety tier" if result.profile.safety else "isomorphic mode"
+    where = f"{result.level} level, {mode}, profile {result.profile.describe()}, seed {result.seed}"
     title = f"pagedkv check {target} ({where})"
     if result.passed:
         return Report(
@@ -214,9 +226,13 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
         report.config = show_config(record.checking_config)
     else:
         count = len(record.calls)
+        what = (
+            "the target breaks the safety tier"
+            if result.profile.safety
+            else "the target diverges from the reference"
+        )
         report.verdict = (
-            f"FAIL: the target diverges from the reference; shrunk to {count} step"
-            f"{'' if count == 1 else 's'}"
+            f"FAIL: {what}; shrunk to {count} step{'' if count == 1 else 's'}"
             f" (found in {result.runs} runs, {result.calls} calls)"
         )
         report.config = show_config(record.config)
@@ -224,6 +240,8 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
             done = number <= len(record.outcomes)
             if done:
                 outcome = show_outcome(record.outcomes[number - 1])
+            elif result.profile.safety:
+                outcome = "(the target's answer)"
             elif result.trace is not None and len(result.trace.ops) >= number:
                 expect = result.trace.ops[number - 1].expect
                 outcome = trace.show_expect(result.level, op, expect)
@@ -232,7 +250,8 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
             report.steps.append(StepLine(number, codec.show_call(op, args), outcome, not done))
     failed_at = len(record.calls) if record.failed_call else None
     where = f"at step {failed_at}, " if failed_at else ""
-    report.detail = f"expected vs did: {where}{result.message}"
+    label = "what breaks" if result.profile.safety else "expected vs did"
+    report.detail = f"{label}: {where}{result.message}"
     if result.trace_path is not None:
         report.notes.append(f"trace: {result.trace_path}")
         if replay_hint:

@@ -28,12 +28,14 @@ from model_tests.lockstep.calls import Divergence, run_call
 from model_tests.lockstep.capture import Call, RunRecord
 from model_tests.lockstep.manager_session import IsomorphicManagerSession
 from model_tests.lockstep.pool_session import IsomorphicPoolSession
+from model_tests.lockstep.safety_session import SafetySession
 from model_tests.oracle import codec
 from model_tests.oracle.codec import JSON, CodecError, Level
 from model_tests.oracle.exec_target import close_target
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from reference.pool_adapter import ReferenceBlockPool
 from specs.errors import PagedKVError
+from specs.policy import PAGEDKV, SAFETY, Policy, policy_from_json, policy_json
 
 FORMAT = "pagedkv-trace"
 VERSION = 1
@@ -48,7 +50,8 @@ class TraceOp:
     op: str
     args: tuple[Any, ...]
     expect: JSON
-    """``{"result": <json>}`` or ``{"error": "<class name>"}``."""
+    """``{"result": <json>}`` or ``{"error": "<class name>"}``; None in a safety trace, which
+    holds the target to no reference."""
 
 
 @dataclass
@@ -58,22 +61,26 @@ class Trace:
     ops: list[TraceOp] = field(default_factory=list)
     create_error: str | None = None
     """The error class the reference refuses ``config`` with, if it does."""
+    policy: Policy = PAGEDKV
+    """The reference's policy (``specs/policy.md``); a trace says it when it is not pagedkv's."""
+    safety: bool = False
+    """A trace of the safety tier: replayed against the target alone, with no expectations."""
 
     def operations(self) -> set[str]:
         return {op.op for op in self.ops}
 
     def errors(self) -> set[str]:
-        found = {op.expect["error"] for op in self.ops if "error" in op.expect}
+        found = {op.expect["error"] for op in self.ops if op.expect and "error" in op.expect}
         return found | ({self.create_error} if self.create_error else set())
 
 
 # --- the reference ------------------------------------------------------------------------------
 
 
-def make_reference(level: Level, config: Any) -> Any:
+def make_reference(level: Level, config: Any, policy: Policy = PAGEDKV) -> Any:
     if level == "manager":
-        return ReferenceBlockSpaceManager(config)
-    return ReferenceBlockPool(config)
+        return ReferenceBlockSpaceManager(config, policy)
+    return ReferenceBlockPool(config, policy)
 
 
 def outcome_json(level: Level, op: str, result: Any, error: BaseException | None) -> JSON:
@@ -85,33 +92,46 @@ def outcome_json(level: Level, op: str, result: Any, error: BaseException | None
     return {"result": codec.encode_result(level, op, result)}
 
 
-def create_outcome(level: Level, config: Any) -> tuple[Any, str | None]:
+def create_outcome(level: Level, config: Any, policy: Policy = PAGEDKV) -> tuple[Any, str | None]:
     """The reference built for ``config``, or the error class it refuses it with."""
     try:
-        return make_reference(level, config), None
+        return make_reference(level, config, policy), None
     except PagedKVError as error:
         return None, type(error).__name__
 
 
-def trace_of_calls(level: Level, config: Any, calls: Iterable[Call]) -> Trace:
-    """A trace of ``calls`` with the expectations a fresh reference gives."""
-    reference, refused = create_outcome(level, config)
-    trace = Trace(level, config, create_error=refused)
+def trace_of_calls(
+    level: Level,
+    config: Any,
+    calls: Iterable[Call],
+    policy: Policy = PAGEDKV,
+    *,
+    safety: bool = False,
+) -> Trace:
+    """A trace of ``calls`` with the expectations a fresh reference under ``policy`` gives (a
+    safety trace has none: nothing but the safety tier holds the target)."""
+    reference, refused = create_outcome(level, config, policy)
+    trace = Trace(level, config, create_error=refused, policy=policy, safety=safety)
     if reference is None:
         return trace
     for op, args in calls:
-        result, error = run_call(reference, op, args, {})
-        trace.ops.append(TraceOp(op, tuple(args), outcome_json(level, op, result, error)))
+        expect = None
+        if not safety:
+            result, error = run_call(reference, op, args, {})
+            expect = outcome_json(level, op, result, error)
+        trace.ops.append(TraceOp(op, tuple(args), expect))
     return trace
 
 
 def trace_of_run(record: RunRecord) -> Trace:
     """The trace that replays a machine's run (its failing call included)."""
     if record.checking_config is not None:
-        return trace_of_calls(record.level, record.checking_config, [])
+        return trace_of_calls(record.level, record.checking_config, [], record.policy)
     if record.config is None:
         raise TraceError("the run ended before it drew a configuration: nothing to replay")
-    return trace_of_calls(record.level, record.config, record.calls)
+    return trace_of_calls(
+        record.level, record.config, record.calls, record.policy, safety=record.safety
+    )
 
 
 # --- writing --------------------------------------------------------------------------------------
@@ -130,14 +150,23 @@ def header_json(trace: Trace) -> JSON:
     }
     if trace.create_error is not None:
         header["create"] = {"error": trace.create_error}
+    if trace.policy != PAGEDKV:
+        header["policy"] = policy_json(trace.policy)
+    if trace.safety:
+        header["tier"] = SAFETY
     return header
 
 
 def dumps(trace: Trace) -> str:
     lines = [_dumps(header_json(trace))]
     for op in trace.ops:
-        args = codec.encode_args(trace.level, op.op, op.args)
-        lines.append(_dumps({"op": op.op, "args": args, "expect": op.expect}))
+        line: dict[str, JSON] = {
+            "op": op.op,
+            "args": codec.encode_args(trace.level, op.op, op.args),
+        }
+        if op.expect is not None:
+            line["expect"] = op.expect
+        lines.append(_dumps(line))
     return "\n".join(lines) + "\n"
 
 
@@ -168,7 +197,16 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f'{name} is not JSON (write {{"float": "nan"}} and the like)')
 
 
-def _header(value: dict[str, JSON]) -> tuple[Level, Any, str | None]:
+@dataclass(frozen=True)
+class _Header:
+    level: Level
+    config: Any
+    create_error: str | None
+    policy: Policy
+    safety: bool
+
+
+def _header(value: dict[str, JSON]) -> _Header:
     if value.get("format") != FORMAT:
         raise TraceError(f'line 1: not a pagedkv trace (expected "format": "{FORMAT}")')
     version = value.get("version")
@@ -187,7 +225,14 @@ def _header(value: dict[str, JSON]) -> tuple[Level, Any, str | None]:
         if not isinstance(create, dict) or set(create) != {"error"}:
             raise TraceError('line 1: "create" must be {"error": "<class name>"}')
         create_error = _error_name(create["error"], 1)
-    return level, config, create_error
+    try:
+        policy = policy_from_json(value.get("policy", {}))
+    except ValueError as error:
+        raise TraceError(f"line 1: {error}") from None
+    tier = value.get("tier", "policy")
+    if tier not in ("policy", SAFETY):
+        raise TraceError(f'line 1: "tier" is "policy" or "safety", got {tier!r}')
+    return _Header(level, config, create_error, policy, tier == SAFETY)
 
 
 def _error_name(name: JSON, number: int) -> str:
@@ -197,8 +242,9 @@ def _error_name(name: JSON, number: int) -> str:
         raise TraceError(f"line {number}: {error}") from None
 
 
-def _operation(level: Level, value: dict[str, JSON], number: int) -> TraceOp:
-    missing = [key for key in ("op", "args", "expect") if key not in value]
+def _operation(level: Level, value: dict[str, JSON], number: int, safety: bool) -> TraceOp:
+    wanted = ("op", "args") if safety else ("op", "args", "expect")
+    missing = [key for key in wanted if key not in value]
     if missing:
         raise TraceError(f"line {number}: missing {', '.join(missing)}")
     op = value["op"]
@@ -206,6 +252,8 @@ def _operation(level: Level, value: dict[str, JSON], number: int) -> TraceOp:
         args = codec.decode_args(level, op, value["args"])
     except CodecError as error:
         raise TraceError(f"line {number}: {error}") from None
+    if safety:
+        return TraceOp(op, args, None)
     expect = value["expect"]
     if isinstance(expect, dict) and set(expect) == {"error"}:
         return TraceOp(op, args, {"error": _error_name(expect["error"], number)})
@@ -225,12 +273,18 @@ def loads(text: str) -> Trace:
     first, header_line = numbered[0]
     if first != 1:
         raise TraceError("line 1: the header must be the first line")
-    level, config, create_error = _header(_object(header_line, 1))
-    trace = Trace(level, config, create_error=create_error)
+    header = _header(_object(header_line, 1))
+    trace = Trace(
+        header.level,
+        header.config,
+        create_error=header.create_error,
+        policy=header.policy,
+        safety=header.safety,
+    )
     for number, line in numbered[1:]:
-        if create_error is not None:
+        if header.create_error is not None:
             raise TraceError(f"line {number}: a trace whose creation fails has no operations")
-        trace.ops.append(_operation(level, _object(line, number), number))
+        trace.ops.append(_operation(header.level, _object(line, number), number, header.safety))
     return trace
 
 
@@ -277,14 +331,19 @@ class Verdict:
 
 
 def show_expect(level: Level, op: str, expect: JSON) -> str:
+    if expect is None:
+        return "(safety tier: no expectation)"
     if "error" in expect:
         return f"raises {expect['error']}"
     return codec.show_value(codec.decode_result(level, op, expect["result"]))
 
 
 def check_expectations(trace: Trace) -> Verdict | None:
-    """None if the reference still gives every recorded outcome; else a stale verdict."""
-    reference, refused = create_outcome(trace.level, trace.config)
+    """None if the reference still gives every recorded outcome; else a stale verdict. A safety
+    trace expects nothing of the reference."""
+    if trace.safety:
+        return None
+    reference, refused = create_outcome(trace.level, trace.config, trace.policy)
     if refused != trace.create_error:
         want = f"refused with {trace.create_error}" if trace.create_error else "accepted"
         got = f"refuses it with {refused}" if refused else "accepts it"
@@ -321,7 +380,7 @@ def replay(trace: Trace, target_factory: Callable[[Any], Any]) -> Verdict:
 
 def _replay(trace: Trace, target_factory: Callable[[Any], Any]) -> Verdict:
     total = len(trace.ops)
-    model, _ = create_outcome(trace.level, trace.config)
+    model, _ = create_outcome(trace.level, trace.config, trace.policy)
     try:
         target = target_factory(trace.config)
     except PagedKVError as error:
@@ -341,14 +400,18 @@ def _replay_on(trace: Trace, model: Any, target: Any) -> Verdict:
     if trace.create_error is not None:
         return Verdict("divergence", total, 0, message=_creation(trace, "accepted it"))
     try:
-        session: Any = (
-            IsomorphicManagerSession(model, target)
-            if trace.level == "manager"
-            else IsomorphicPoolSession(model, target)
-        )
+        session: Any
+        if trace.safety and trace.level == "manager":
+            session = SafetySession(target, trace.config)
+        elif trace.level == "manager":
+            session = IsomorphicManagerSession(model, target)
+        else:
+            session = IsomorphicPoolSession(model, target)
     except Exception as error:
         return Verdict("divergence", total, 0, message=f"observing the new target: {error}")
     for number, op in enumerate(trace.ops, 1):
+        if getattr(session, "ended", False):
+            break  # a call failed midway under a non-atomic policy: nothing follows it
         try:
             session.call(op.op, *op.args)
         except Exception as error:

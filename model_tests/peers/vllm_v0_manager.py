@@ -81,12 +81,25 @@ class Switches:
     swap_out_status: bool = False
     """Answer ``can_swap_out`` with the ``AllocStatus`` vLLM computes inside (``_can_swap``)
     before ``can_swap_out`` folds it into a bool (no NEVER)."""
+    never_without_null: bool = False
+    """D1: judge NEVER (``can_allocate``, ``can_swap_in``) against the GPU blocks but the null
+    block."""
+    no_window_cap: bool = False
+    """D2: ``can_allocate`` counts the whole prompt with a window, as ``allocate`` takes it."""
+    hash_extra_key: bool = False
+    """D4: requests with different extra keys (LoRA id, cache salt) never share a block: each
+    extra key gets its own token ids inside vLLM, so its hashes differ (vLLM hashes tokens
+    only)."""
+    forget_cpu_access: bool = False
+    """D8: freeing a swapped-out sequence drops its recorded access time first (vLLM would mark
+    its CPU block ids through the GPU allocator and fail)."""
 
 
 @dataclass
 class _Group:
     group: SequenceGroup
     device: Device
+    key: ExtraKey = NO_EXTRA_KEY
 
 
 class VllmV0Manager:
@@ -112,6 +125,12 @@ class VllmV0Manager:
         self._group_of: dict[int, int] = {}
         if self.switches.eager_null_block and config.sliding_window is not None:
             self._vllm.block_allocator.allocate_or_get_null_block()
+        if self.switches.never_without_null and config.sliding_window is not None:
+            self._vllm.num_total_gpu_blocks -= 1
+            gpu = self._vllm.block_allocator._allocators[vllm_v0.DEVICES[Device.GPU]]
+            total = gpu.get_num_total_blocks()
+            gpu.get_num_total_blocks = lambda: total - 1
+        self._keys: dict[ExtraKey, int] = {NO_EXTRA_KEY: 0}
 
     @property
     def config(self) -> ManagerConfig:
@@ -155,7 +174,21 @@ class VllmV0Manager:
             [VllmSequence(-1, tokens)],
             None if encoder is None else VllmSequence(-2, encoder),
         )
-        return vllm_v0.alloc_status(vllm_v0.call(self._vllm.can_allocate, probe, lookahead))
+        cap = self._vllm.max_block_sliding_window
+        if self.switches.no_window_cap:
+            self._vllm.max_block_sliding_window = None
+        try:
+            return vllm_v0.alloc_status(vllm_v0.call(self._vllm.can_allocate, probe, lookahead))
+        finally:
+            self._vllm.max_block_sliding_window = cap
+
+    def _engine_tokens(self, tokens: Sequence[Token], key: ExtraKey) -> list[Token]:
+        """The token ids vLLM sees: the protocol's, or (switch ``hash_extra_key``) the
+        protocol's made distinct per extra key."""
+        if not self.switches.hash_extra_key:
+            return list(tokens)
+        index = self._keys.setdefault(key, len(self._keys))
+        return [token * 64 + index for token in tokens]
 
     def allocate(
         self,
@@ -170,7 +203,7 @@ class VllmV0Manager:
         tokens = check_tokens(prompt)
         encoder = None if encoder_prompt is None else check_tokens(encoder_prompt)
         lora = key.lora_id or 0
-        seqs = [VllmSequence(s, list(tokens), lora_int_id=lora) for s in ids]
+        seqs = [VllmSequence(s, self._engine_tokens(tokens, key), lora_int_id=lora) for s in ids]
         encoder_seq = None if encoder is None else VllmSequence(-gid - 1, encoder)
         group = SequenceGroup(str(gid), seqs, encoder_seq)
         if self.switches.refuse_up_front:
@@ -183,7 +216,7 @@ class VllmV0Manager:
             seq.status = SequenceStatus.RUNNING
             self._seqs[seq.seq_id] = seq
             self._group_of[seq.seq_id] = gid
-        self._groups[gid] = _Group(group, Device.GPU)
+        self._groups[gid] = _Group(group, Device.GPU, key)
 
     # --- decoding ------------------------------------------------------------------------------
 
@@ -220,7 +253,7 @@ class VllmV0Manager:
             )
             self._refuse(needed, Device.GPU, f"appending to sequence {seq.seq_id}")
         seq.data.num_computed_tokens = before
-        seq.token_ids.extend(new_tokens)
+        seq.token_ids.extend(self._engine_tokens(new_tokens, self._group_of_seq(seq).key))
         try:
             pairs = vllm_v0.call(self._vllm.append_slots, seq, lookahead)
         except BaseException:
@@ -248,6 +281,8 @@ class VllmV0Manager:
         seq = self._seq(seq_id)
         gid = self._group_of[seq.seq_id]
         found = self._groups[gid]
+        if self.switches.forget_cpu_access and found.device is Device.CPU:
+            self._vllm._last_access_blocks_tracker._seq_last_access[seq.seq_id] = None
         vllm_v0.call(self._vllm.free, seq)
         found.group.seqs.remove(seq)
         del self._seqs[seq.seq_id], self._group_of[seq.seq_id]
