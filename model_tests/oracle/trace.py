@@ -312,14 +312,23 @@ def check_expectations(trace: Trace) -> Verdict | None:
     return None
 
 
-def replay(trace: Trace, target_factory: Callable[[Any], Any]) -> Verdict:
+StepWatch = Callable[[int, Any, BaseException | None], None]
+"""Called after each replayed step with the step's number, the session, and the error that ended
+the comparison there (None if the step agreed): how the trace viewer draws both sides."""
+
+
+def replay(
+    trace: Trace, target_factory: Callable[[Any], Any], watch: StepWatch | None = None
+) -> Verdict:
     stale = check_expectations(trace)
     if stale is not None:
         return stale
-    return _replay(trace, target_factory)
+    return _replay(trace, target_factory, watch)
 
 
-def _replay(trace: Trace, target_factory: Callable[[Any], Any]) -> Verdict:
+def _replay(
+    trace: Trace, target_factory: Callable[[Any], Any], watch: StepWatch | None = None
+) -> Verdict:
     total = len(trace.ops)
     model, _ = create_outcome(trace.level, trace.config)
     try:
@@ -331,12 +340,12 @@ def _replay(trace: Trace, target_factory: Callable[[Any], Any]) -> Verdict:
     except Exception as error:
         return Verdict("divergence", total, 0, message=_creation(trace, f"raised {error!r}"))
     try:
-        return _replay_on(trace, model, target)
+        return _replay_on(trace, model, target, watch)
     finally:
         close_target(target)
 
 
-def _replay_on(trace: Trace, model: Any, target: Any) -> Verdict:
+def _replay_on(trace: Trace, model: Any, target: Any, watch: StepWatch | None) -> Verdict:
     total = len(trace.ops)
     if trace.create_error is not None:
         return Verdict("divergence", total, 0, message=_creation(trace, "accepted it"))
@@ -352,6 +361,8 @@ def _replay_on(trace: Trace, model: Any, target: Any) -> Verdict:
         try:
             session.call(op.op, *op.args)
         except Exception as error:
+            if watch is not None:
+                watch(number, session, error)
             message = str(error) if isinstance(error, Divergence) else _stopped(error)
             return Verdict(
                 "divergence",
@@ -361,6 +372,8 @@ def _replay_on(trace: Trace, model: Any, target: Any) -> Verdict:
                 show_expect(trace.level, op.op, op.expect),
                 message,
             )
+        if watch is not None:
+            watch(number, session, None)
     problems = session.problems()
     if problems:
         return Verdict("divergence", total, total, message="; ".join(problems))

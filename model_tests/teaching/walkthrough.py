@@ -1,0 +1,260 @@
+"""A trace, step by step, as the page of ``pagedkv show`` draws it.
+
+Without a target the reference alone replays the trace: each step's call, the outcome the
+reference gives (a step where that is not what the trace recorded is marked stale) and its state
+after the step. With a target, the trace is replayed through the oracle's isomorphic session
+(``trace.replay``, the same comparison as ``pagedkv replay``) and each step also shows what the
+protocol lets us see of the target (``specs/oracle.md`` §1): its result, its block tables in its
+own ids beside the reference's translated into them, and its free counts. The step where it
+diverges carries the verdict's message and the rule it broke.
+
+With a target, the reference's state is the session's model: where the spec leaves a choice open
+(which free block, which of equally old cached blocks) it has taken the target's, so that both
+sides' ids correspond.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from model_tests.lockstep.calls import run_call
+from model_tests.lockstep.manager_session import IsomorphicManagerSession
+from model_tests.oracle import codec, trace
+from model_tests.oracle.check import show_config
+from model_tests.oracle.exec_target import close_target
+from model_tests.oracle.trace import Trace, Verdict
+from model_tests.teaching.frames import (
+    Finding,
+    Frame,
+    FreeCount,
+    TargetRow,
+    TargetSide,
+    Walk,
+    copies_of,
+)
+from model_tests.teaching.rules import CREATE, STALE, rule_of
+from model_tests.teaching.snapshot import picture_of
+from specs.errors import PagedKVError
+from specs.manager_view import ManagerView
+from specs.types import Device
+
+Factory = Callable[[Any], Any]
+
+
+class Recorder:
+    """The target as the session calls it, keeping what each call returned or raised."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.log: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.target, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = attribute(*args, **kwargs)
+            except Exception as error:
+                self.log.append((name, f"raises {type(error).__name__}: {error}"))
+                raise
+            self.log.append((name, codec.show_value(result)))
+            return result
+
+        return call
+
+
+def outcome_text(outcome: Any) -> str:
+    if isinstance(outcome, PagedKVError):
+        return f"raises {type(outcome).__name__}"
+    return codec.show_value(outcome)
+
+
+def _creation(loaded: Trace) -> str:
+    return f"refused: {loaded.create_error}" if loaded.create_error else "created"
+
+
+# --- the reference alone ----------------------------------------------------------------------
+
+
+def reference_frames(loaded: Trace, stale: Verdict | None) -> list[Frame]:
+    reference, refused = trace.create_outcome(loaded.level, loaded.config)
+    start = f"refused: {refused}" if refused else "created"
+    frames = [
+        Frame(0, "create", start, None if reference is None else picture_of(reference.view()))
+    ]
+    if reference is not None:
+        for number, op in enumerate(loaded.ops, 1):
+            result, error = run_call(reference, op.op, op.args, {})
+            frames.append(
+                Frame(
+                    number,
+                    codec.show_call(op.op, op.args),
+                    outcome_text(error if error is not None else result),
+                    picture_of(reference.view()),
+                    copies=copies_of(loaded.level, op.op, None if error else result),
+                )
+            )
+    if stale is not None and stale.step is not None and stale.step < len(frames):
+        finding = Finding("stale", STALE, stale.message)
+        frames[stale.step] = replace(frames[stale.step], finding=finding)
+    return frames
+
+
+# --- the reference and a target ---------------------------------------------------------------
+
+
+def _tables(
+    session: IsomorphicManagerSession, view: ManagerView, observed: dict[int, Any]
+) -> tuple[TargetRow, ...]:
+    rows = []
+    for seq_id in sorted(set(view.seqs) | set(observed)):
+        label = f"seq {seq_id}"
+        seq = view.seqs.get(seq_id)
+        expected: tuple[int | None, ...] = ()
+        if seq is not None:
+            ids = session.maps[view.groups[seq.group_id].device].to_target
+            expected = tuple(ids.get(b) for b in seq.blocks)
+        theirs = observed.get(seq_id)
+        if isinstance(theirs, str):
+            rows.append(TargetRow(label, None, expected, theirs))
+        else:
+            rows.append(TargetRow(label, None if theirs is None else tuple(theirs), expected))
+    return tuple(rows)
+
+
+def _ask(target: Any, method: str, *args: Any) -> Any:
+    """A protocol query on the target; its error as text (a target that diverged may well fail)."""
+    try:
+        return getattr(target, method)(*args)
+    except Exception as error:
+        return f"raises {type(error).__name__}"
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def target_side(session: Any, target: Any, outcome: str, before: ManagerView | None) -> TargetSide:
+    """What the protocol shows of the target now: asked afresh, so that after a divergence the
+    page shows the target as it really is."""
+    if not isinstance(session, IsomorphicManagerSession):
+        count = _count(_ask(target, "num_free_blocks"))
+        return TargetSide(outcome, (FreeCount("pool", count, _free(session, None)),))
+    view = session.model.view()
+    seq_ids = set(view.seqs) | (set() if before is None else set(before.seqs))
+    observed = {seq_id: _ask(target, "get_block_table", seq_id) for seq_id in sorted(seq_ids)}
+    observed = {k: v for k, v in observed.items() if k in view.seqs or isinstance(v, list)}
+    free = tuple(
+        FreeCount(device.name, _count(_ask(target, method)), _free(session, device))
+        for device, method in (
+            (Device.GPU, "get_num_free_gpu_blocks"),
+            (Device.CPU, "get_num_free_cpu_blocks"),
+        )
+    )
+    return TargetSide(outcome, free, _tables(session, view, observed))
+
+
+def _free(session: Any, device: Device | None) -> int:
+    view = session.model.view()
+    pool = view if device is None else view.pool(device)
+    return len(pool.free) + len(pool.evictable)
+
+
+def target_frames(loaded: Trace, factory: Factory) -> tuple[list[Frame], Verdict]:
+    made: list[Any] = []
+    recorders: list[Recorder] = []
+
+    def recording(config: Any) -> Recorder:
+        made.append(factory(config))
+        recorders.append(Recorder(made[-1]))
+        return recorders[-1]
+
+    reference, _ = trace.create_outcome(loaded.level, loaded.config)
+    first = None if reference is None else picture_of(reference.view())
+    frames = [Frame(0, "create", _creation(loaded), first)]
+    saved: list[Any] = [None if reference is None else reference.state]
+    views: list[ManagerView | None] = [None]
+    seen = [0]
+
+    def watch(number: int, session: Any, error: BaseException | None) -> None:
+        op = loaded.ops[number - 1]
+        log = recorders[-1].log
+        theirs = next((text for name, text in log[seen[0] :] if name == op.op), "not called")
+        if error is None:
+            mine: Any = session.steps[-1].outcome
+        else:  # the reference's own outcome, from the state before the step
+            clone = copy.copy(session.model)
+            clone.state = saved[-1]
+            result, raised = run_call(clone, op.op, op.args, {})
+            mine = raised if raised is not None else result
+        side = target_side(session, made[-1], theirs, views[-1])
+        seen[0] = len(log)
+        view = session.model.view()
+        frames.append(
+            Frame(
+                number,
+                codec.show_call(op.op, op.args),
+                outcome_text(mine),
+                picture_of(view),
+                copies=copies_of(loaded.level, op.op, mine),
+                target=side,
+            )
+        )
+        saved.append(session.model.state)
+        views.append(view if isinstance(view, ManagerView) else None)
+
+    try:
+        verdict = trace.replay(loaded, recording, watch)
+    finally:
+        for target in made:
+            close_target(target)
+    if not verdict.ok and verdict.step is not None and verdict.step < len(frames):
+        op = loaded.ops[verdict.step - 1].op if verdict.step else ""
+        rule = CREATE if verdict.step == 0 else rule_of(verdict.message, op)
+        finding = Finding("divergence", rule, verdict.message)
+        frames[verdict.step] = replace(frames[verdict.step], finding=finding)
+    return frames, verdict
+
+
+# --- a walk ---------------------------------------------------------------------------------------
+
+
+def walk_trace(
+    loaded: Trace,
+    source: str,
+    factory: Factory | None = None,
+    target_name: str | None = None,
+) -> Walk:
+    """Every step of ``loaded`` (read from ``source``), with ``factory``'s target beside the
+    reference if given."""
+    stale = trace.check_expectations(loaded)
+    walk = Walk(
+        f"pagedkv show {source}",
+        loaded.level,
+        show_config(loaded.config),
+        target=target_name if factory is not None else None,
+    )
+    if factory is None or stale is not None:
+        walk.frames = reference_frames(loaded, stale)
+        if stale is not None:
+            walk.verdict = stale.describe()
+        else:
+            walk.verdict = f"{len(loaded.ops)} steps, as this pagedkv's reference gives them"
+            walk.notes.append(
+                "Replayed by the reference alone: pass --target to see a target beside it."
+            )
+        return walk
+    walk.frames, verdict = target_frames(loaded, factory)
+    walk.verdict = verdict.describe()
+    walk.notes.append(
+        "Block ids on the left are the reference's; where the spec leaves a choice open (which"
+        " free block, which of equally old cached blocks) the reference took the target's, so"
+        " that the ids correspond. The target is seen only through the protocol: its results,"
+        " tables and free counts."
+    )
+    return walk
