@@ -120,7 +120,7 @@ def _tables(picture: Picture) -> str:
     if not picture.tables:
         return "" if len(picture.devices) == 1 else '<p class="tables none">no block tables</p>'
     rows = [
-        f"<tr><th>{_e(row.label)}</th><td>{_e(row.device)}</td><td>{row.num_tokens} tokens</td>"
+        f"<tr><th>{_e(row.label)}</th><td>{_e(row.device)}</td><td>{row.length}</td>"
         f'<td class="table">{_table_cells(row)}</td><td>{_e(row.extra_key)}</td></tr>'
         for row in picture.tables
     ]

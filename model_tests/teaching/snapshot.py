@@ -106,6 +106,10 @@ class TableRow:
     null_block: BlockId | None
     extra_key: str = ""
 
+    @property
+    def length(self) -> str:
+        return f"{self.num_tokens} token{'' if self.num_tokens == 1 else 's'}"
+
 
 @dataclass(frozen=True)
 class Picture:

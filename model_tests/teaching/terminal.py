@@ -32,6 +32,15 @@ def table_text(row: TableRow) -> str:
     return "[" + " ".join("null" if b == row.null_block else str(b) for b in row.blocks) + "]"
 
 
+MAX_FREE_SHOWN = 32
+
+
+def free_text(device: DevicePicture) -> str:
+    shown = " ".join(map(str, device.free[:MAX_FREE_SHOWN])) or "empty"
+    rest = len(device.free) - MAX_FREE_SHOWN
+    return f"    free list: {shown}" + (f" … and {rest} more" if rest > 0 else "")
+
+
 def copies_text(copies: tuple[tuple[int, int], ...]) -> str:
     return ", ".join(f"{s} → {d}" for s, d in copies)
 
@@ -97,7 +106,7 @@ def plain_device(device: DevicePicture) -> list[str]:
         access = _with_access(device)
         rows = [_headers(device)] + [_cell_columns(cell, access) for cell in device.cells]
         lines += _columns(rows, "    ")
-    lines.append("    free list: " + (" ".join(map(str, device.free)) or "empty"))
+    lines.append(free_text(device))
     if device.chain:
         lines.append("    hash chains:")
         lines += [_chain_indent(link) + _chain_line(link) for link in device.chain]
@@ -113,7 +122,7 @@ def plain_picture(picture: Picture) -> list[str]:
     if picture.tables:
         lines.append("block tables")
         rows = [
-            [row.label, row.device, f"{row.num_tokens} tokens", table_text(row), row.extra_key]
+            [row.label, row.device, row.length, table_text(row), row.extra_key]
             for row in picture.tables
         ]
         lines += _columns(rows, "    ")
@@ -158,7 +167,7 @@ def rich_device(device: DevicePicture) -> RenderableType:
         for cell in device.cells:
             table.add_row(*_cell_columns(cell, access), style=STATE_STYLE[cell.state])
         parts.append(Padding(table, (0, 0, 0, 4)))
-    parts.append(Text("    free list: " + (" ".join(map(str, device.free)) or "empty"), "dim"))
+    parts.append(Text(free_text(device), "dim"))
     if device.chain:
         parts.append(Text("    hash chains:", "bold"))
         for link in device.chain:
@@ -182,9 +191,7 @@ def rich_picture(picture: Picture) -> RenderableType:
         for _ in range(5):
             table.add_column()
         for row in picture.tables:
-            table.add_row(
-                row.label, row.device, f"{row.num_tokens} tokens", table_text(row), row.extra_key
-            )
+            table.add_row(row.label, row.device, row.length, table_text(row), row.extra_key)
         parts.append(Padding(table, (0, 0, 0, 4)))
     return Group(*parts)
 
