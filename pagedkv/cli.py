@@ -184,9 +184,12 @@ def _divergence_page(loaded: Trace, trace_path: Path, factory: Any, target: str)
     if path == trace_path:
         path = trace_path.with_name(trace_path.name + ".html")
     try:
-        page.write(walk_trace(loaded, str(trace_path), factory, target), path)
+        html = page.render(walk_trace(loaded, str(trace_path), factory, target))
+        trace.write_text(path, html)
     except OSError as error:
         return f"page: not written ({error.strerror or error})"
+    except Exception as error:  # the verdict above stands whatever happens to its page
+        return f"page: not written ({type(error).__name__}: {error})"
     return f"page: {path} (both sides, step by step, in a browser)"
 
 
@@ -221,8 +224,9 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
 
 
 def _write_page(walk: Walk, path: str | Path) -> Path:
+    html = page.render(walk)
     try:
-        return page.write(walk, path)
+        return trace.write_text(path, html)
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
 

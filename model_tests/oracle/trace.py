@@ -142,10 +142,15 @@ def dumps(trace: Trace) -> str:
 
 
 def write(trace: Trace, path: str | Path) -> Path:
+    return write_text(path, dumps(trace))
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path``, making its folder if need be (a trace, its page)."""
     out = Path(path)
     if out.parent != Path():
         out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(dumps(trace), encoding="utf-8")
+    out.write_text(text, encoding="utf-8")
     return out
 
 

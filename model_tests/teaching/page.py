@@ -13,6 +13,7 @@ from html import escape
 from importlib import resources
 from pathlib import Path
 
+from model_tests.oracle.trace import write_text
 from model_tests.teaching.frames import Frame, TargetSide, Walk
 from model_tests.teaching.snapshot import BlockCell, DevicePicture, Picture, TableRow
 from model_tests.teaching.terminal import copies_text, heading, tokens_text
@@ -294,8 +295,4 @@ cached, ref count 0</span> <span class="block free">free</span> <span class="blo
 
 
 def write(walk: Walk, path: str | Path) -> Path:
-    out = Path(path)
-    if out.parent != Path():
-        out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(walk), encoding="utf-8")
-    return out
+    return write_text(path, render(walk))

@@ -165,60 +165,68 @@ def _free(session: Any, device: Device | None) -> int:
     return len(pool.free) + len(pool.evictable)
 
 
-def target_frames(loaded: Trace, factory: Factory) -> tuple[list[Frame], Verdict]:
-    made: list[Any] = []
-    recorders: list[Recorder] = []
+class SideBySide:
+    """Replays a trace against a target and draws one frame per step: ``factory`` wraps each
+    target the replay builds in a ``Recorder``; ``watch`` is called after each step."""
 
-    def recording(config: Any) -> Recorder:
-        made.append(factory(config))
-        recorders.append(Recorder(made[-1]))
-        return recorders[-1]
+    def __init__(self, loaded: Trace, factory: Factory) -> None:
+        self.loaded = loaded
+        self.make = factory
+        self.targets: list[Any] = []
+        self.recorder = Recorder(None)
+        self.logged = 0
+        reference, _ = trace.create_outcome(loaded.level, loaded.config)
+        first = None if reference is None else picture_of(reference.view())
+        self.frames = [Frame(0, "create", _creation(loaded), first)]
+        self.state_before: Any = None if reference is None else reference.state
+        self.view_before: ManagerView | None = None
 
-    reference, _ = trace.create_outcome(loaded.level, loaded.config)
-    first = None if reference is None else picture_of(reference.view())
-    frames = [Frame(0, "create", _creation(loaded), first)]
-    saved: list[Any] = [None if reference is None else reference.state]
-    views: list[ManagerView | None] = [None]
-    seen = [0]
+    def factory(self, config: Any) -> Recorder:
+        self.targets.append(self.make(config))
+        self.recorder = Recorder(self.targets[-1])
+        self.logged = 0
+        return self.recorder
 
-    def watch(number: int, session: Any, error: BaseException | None) -> None:
-        op = loaded.ops[number - 1]
-        log = recorders[-1].log
-        theirs = next((text for name, text in log[seen[0] :] if name == op.op), "not called")
+    def watch(self, number: int, session: Any, error: BaseException | None) -> None:
+        op = self.loaded.ops[number - 1]
+        calls = self.recorder.log[self.logged :]
+        theirs = next((text for name, text in calls if name == op.op), "not called")
+        self.logged = len(self.recorder.log)
         if error is None:
             mine: Any = session.steps[-1].outcome
         else:  # the reference's own outcome, from the state before the step
             clone = copy.copy(session.model)
-            clone.state = saved[-1]
+            clone.state = self.state_before
             result, raised = run_call(clone, op.op, op.args, {})
             mine = raised if raised is not None else result
-        side = target_side(session, made[-1], theirs, views[-1])
-        seen[0] = len(log)
+        side = target_side(session, self.targets[-1], theirs, self.view_before)
         view = session.model.view()
-        frames.append(
+        self.frames.append(
             Frame(
                 number,
                 codec.show_call(op.op, op.args),
                 outcome_text(mine),
                 picture_of(view),
-                copies=copies_of(loaded.level, op.op, mine),
+                copies=copies_of(self.loaded.level, op.op, mine),
                 target=side,
             )
         )
-        saved.append(session.model.state)
-        views.append(view if isinstance(view, ManagerView) else None)
+        self.state_before = session.model.state
+        self.view_before = view if isinstance(view, ManagerView) else None
 
-    try:
-        verdict = trace.replay(loaded, recording, watch)
-    finally:
-        for target in made:
-            close_target(target)
-    if not verdict.ok and verdict.step is not None and verdict.step < len(frames):
-        op = loaded.ops[verdict.step - 1].op if verdict.step else ""
-        rule = CREATE if verdict.step == 0 else rule_of(verdict.message, op)
-        finding = Finding("divergence", rule, verdict.message)
-        frames[verdict.step] = replace(frames[verdict.step], finding=finding)
-    return frames, verdict
+    def run(self) -> Verdict:
+        try:
+            verdict = trace.replay(self.loaded, self.factory, self.watch)
+        finally:
+            for target in self.targets:
+                close_target(target)
+        step = verdict.step
+        if not verdict.ok and step is not None and step < len(self.frames):
+            op = self.loaded.ops[step - 1].op if step else ""
+            rule = CREATE if step == 0 else rule_of(verdict.message, op)
+            finding = Finding("divergence", rule, verdict.message)
+            self.frames[step] = replace(self.frames[step], finding=finding)
+        return verdict
 
 
 # --- a walk ---------------------------------------------------------------------------------------
@@ -249,12 +257,17 @@ def walk_trace(
                 "Replayed by the reference alone: pass --target to see a target beside it."
             )
         return walk
-    walk.frames, verdict = target_frames(loaded, factory)
-    walk.verdict = verdict.describe()
+    both = SideBySide(loaded, factory)
+    walk.verdict = both.run().describe()
+    walk.frames = both.frames
+    seen = (
+        "results, tables and free counts"
+        if loaded.level == "manager"
+        else "results and free counts"
+    )
     walk.notes.append(
         "Block ids on the left are the reference's; where the spec leaves a choice open (which"
         " free block, which of equally old cached blocks) the reference took the target's, so"
-        " that the ids correspond. The target is seen only through the protocol: its results,"
-        " tables and free counts."
+        f" that the ids correspond. The target is seen only through the protocol: its {seen}."
     )
     return walk

@@ -388,3 +388,22 @@ def test_check_writes_the_page_of_its_divergence_and_says_where(
     reader = read_page((tmp_path / "pagedkv-divergence.html").read_text())
     assert [s.step for s in reader.sections] == list(range(len(loaded.ops) + 1))
     assert reader.marked == [len(loaded.ops)]
+
+
+def test_a_page_that_cannot_be_drawn_leaves_check_s_verdict_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_drawing(*_: Any) -> Any:
+        raise RuntimeError("no picture")
+
+    monkeypatch.setattr(cli, "walk_trace", broken_drawing)
+    note = cli._divergence_page(swap_trace(), tmp_path / "x.jsonl", None, SWAP_TARGET)
+    assert note == "page: not written (RuntimeError: no picture)"
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_check_never_writes_its_page_over_its_trace(tmp_path: Path) -> None:
+    path = trace.write(swap_trace(), tmp_path / "odd.html")  # --trace-out odd.html
+    note = cli._divergence_page(swap_trace(), path, broken.BrokenSwapDropsPair, SWAP_TARGET)
+    assert note.startswith(f"page: {tmp_path / 'odd.html.html'} ")
+    assert path.read_text() == trace.dumps(swap_trace())
