@@ -180,9 +180,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
 
 def _divergence_page(loaded: Trace, trace_path: Path, factory: Any, target: str) -> str:
     """The trace viewer's page for a divergence, next to its trace; the note that says where."""
-    path = trace_path.with_suffix(".html")
-    if path == trace_path:
-        path = trace_path.with_name(trace_path.name + ".html")
+    path = _page_beside(trace_path)
     try:
         html = page.render(walk_trace(loaded, str(trace_path), factory, target))
         trace.write_text(path, html)
@@ -191,6 +189,12 @@ def _divergence_page(loaded: Trace, trace_path: Path, factory: Any, target: str)
     except Exception as error:  # the verdict above stands whatever happens to its page
         return f"page: not written ({type(error).__name__}: {error})"
     return f"page: {path} (both sides, step by step, in a browser)"
+
+
+def _page_beside(trace_path: Path) -> Path:
+    """``x.jsonl`` -> ``x.html``; never the trace itself."""
+    path = trace_path.with_suffix(".html")
+    return trace_path.with_name(trace_path.name + ".html") if path == trace_path else path
 
 
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
@@ -209,12 +213,12 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_show(args: argparse.Namespace, out: Output) -> int:
+    path = Path(args.out) if args.out is not None else _page_beside(Path(args.trace))
+    if path.resolve() == Path(args.trace).resolve():
+        raise UsageError(f"-o {args.out}: that is the trace itself")
     loaded = trace.read(args.trace)
     factory = None if args.target is None else targets.check(args.target, loaded.level)
     walk = walk_trace(loaded, args.trace, factory, args.target)
-    path = Path(args.out) if args.out is not None else Path(args.trace).with_suffix(".html")
-    if path.resolve() == Path(args.trace).resolve():
-        raise UsageError(f"-o {args.out}: that is the trace itself")
     written = _write_page(walk, path)
     marked = walk.finding
     where = f"; marked: step {marked.number}" if marked is not None else ""
