@@ -3,13 +3,28 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PKGS    := specs reference optimized model_tests pagedkv
 
-.PHONY: setup test lint typecheck pytest wheel fuzz bench clean peers peers-fetch
+.PHONY: setup browser test lint typecheck pytest wheel fuzz bench clean peers peers-fetch
 
 setup:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(MAKE) --no-print-directory browser
+
+# Headless Chromium and its driver for the trace viewer's browser test
+# (model_tests/tests/test_teaching_browser.py): Debian's packages, installed where we are root
+# with apt-get (as in CI); elsewhere the test is skipped, except under CI=true where it fails.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+		echo "browser test: $$(chromium --version 2>/dev/null | head -n1)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null && \
+		echo "browser test: installed $$(chromium --version 2>/dev/null | head -n1)"; \
+	else \
+		echo "browser test: no Chromium and not root with apt-get; it will be skipped"; \
+	fi
 
 test: lint typecheck pytest
 

@@ -1,10 +1,12 @@
 """The ``pagedkv`` command: check an allocator against the reference, record and replay
-conformance traces.
+conformance traces, and teach the algorithm.
 
     pagedkv check  --target T [--level manager|pool] [--profile P] [--policy NAME=VALUE ...]
                    [--steps N] [--seed S] [--trace-out PATH]
     pagedkv record [--level manager|pool|all] [--out DIR] [--runs N] [--seed S]
     pagedkv replay TRACE [TRACE ...] --target T
+    pagedkv demo   [--step] [-o PAGE]
+    pagedkv show   TRACE [-o PAGE] [--target T]
 
 T is ``package.module:factory`` or ``exec:./program [args]`` (see ``specs/oracle.md``).
 Exit codes: 0 pass; 1 a divergence (``check``, ``replay``) or an incomplete corpus (``record``);
@@ -39,6 +41,10 @@ from model_tests.oracle.check import (
 )
 from model_tests.oracle.codec import Level
 from model_tests.oracle.record import record_level
+from model_tests.oracle.trace import Trace
+from model_tests.teaching import demo, page, terminal
+from model_tests.teaching.frames import Frame, Walk
+from model_tests.teaching.walkthrough import walk_trace
 from specs.policy import PROFILE_NAMES, Profile
 from specs.policy import profile as named_profile
 
@@ -60,8 +66,11 @@ class _Parser(argparse.ArgumentParser):
 class Output:
     """Plain text, or rich when ``stream`` is a terminal."""
 
-    def __init__(self, stream: IO[str], *, rich: bool | None = None) -> None:
+    def __init__(
+        self, stream: IO[str], *, rich: bool | None = None, keys: IO[str] | None = None
+    ) -> None:
         self.stream = stream
+        self.keys = sys.stdin if keys is None else keys
         self.rich = stream.isatty() if rich is None else rich
         self.console: Any = None
         if self.rich:
@@ -102,6 +111,26 @@ class Output:
             self.console.print(Text(report.detail, style="yellow"))
         for note in report.notes:
             self.console.print(Text(note, style="cyan"))
+
+    def opening(self, walk: Walk) -> None:
+        if self.console is None:
+            print(terminal.plain_opening(walk), file=self.stream)
+        else:
+            self.console.print(terminal.rich_opening(walk))
+
+    def frame(self, frame: Frame, total: int) -> None:
+        if self.console is None:
+            print(terminal.plain_frame(frame, total) + "\n", file=self.stream)
+        else:
+            self.console.print(terminal.rich_frame(frame, total))
+            self.console.print()
+
+    def wait(self) -> bool:
+        """Wait for Enter; False to stop (q, or the input closed)."""
+        self.line("Enter: next step · q Enter: quit", "dim")
+        self.stream.flush()
+        answer = self.keys.readline()
+        return answer != "" and answer.strip().lower() not in ("q", "quit")
 
     @contextmanager
     def status(self, text: str) -> Iterator[Callable[[str], None]]:
@@ -162,8 +191,68 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
             f"pagedkv replay {shlex.quote(str(result.trace_path))}"
             f" --target {shlex.quote(args.target)}"
         )
-    out.report(check_report(result, args.target, hint))
+    report = check_report(result, args.target, hint)
+    if result.trace is not None and result.trace_path is not None:
+        report.notes.append(_divergence_page(result.trace, result.trace_path, factory, args.target))
+    out.report(report)
     return EXIT_PASS if result.passed else EXIT_FAIL
+
+
+def _divergence_page(loaded: Trace, trace_path: Path, factory: Any, target: str) -> str:
+    """The trace viewer's page for a divergence, next to its trace; the note that says where."""
+    path = _page_beside(trace_path)
+    try:
+        html = page.render(walk_trace(loaded, str(trace_path), factory, target))
+        trace.write_text(path, html)
+    except OSError as error:
+        return f"page: not written ({error.strerror or error})"
+    except Exception as error:  # the verdict above stands whatever happens to its page
+        return f"page: not written ({type(error).__name__}: {error})"
+    return f"page: {path} (both sides, step by step, in a browser)"
+
+
+def _page_beside(trace_path: Path) -> Path:
+    """``x.jsonl`` -> ``x.html``; never the trace itself."""
+    path = trace_path.with_suffix(".html")
+    return trace_path.with_name(trace_path.name + ".html") if path == trace_path else path
+
+
+def cmd_demo(args: argparse.Namespace, out: Output) -> int:
+    walk = demo.walk()
+    if args.out is not None:
+        path = _write_page(walk, args.out)
+        out.line(f"wrote {path}: the demo's {len(walk.frames) - 1} steps as a page", "bold")
+        return EXIT_PASS
+    total = len(walk.frames) - 1
+    out.opening(walk)
+    for frame in walk.frames:
+        out.frame(frame, total)
+        if args.step and frame.number < total and not out.wait():
+            break
+    return EXIT_PASS
+
+
+def cmd_show(args: argparse.Namespace, out: Output) -> int:
+    path = Path(args.out) if args.out is not None else _page_beside(Path(args.trace))
+    if path.resolve() == Path(args.trace).resolve():
+        raise UsageError(f"-o {args.out}: that is the trace itself")
+    loaded = trace.read(args.trace)
+    factory = None if args.target is None else targets.check(args.target, loaded.level)
+    walk = walk_trace(loaded, args.trace, factory, args.target)
+    written = _write_page(walk, path)
+    marked = walk.finding
+    where = f"; marked: step {marked.number}" if marked is not None else ""
+    out.line(f"wrote {written}: {len(walk.frames) - 1} steps{where}", "bold")
+    out.line(walk.verdict)
+    return EXIT_PASS
+
+
+def _write_page(walk: Walk, path: str | Path) -> Path:
+    html = page.render(walk)
+    try:
+        return trace.write_text(path, html)
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
 
 
 def _trace_paths(paths: Sequence[str]) -> list[Path]:
@@ -281,6 +370,17 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--level", default=None, choices=["manager", "pool"], help="replay only this level's"
     )
+
+    narrated = commands.add_parser("demo", help="a narrated walk through the algorithm")
+    narrated.add_argument("--step", action="store_true", help="wait for Enter between steps")
+    narrated.add_argument(
+        "-o", "--out", default=None, help="write the demo as an HTML page instead"
+    )
+
+    show = commands.add_parser("show", help="write a trace as an HTML page to step through")
+    show.add_argument("trace", help="a trace file (.jsonl)")
+    show.add_argument("-o", "--out", default=None, help="the page (default: TRACE with .html)")
+    show.add_argument("--target", default=None, help="replay the trace against T too, side by side")
     return top
 
 
@@ -288,17 +388,22 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "check": cmd_check,
     "record": cmd_record,
     "replay": cmd_replay,
+    "demo": cmd_demo,
+    "show": cmd_show,
 }
 
 
 def main(
-    argv: Sequence[str] | None = None, stdout: IO[str] | None = None, stderr: IO[str] | None = None
+    argv: Sequence[str] | None = None,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+    stdin: IO[str] | None = None,
 ) -> int:
     out_stream = sys.stdout if stdout is None else stdout
     err_stream = sys.stderr if stderr is None else stderr
     try:
         args = parser().parse_args(argv)
-        return COMMANDS[args.command](args, Output(out_stream))
+        return COMMANDS[args.command](args, Output(out_stream, keys=stdin))
     except (UsageError, targets.TargetError, trace.TraceError, codec.CodecError) as error:
         print(f"pagedkv: error: {error}", file=err_stream)
         return EXIT_ERROR

@@ -171,10 +171,15 @@ def dumps(trace: Trace) -> str:
 
 
 def write(trace: Trace, path: str | Path) -> Path:
+    return write_text(path, dumps(trace))
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path``, making its folder if need be (a trace, its page)."""
     out = Path(path)
     if out.parent != Path():
         out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(dumps(trace), encoding="utf-8")
+    out.write_text(text, encoding="utf-8")
     return out
 
 
@@ -371,14 +376,23 @@ def check_expectations(trace: Trace) -> Verdict | None:
     return None
 
 
-def replay(trace: Trace, target_factory: Callable[[Any], Any]) -> Verdict:
+StepWatch = Callable[[int, Any, BaseException | None], None]
+"""Called after each replayed step with the step's number, the session, and the error that ended
+the comparison there (None if the step agreed): how the trace viewer draws both sides."""
+
+
+def replay(
+    trace: Trace, target_factory: Callable[[Any], Any], watch: StepWatch | None = None
+) -> Verdict:
     stale = check_expectations(trace)
     if stale is not None:
         return stale
-    return _replay(trace, target_factory)
+    return _replay(trace, target_factory, watch)
 
 
-def _replay(trace: Trace, target_factory: Callable[[Any], Any]) -> Verdict:
+def _replay(
+    trace: Trace, target_factory: Callable[[Any], Any], watch: StepWatch | None = None
+) -> Verdict:
     total = len(trace.ops)
     model, _ = create_outcome(trace.level, trace.config, trace.policy)
     try:
@@ -390,12 +404,12 @@ def _replay(trace: Trace, target_factory: Callable[[Any], Any]) -> Verdict:
     except Exception as error:
         return Verdict("divergence", total, 0, message=_creation(trace, f"raised {error!r}"))
     try:
-        return _replay_on(trace, model, target)
+        return _replay_on(trace, model, target, watch)
     finally:
         close_target(target)
 
 
-def _replay_on(trace: Trace, model: Any, target: Any) -> Verdict:
+def _replay_on(trace: Trace, model: Any, target: Any, watch: StepWatch | None) -> Verdict:
     total = len(trace.ops)
     if trace.create_error is not None:
         return Verdict("divergence", total, 0, message=_creation(trace, "accepted it"))
@@ -415,6 +429,8 @@ def _replay_on(trace: Trace, model: Any, target: Any) -> Verdict:
         try:
             session.call(op.op, *op.args)
         except Exception as error:
+            if watch is not None:
+                watch(number, session, error)
             message = str(error) if isinstance(error, Divergence) else _stopped(error)
             return Verdict(
                 "divergence",
@@ -424,6 +440,8 @@ def _replay_on(trace: Trace, model: Any, target: Any) -> Verdict:
                 show_expect(trace.level, op.op, op.expect),
                 message,
             )
+        if watch is not None:
+            watch(number, session, None)
     problems = session.problems()
     if problems:
         return Verdict("divergence", total, total, message="; ".join(problems))

@@ -1,7 +1,8 @@
 """The layers import one way (``specs/README.md``, "The layers of the code"):
 
     specs  <-  reference, optimized, model_tests.independent  <-  model_tests.lockstep
-           <-  model_tests.machines  <-  model_tests.oracle  <-  pagedkv, model_tests.peers
+           <-  model_tests.machines  <-  model_tests.oracle  <-  model_tests.teaching,
+           model_tests.peers  <-  pagedkv
 
 Each module is parsed with ``ast`` (nothing is imported), and every import of a project module is
 checked against that order: no arrow from a lower layer to a higher one, no import between the
@@ -29,9 +30,10 @@ LAYERS: dict[str, int] = {
     "model_tests.lockstep": 2,
     "model_tests.machines": 3,
     "model_tests.oracle": 4,
+    "model_tests.teaching": 5,
     "model_tests.peers": 5,  # real engines' adapters and `make peers`: above the oracle they drive
-    "pagedkv": 5,
-    "model_tests.tests": 6,
+    "pagedkv": 6,
+    "model_tests.tests": 7,
 }
 TORCH_ALLOWED = {
     "optimized.kv_store",

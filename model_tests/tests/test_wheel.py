@@ -85,10 +85,12 @@ def test_installed_without_torch_or_dev_extras(venv: Path) -> None:
         (
             ["check", "--target", BROKEN, "--steps", "1500", "--seed", "4"],
             1,
-            "FAIL: the target diverges",
+            "page: pagedkv-divergence.html (both sides",
         ),
+        (["demo"], 0, "step 23 of 23: reset_prefix_cache() -> True"),
+        (["demo", "-o", "demo.html"], 0, "wrote demo.html"),
     ],
-    ids=["help", "check-manager", "check-pool", "check-broken"],
+    ids=["help", "check-manager", "check-pool", "check-broken", "demo", "demo-page"],
 )
 def test_the_command_works_from_the_installed_wheel(
     venv: Path, argv: list[str], code: int, says: str

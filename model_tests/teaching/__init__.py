@@ -1,0 +1,8 @@
+"""Teaching the algorithm: a narrated demo and a trace viewer.
+
+``snapshot`` turns the reference's observable state (``specs/manager_view.py``,
+``specs/pool_view.py``) into a picture a learner can read; ``terminal`` draws it in a terminal,
+``page`` as one self-contained HTML file. ``demo`` is the scripted scenario of ``pagedkv demo``;
+``walkthrough`` replays a trace through the reference (and a target, side by side) for
+``pagedkv show``; ``rules`` names the rule of ``specs/oracle.md`` a divergence broke.
+"""

@@ -1,0 +1,273 @@
+"""A trace, step by step, as the page of ``pagedkv show`` draws it.
+
+Without a target the reference alone replays the trace: each step's call, the outcome the
+reference gives (a step where that is not what the trace recorded is marked stale) and its state
+after the step. With a target, the trace is replayed through the oracle's isomorphic session
+(``trace.replay``, the same comparison as ``pagedkv replay``) and each step also shows what the
+protocol lets us see of the target (``specs/oracle.md`` §1): its result, its block tables in its
+own ids beside the reference's translated into them, and its free counts. The step where it
+diverges carries the verdict's message and the rule it broke.
+
+With a target, the reference's state is the session's model: where the spec leaves a choice open
+(which free block, which of equally old cached blocks) it has taken the target's, so that both
+sides' ids correspond.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from model_tests.lockstep.calls import run_call
+from model_tests.lockstep.manager_session import IsomorphicManagerSession
+from model_tests.oracle import codec, trace
+from model_tests.oracle.check import show_config
+from model_tests.oracle.exec_target import close_target
+from model_tests.oracle.trace import Trace, Verdict
+from model_tests.teaching.frames import (
+    Finding,
+    Frame,
+    FreeCount,
+    TargetRow,
+    TargetSide,
+    Walk,
+    copies_of,
+)
+from model_tests.teaching.rules import CREATE, STALE, rule_of
+from model_tests.teaching.snapshot import picture_of
+from specs.errors import PagedKVError
+from specs.manager_view import ManagerView
+from specs.types import Device
+
+Factory = Callable[[Any], Any]
+
+
+class Recorder:
+    """The target as the session calls it, keeping what each call returned or raised."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.log: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.target, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = attribute(*args, **kwargs)
+            except Exception as error:
+                self.log.append((name, f"raises {type(error).__name__}: {error}"))
+                raise
+            self.log.append((name, codec.show_value(result)))
+            return result
+
+        return call
+
+
+def outcome_text(outcome: Any) -> str:
+    if isinstance(outcome, PagedKVError):
+        return f"raises {type(outcome).__name__}"
+    return codec.show_value(outcome)
+
+
+def _creation(loaded: Trace) -> str:
+    return f"refused: {loaded.create_error}" if loaded.create_error else "created"
+
+
+# --- the reference alone ----------------------------------------------------------------------
+
+
+def reference_frames(loaded: Trace, stale: Verdict | None) -> list[Frame]:
+    reference, refused = trace.create_outcome(loaded.level, loaded.config)
+    start = f"refused: {refused}" if refused else "created"
+    frames = [
+        Frame(0, "create", start, None if reference is None else picture_of(reference.view()))
+    ]
+    if reference is not None:
+        for number, op in enumerate(loaded.ops, 1):
+            result, error = run_call(reference, op.op, op.args, {})
+            frames.append(
+                Frame(
+                    number,
+                    codec.show_call(op.op, op.args),
+                    outcome_text(error if error is not None else result),
+                    picture_of(reference.view()),
+                    copies=copies_of(loaded.level, op.op, None if error else result),
+                )
+            )
+    if stale is not None and stale.step is not None and stale.step < len(frames):
+        finding = Finding("stale", STALE, stale.message)
+        frames[stale.step] = replace(frames[stale.step], finding=finding)
+    return frames
+
+
+# --- the reference and a target ---------------------------------------------------------------
+
+
+def _tables(
+    session: IsomorphicManagerSession, view: ManagerView, observed: dict[int, Any]
+) -> tuple[TargetRow, ...]:
+    rows = []
+    for seq_id in sorted(set(view.seqs) | set(observed)):
+        label = f"seq {seq_id}"
+        seq = view.seqs.get(seq_id)
+        expected: tuple[int | None, ...] = ()
+        if seq is not None:
+            ids = session.maps[view.groups[seq.group_id].device].to_target
+            expected = tuple(ids.get(b) for b in seq.blocks)
+        theirs = observed.get(seq_id)
+        if isinstance(theirs, str):
+            rows.append(TargetRow(label, None, expected, theirs))
+        else:
+            rows.append(TargetRow(label, None if theirs is None else tuple(theirs), expected))
+    return tuple(rows)
+
+
+def _ask(target: Any, method: str, *args: Any) -> Any:
+    """A protocol query on the target; its error as text (a target that diverged may well fail)."""
+    try:
+        return getattr(target, method)(*args)
+    except Exception as error:
+        return f"raises {type(error).__name__}"
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def target_side(session: Any, target: Any, outcome: str, before: ManagerView | None) -> TargetSide:
+    """What the protocol shows of the target now: asked afresh, so that after a divergence the
+    page shows the target as it really is."""
+    if not isinstance(session, IsomorphicManagerSession):
+        count = _count(_ask(target, "num_free_blocks"))
+        return TargetSide(outcome, (FreeCount("pool", count, _free(session, None)),))
+    view = session.model.view()
+    seq_ids = set(view.seqs) | (set() if before is None else set(before.seqs))
+    observed = {seq_id: _ask(target, "get_block_table", seq_id) for seq_id in sorted(seq_ids)}
+    observed = {k: v for k, v in observed.items() if k in view.seqs or isinstance(v, list)}
+    free = tuple(
+        FreeCount(device.name, _count(_ask(target, method)), _free(session, device))
+        for device, method in (
+            (Device.GPU, "get_num_free_gpu_blocks"),
+            (Device.CPU, "get_num_free_cpu_blocks"),
+        )
+    )
+    return TargetSide(outcome, free, _tables(session, view, observed))
+
+
+def _free(session: Any, device: Device | None) -> int:
+    view = session.model.view()
+    pool = view if device is None else view.pool(device)
+    return len(pool.free) + len(pool.evictable)
+
+
+class SideBySide:
+    """Replays a trace against a target and draws one frame per step: ``factory`` wraps each
+    target the replay builds in a ``Recorder``; ``watch`` is called after each step."""
+
+    def __init__(self, loaded: Trace, factory: Factory) -> None:
+        self.loaded = loaded
+        self.make = factory
+        self.targets: list[Any] = []
+        self.recorder = Recorder(None)
+        self.logged = 0
+        reference, _ = trace.create_outcome(loaded.level, loaded.config)
+        first = None if reference is None else picture_of(reference.view())
+        self.frames = [Frame(0, "create", _creation(loaded), first)]
+        self.state_before: Any = None if reference is None else reference.state
+        self.view_before: ManagerView | None = None
+
+    def factory(self, config: Any) -> Recorder:
+        self.targets.append(self.make(config))
+        self.recorder = Recorder(self.targets[-1])
+        self.logged = 0
+        return self.recorder
+
+    def watch(self, number: int, session: Any, error: BaseException | None) -> None:
+        op = self.loaded.ops[number - 1]
+        calls = self.recorder.log[self.logged :]
+        theirs = next((text for name, text in calls if name == op.op), "not called")
+        self.logged = len(self.recorder.log)
+        if error is None:
+            mine: Any = session.steps[-1].outcome
+        else:  # the reference's own outcome, from the state before the step
+            clone = copy.copy(session.model)
+            clone.state = self.state_before
+            result, raised = run_call(clone, op.op, op.args, {})
+            mine = raised if raised is not None else result
+        side = target_side(session, self.targets[-1], theirs, self.view_before)
+        view = session.model.view()
+        self.frames.append(
+            Frame(
+                number,
+                codec.show_call(op.op, op.args),
+                outcome_text(mine),
+                picture_of(view),
+                copies=copies_of(self.loaded.level, op.op, mine),
+                target=side,
+            )
+        )
+        self.state_before = session.model.state
+        self.view_before = view if isinstance(view, ManagerView) else None
+
+    def run(self) -> Verdict:
+        try:
+            verdict = trace.replay(self.loaded, self.factory, self.watch)
+        finally:
+            for target in self.targets:
+                close_target(target)
+        step = verdict.step
+        if not verdict.ok and step is not None and step < len(self.frames):
+            op = self.loaded.ops[step - 1].op if step else ""
+            rule = CREATE if step == 0 else rule_of(verdict.message, op)
+            finding = Finding("divergence", rule, verdict.message)
+            self.frames[step] = replace(self.frames[step], finding=finding)
+        return verdict
+
+
+# --- a walk ---------------------------------------------------------------------------------------
+
+
+def walk_trace(
+    loaded: Trace,
+    source: str,
+    factory: Factory | None = None,
+    target_name: str | None = None,
+) -> Walk:
+    """Every step of ``loaded`` (read from ``source``), with ``factory``'s target beside the
+    reference if given."""
+    stale = trace.check_expectations(loaded)
+    walk = Walk(
+        f"pagedkv show {source}",
+        loaded.level,
+        show_config(loaded.config),
+        target=target_name if factory is not None else None,
+    )
+    if factory is None or stale is not None:
+        walk.frames = reference_frames(loaded, stale)
+        if stale is not None:
+            walk.verdict = stale.describe()
+        else:
+            walk.verdict = f"{len(loaded.ops)} steps, as this pagedkv's reference gives them"
+            walk.notes.append(
+                "Replayed by the reference alone: pass --target to see a target beside it."
+            )
+        return walk
+    both = SideBySide(loaded, factory)
+    walk.verdict = both.run().describe()
+    walk.frames = both.frames
+    seen = (
+        "results, tables and free counts"
+        if loaded.level == "manager"
+        else "results and free counts"
+    )
+    walk.notes.append(
+        "Block ids on the left are the reference's; where the spec leaves a choice open (which"
+        " free block, which of equally old cached blocks) the reference took the target's, so"
+        f" that the ids correspond. The target is seen only through the protocol: its {seen}."
+    )
+    return walk
