@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from immutables import Map
+
+from reference.hash_index import unindex_block
 from reference.pool_state import PoolState, evictable_ids, free_ids, with_block
 from specs.errors import InvalidArgumentError, OutOfBlocksError
 from specs.pool_view import BLANK, BlockView
@@ -40,6 +43,8 @@ def allowed_choices(state: PoolState) -> frozenset[BlockId]:
     evictable = evictable_ids(state)
     if not evictable:
         return frozenset()
+    if state.policy.eviction == "release_order":
+        return frozenset({min(evictable, key=lambda b: state.released[b])})
     best = min(eviction_rank(state.blocks[b]) for b in evictable)
     return frozenset(b for b in evictable if eviction_rank(state.blocks[b]) == best)
 
@@ -57,12 +62,14 @@ def take_block(state: PoolState, choice: BlockId | None = None) -> tuple[PoolSta
         raise InvalidArgumentError(
             f"block {choice} may not be allocated now; allowed: {sorted(allowed)}"
         )
-    evicted_hash = state.blocks[choice].content_hash
-    if evicted_hash is not None:
-        state = replace(state, cached=state.cached.delete(evicted_hash))
-        state = discard_pending_copies(state, choice)
-    state = replace(state, promoted=state.promoted - {choice})
+    if state.blocks[choice].content_hash is not None:  # an eviction
+        state = discard_pending_copies(unindex_block(state, choice), choice)
+    state = replace(state, promoted=state.promoted - {choice}, released=_without(state, choice))
     return with_block(state, choice, replace(BLANK, ref_count=1)), choice
+
+
+def _without(state: PoolState, block: BlockId) -> Map[BlockId, int]:
+    return state.released.delete(block) if block in state.released else state.released
 
 
 def discard_pending_copies(state: PoolState, block: BlockId) -> PoolState:

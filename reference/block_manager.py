@@ -45,7 +45,7 @@ from specs.accounting import (
     token_chunks,
     token_exact_release_end,
 )
-from specs.errors import DuplicateSequenceError, OutOfBlocksError
+from specs.errors import DuplicateSequenceError, OutOfBlocksError, UnsupportedError
 from specs.manager_view import GroupView, SeqView
 from specs.pool_view import BlockView
 from specs.types import NO_EXTRA_KEY, AllocStatus, BlockId, CopyPair, Device, ExtraKey, Token
@@ -71,11 +71,20 @@ def _gpu_free(state: ManagerState) -> int:
 # --- admission --------------------------------------------------------------------------------
 
 
+def _offered_lookahead(state: ManagerState, lookahead: int) -> int:
+    """Policy ``lookahead``: an engine without lookahead slots refuses any."""
+    if lookahead and not state.policy.lookahead:
+        raise UnsupportedError(f"{lookahead} lookahead slots: this policy offers none")
+    return lookahead
+
+
 def _prompt_blocks(
     state: ManagerState, prompt: object, encoder: object, lookahead: int = 0
 ) -> tuple[list[Token], list[Token] | None, int]:
     tokens = check_tokens(prompt)
     encoder_tokens = check_encoder_support(state.config, encoder)
+    if encoder_tokens is not None and not state.policy.encoder:
+        raise UnsupportedError("encoder prompts: this policy offers no cross-attention tables")
     size = state.config.block_size
     needed = blocks_for(len(tokens) + lookahead, size)
     if encoder_tokens is not None:
@@ -93,6 +102,9 @@ def can_allocate(
     hits are not counted on: the answer must hold whatever gets evicted meanwhile."""
     lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
     _, _, needed = _prompt_blocks(state, prompt, encoder_prompt, lookahead)
+    _offered_lookahead(state, lookahead)
+    if state.policy.admission == "free_blocks":
+        return AllocStatus.OK if needed <= _gpu_free(state) else AllocStatus.LATER
     return alloc_status(
         needed, _gpu_free(state), empty_gpu_capacity(state), state.config.watermark_blocks
     )
@@ -113,21 +125,28 @@ def allocate(
     if gid in state.groups:
         raise DuplicateSequenceError(f"group {gid} already exists")
     ids = _new_seq_ids(state, seq_ids)
+    if len(ids) > 1 and state.policy.groups == "one_sequence":
+        raise UnsupportedError(f"{len(ids)} sequences: this policy admits one per request")
     check_extra_key(extra_key)
     tokens, encoder_tokens, needed = _prompt_blocks(state, prompt, encoder_prompt)
     if state.policy.atomic and needed > _gpu_free(state):
         raise OutOfBlocksError(f"the group needs {needed} GPU blocks, only {_gpu_free(state)} free")
-    gpu, blocks = block_table.allocate_prompt(state.gpu, tokens, extra_key, pick(Device.GPU))
+    gpu, blocks, hits = block_table.allocate_prompt(state.gpu, tokens, extra_key, pick(Device.GPU))
     for _ in ids[1:]:
         gpu, _ = pool_ops.fork(gpu, blocks)
     cross: tuple[BlockId, ...] = ()
     if encoder_tokens is not None:
-        gpu, cross = block_table.allocate_prompt(gpu, encoder_tokens, extra_key, pick(Device.GPU))
-    seqs = state.seqs
+        gpu, cross, _ = block_table.allocate_prompt(
+            gpu, encoder_tokens, extra_key, pick(Device.GPU)
+        )
+    seqs, cached_at_allocate = state.seqs, state.cached_at_allocate
     for seq_id in ids:
         seqs = seqs.set(seq_id, SeqView(gid, tuple(tokens), blocks))
+        if state.policy.cached_tokens == "hits_at_allocate":
+            cached_at_allocate = cached_at_allocate.set(seq_id, hits * state.config.block_size)
     new_group = GroupView(tuple(ids), Device.GPU, extra_key, tuple(encoder_tokens or ()), cross)
-    return replace(state, gpu=gpu, seqs=seqs, groups=state.groups.set(gid, new_group))
+    groups = state.groups.set(gid, new_group)
+    return replace(state, gpu=gpu, seqs=seqs, groups=groups, cached_at_allocate=cached_at_allocate)
 
 
 def _new_seq_ids(state: ManagerState, seq_ids: object) -> list[int]:
@@ -146,6 +165,8 @@ def _touched(state: ManagerState, table: SeqView, num_new: int, lookahead: int) 
     size = state.config.block_size
     if state.policy.append_worst_case == "token_chunks":
         return token_chunks(len(table.tokens), size, num_new, lookahead)
+    if state.policy.append_worst_case == "new_blocks":
+        return max(0, blocks_for(len(table.tokens) + num_new + lookahead, size) - len(table.blocks))
     return blocks_touched_by_append(len(table.tokens), len(table.blocks), size, num_new, lookahead)
 
 
@@ -156,7 +177,7 @@ def can_append_slots(
     ``num_lookahead_slots`` lookahead slots, assuming every touched block needs a new one."""
     found = group_on(state, group_id, Device.GPU, "append to")
     num_new = check_count("num_new_tokens", num_new_tokens)
-    lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
+    lookahead = _offered_lookahead(state, check_count("num_lookahead_slots", num_lookahead_slots))
     needed = sum(_touched(state, state.seqs[s], num_new, lookahead) for s in found.seq_ids)
     return needed + null_block_pending(state) <= _gpu_free(state)
 
@@ -173,7 +194,7 @@ def append_slots(
     table = seq(state, seq_id)
     found = group_on(state, table.group_id, Device.GPU, "append to")
     new_tokens = check_tokens(tokens, allow_empty=True)
-    lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
+    lookahead = _offered_lookahead(state, check_count("num_lookahead_slots", num_lookahead_slots))
     needed = _touched(state, table, len(new_tokens), lookahead) + null_block_pending(state)
     if state.policy.atomic and needed > _gpu_free(state):
         raise OutOfBlocksError(
@@ -230,7 +251,15 @@ def fork(state: ManagerState, parent_id: int, child_id: int) -> ManagerState:
     device_pool, _ = pool_ops.fork(pool(state, found.device), held)
     state = with_pool(state, found.device, device_pool)
     groups = state.groups.set(parent.group_id, replace(found, seq_ids=(*found.seq_ids, child)))
-    return replace(state, seqs=state.seqs.set(child, parent), groups=groups)
+    cached_at_allocate = state.cached_at_allocate
+    if int(parent_id) in cached_at_allocate:
+        cached_at_allocate = cached_at_allocate.set(child, cached_at_allocate[int(parent_id)])
+    return replace(
+        state,
+        seqs=state.seqs.set(child, parent),
+        groups=groups,
+        cached_at_allocate=cached_at_allocate,
+    )
 
 
 def free(state: ManagerState, seq_id: int) -> ManagerState:
@@ -243,7 +272,8 @@ def free(state: ManagerState, seq_id: int) -> ManagerState:
     if recorded is not None:  # access_time=at_free: the sequence's time reaches its blocks now
         held = [b for b in table.blocks if b != state.null_block]
         device_pool = pool_ops.mark_accessed(device_pool, held, recorded)
-    for block in table.blocks:
+    tail_first = state.policy.eviction == "release_order"  # so that its tail is evicted first
+    for block in reversed(table.blocks) if tail_first else table.blocks:
         if block != state.null_block:
             device_pool = pool_ops.free(device_pool, block)
     remaining = tuple(s for s in found.seq_ids if s != seq_id)
@@ -262,6 +292,7 @@ def free(state: ManagerState, seq_id: int) -> ManagerState:
         groups=groups,
         computed_lists=_forget(state.computed_lists, seq_id),
         access_times=_forget(state.access_times, seq_id),
+        cached_at_allocate=_forget(state.cached_at_allocate, seq_id),
     )
 
 
@@ -285,7 +316,7 @@ def can_swap_in(state: ManagerState, group_id: int, num_lookahead_slots: int = 0
     """Whether the group's blocks, plus the blocks its lookahead slots will need, fit on the GPU
     with the watermark kept."""
     found = group_on(state, group_id, Device.CPU, "swap in")
-    lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
+    lookahead = _offered_lookahead(state, check_count("num_lookahead_slots", num_lookahead_slots))
     return _swap_status(state, found, Device.GPU, lookahead)
 
 
@@ -436,6 +467,8 @@ def common_of_kept_lists(state: ManagerState, lists: list[list[BlockId]]) -> lis
 
 def get_num_cached_tokens(state: ManagerState, seq_id: int) -> int:
     table = seq(state, seq_id)
+    if state.policy.cached_tokens == "hits_at_allocate":
+        return state.cached_at_allocate.get(int(seq_id), 0)
     device = state.groups[table.group_id].device
     return block_table.num_cached_tokens(pool(state, device), table.blocks)
 

@@ -13,8 +13,10 @@ from functools import partial
 from itertools import takewhile
 
 from reference.allocation import discard_pending_copies, take_block
+from reference.hash_index import forget_hash, index_block
 from reference.pool_state import (
     PoolState,
+    callers_count,
     evictable_ids,
     facts,
     free_ids,
@@ -25,7 +27,7 @@ from reference.pool_state import (
     with_block,
 )
 from specs.content_hash import Prefix
-from specs.errors import DoubleFreeError
+from specs.errors import DoubleFreeError, UnsupportedError
 from specs.policy import PAGEDKV, Policy
 from specs.pool_view import BLANK
 from specs.types import NEVER_ACCESSED, BlockId, CopyPair, PoolConfig, Token
@@ -44,7 +46,15 @@ from specs.validation import (
 
 def create(config: PoolConfig, policy: Policy = PAGEDKV) -> PoolState:
     check_pool_config(config)
-    return new_state(config, policy)
+    return _with_own_null_block(new_state(config, policy))
+
+
+def _with_own_null_block(state: PoolState) -> PoolState:
+    """Policy ``pool_null_block``: the pool keeps its first block for itself, held for good."""
+    if not state.policy.pool_null_block:
+        return state
+    state, null_block = take_block(state, min(state.config.block_ids))
+    return replace(state, null_block=null_block)
 
 
 # --- references: taking and releasing -------------------------------------------------------
@@ -61,6 +71,16 @@ def _release(state: PoolState, block: BlockId) -> PoolState:
     returns to the free list blank, and its contents, pending copies into it included, are gone."""
     view = state.blocks[block]
     view = replace(view, ref_count=view.ref_count - 1)
+    if view.ref_count == 0 and view.content_hash is not None:
+        if not state.policy.keep_freed_cache:  # its hash goes with its last holder
+            state = forget_hash(with_block(state, block, view), block)
+            return replace(state, promoted=state.promoted - {block})
+        if state.policy.eviction == "release_order":
+            state = replace(
+                state,
+                released=state.released.set(block, state.release_clock),
+                release_clock=state.release_clock + 1,
+            )
     if view.ref_count == 0 and view.content_hash is None:
         state = replace(state, promoted=state.promoted - {block})
         return with_block(discard_pending_copies(state, block), block, BLANK)
@@ -73,6 +93,8 @@ def _take_cached(state: PoolState, block: BlockId) -> PoolState:
     ``revival_access=reset`` its last access starts over."""
     view = state.blocks[block]
     if view.ref_count == 0:
+        if block in state.released:
+            state = replace(state, released=state.released.delete(block))
         if state.policy.computed_marks == "promoted_batch":
             view = replace(view, computed=True)
         if state.policy.revival_access == "reset":
@@ -117,9 +139,8 @@ def _cache(state: PoolState, block: BlockId, prefix: Prefix, tokens: Sequence[To
         state.blocks[block], tokens=tuple(tokens), content_hash=content_hash, prefix=prefix
     )
     state = with_block(state, block, view)
-    return replace(
-        state, cached=state.cached.set(content_hash, block), promoted=state.promoted | {block}
-    )
+    state = index_block(state, block, content_hash)
+    return replace(state, promoted=state.promoted | {block})
 
 
 # --- appending, promotion and copy-on-write ----------------------------------------------------
@@ -134,6 +155,11 @@ def cow_if_not_appendable(
     view = state.blocks[block]
     if view.ref_count == 1:
         return state, block
+    if not state.policy.copy_on_write:
+        raise UnsupportedError(
+            f"block {block} is shared ({view.ref_count} holders): under this policy a shared"
+            " block is never written (no copy-on-write)"
+        )
     state, copy = take_block(state, choice)
     state = with_block(state, copy, replace(state.blocks[copy], tokens=view.tokens))
     state = _release(state, block)
@@ -159,14 +185,14 @@ def append_tokens(
 ) -> tuple[PoolState, BlockId]:
     """Append ``tokens`` to ``block`` and return the block the caller holds now. A block that
     fills gets its hash (``prefix`` is what precedes it); if another block already holds that
-    hash, the caller switches to it and releases its own (dedup). Otherwise a shared block is
-    copied first (copy-on-write) and the caller appends into its copy."""
+    hash, the caller switches to it and releases its own (dedup; policy ``promotion``). Otherwise
+    a shared block is copied first (copy-on-write) and the caller appends into its copy."""
     block, checked = check_append(state.config, block, prefix, tokens, partial(facts, state))
     filled = (*state.blocks[block].tokens, *checked)
     fills = len(filled) == state.config.block_size
     cached = (
         state.cached.get(prefix.child_hash(filled))
-        if state.config.enable_caching and fills
+        if state.config.enable_caching and fills and state.policy.promotion != "keep"
         else None
     )
     if cached is not None and state.policy.promotion == "dedup":
@@ -196,7 +222,7 @@ def clear_copy_on_writes(state: PoolState) -> tuple[PoolState, list[CopyPair]]:
 
 def free(state: PoolState, block: BlockId) -> PoolState:
     check_block_id(state.config, block)
-    if state.blocks[block].ref_count == 0:
+    if callers_count(state, block) == 0:
         raise DoubleFreeError(f"block {block} is already free (ref count 0)")
     return _release(state, block)
 
@@ -280,6 +306,6 @@ def hit_rate(state: PoolState) -> float:
 
 def reset_prefix_cache(state: PoolState) -> tuple[PoolState, bool]:
     """Forget every cached block, only when no block is in use (else nothing changes)."""
-    if any(view.ref_count > 0 for view in state.blocks.values()):
+    if any(view.ref_count > 0 for b, view in state.blocks.items() if b != state.null_block):
         return state, False
-    return new_state(state.config, state.policy), True
+    return _with_own_null_block(new_state(state.config, state.policy)), True

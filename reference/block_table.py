@@ -28,20 +28,29 @@ def prefix_at(tokens: Sequence[Token], index: int, block_size: int, key: ExtraKe
 
 def allocate_prompt(
     pool: PoolState, tokens: Sequence[Token], key: ExtraKey, pick: Picker = lowest_id
-) -> tuple[PoolState, tuple[BlockId, ...]]:
+) -> tuple[PoolState, tuple[BlockId, ...], int]:
+    """The prompt's blocks: full chunks looked up in the cache (policy ``lookup``: after the
+    first miss, or every one), the tail a mutable block. Also returns how many leading chunks
+    were cache hits."""
     size = pool.config.block_size
     blocks: list[BlockId] = []
     prefix = Prefix(extra_key=key)
+    leading_hits, missed = 0, False
     for start in range(0, len(tokens), size):
         chunk = tokens[start : start + size]
-        if len(chunk) == size:
+        if len(chunk) == size and not (missed and pool.policy.lookup == "stop_at_first_miss"):
+            hits = pool.hits
             pool, block = pool_ops.allocate_immutable(pool, prefix, chunk, pick(pool))
-            prefix = prefix.extend(chunk)
+            missed = missed or pool.hits == hits
+            leading_hits += 0 if missed else 1
         else:
             pool, block = pool_ops.allocate_mutable(pool, pick(pool))
             pool, block = pool_ops.append_tokens(pool, block, prefix, chunk)
+            missed = True
+        if len(chunk) == size:
+            prefix = prefix.extend(chunk)
         blocks.append(block)
-    return pool, tuple(blocks)
+    return pool, tuple(blocks), leading_hits
 
 
 def release_blocks(

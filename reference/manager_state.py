@@ -43,6 +43,9 @@ class ManagerState:
     """Per sequence, under ``computed_list=cached_per_sequence`` (absent: not looked at yet)."""
     access_times: Map[int, float] = field(default_factory=Map)
     """Per sequence, the time ``access_all_blocks_in_seq`` recorded (``access_time=at_free``)."""
+    cached_at_allocate: Map[int, int] = field(default_factory=Map)
+    """Per sequence, the tokens its prompt's leading cache hits covered when it was allocated
+    (``cached_tokens=hits_at_allocate``)."""
 
 
 DevicePicker = Callable[[Device], Picker]

@@ -7,7 +7,7 @@ the ref counts and hashes, so it is computed, never kept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from immutables import Map
 
@@ -30,6 +30,13 @@ class PoolState:
     promoted: frozenset[BlockId] = frozenset()
     """Blocks hashed since the last ``mark_computed`` (policy ``computed_marks=promoted_batch``:
     the next mark makes them computed, whatever blocks it names)."""
+    duplicates: Map[BlockHash, tuple[BlockId, ...]] = field(default_factory=Map)
+    """Second holders of a cached hash, oldest first (policy ``promotion=keep``)."""
+    released: Map[BlockId, int] = field(default_factory=Map)
+    """When each evictable block was given back (policy ``eviction=release_order``)."""
+    release_clock: int = 0
+    null_block: BlockId | None = None
+    """The block the pool keeps for itself (policy ``pool_null_block``)."""
 
 
 def new_state(config: PoolConfig, policy: Policy = PAGEDKV) -> PoolState:
@@ -60,10 +67,16 @@ def evictable_ids(state: PoolState) -> frozenset[BlockId]:
     return frozenset(b for b, view in state.blocks.items() if is_evictable(view))
 
 
+def callers_count(state: PoolState, block: BlockId) -> int:
+    """The references callers hold: the pool's own null block (policy ``pool_null_block``) is
+    held by the pool, never by a caller, so to callers it is not allocated."""
+    return 0 if block == state.null_block else state.blocks[block].ref_count
+
+
 def facts(state: PoolState, block: BlockId) -> BlockFacts:
     """What the shared checks of ``specs.validation`` read of a block."""
     view = state.blocks[block]
-    return BlockFacts(view.ref_count, view.content_hash is not None, len(view.tokens))
+    return BlockFacts(callers_count(state, block), view.content_hash is not None, len(view.tokens))
 
 
 def live_block(state: PoolState, block: BlockId) -> BlockView:
@@ -89,6 +102,7 @@ def to_view(state: PoolState) -> PoolView:
         free=free_ids(state),
         evictable=evictable_ids(state),
         cached=dict(state.cached),
+        duplicates=dict(state.duplicates),
         pending_cows=state.pending_cows,
         hits=state.hits,
         queries=state.queries,

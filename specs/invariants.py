@@ -64,15 +64,25 @@ def hash_index(view: PoolView) -> list[str]:
             problems.append(f"cached block {block}: hash does not recompute from its contents")
         if len(block_view.tokens) != view.config.block_size:
             problems.append(f"cached block {block} is not full: {len(block_view.tokens)} tokens")
+    for content_hash, later in view.duplicates.items():
+        if view.cached.get(content_hash) in later or len(set(later)) != len(later):
+            problems.append(f"hash {content_hash.hex()[:12]}'s holders repeat a block")
+        for block in later:
+            if view.blocks[block].content_hash != content_hash:
+                problems.append(
+                    f"hash {content_hash.hex()[:12]} names block {block}, which lacks it"
+                )
     for block, block_view in view.blocks.items():
         if block_view.content_hash is not None:
-            if view.cached.get(block_view.content_hash) != block:
+            named = view.cached.get(block_view.content_hash) == block
+            if not named and block not in view.duplicates.get(block_view.content_hash, ()):
                 problems.append(f"block {block} has a hash the index does not map to it")
         elif block_view.prefix is not None:
             problems.append(f"block {block} has a prefix but no hash")
     if not view.config.enable_caching and view.cached:
         problems.append("a pool without caching has cached blocks")
-    cached_unused = {b for b in view.cached.values() if view.blocks[b].ref_count == 0}
+    holders = [*view.cached.values(), *(b for later in view.duplicates.values() for b in later)]
+    cached_unused = {b for b in holders if view.blocks[b].ref_count == 0}
     if cached_unused != set(view.evictable):
         problems.append(
             f"evictable {sorted(view.evictable)} != cached blocks at count 0"

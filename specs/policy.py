@@ -14,11 +14,11 @@ from typing import Literal, get_args
 
 NullBlockWhen = Literal["at_creation", "at_first_append"]
 WindowRelease = Literal["token_exact", "computed_blocks"]
-AppendWorstCase = Literal["touched_blocks", "token_chunks"]
+AppendWorstCase = Literal["touched_blocks", "token_chunks", "new_blocks"]
 SwapPairs = Literal["copies", "every_entry"]
 CommonPrefix = Literal["every_run", "nonempty_runs"]
 CowPairs = Literal["pending", "as_recorded"]
-Promotion = Literal["dedup", "copy_then_dedup"]
+Promotion = Literal["dedup", "copy_then_dedup", "keep"]
 ComputedMarks = Literal["data", "promoted_batch"]
 RevivalAccess = Literal["kept", "reset"]
 AccessTime = Literal["immediate", "at_free"]
@@ -28,6 +28,12 @@ SwapNever = Literal["with_watermark", "without_watermark"]
 SwapOutAnswer = Literal["status", "ok_or_later"]
 SwapCrossTables = Literal["moved", "kept_on_gpu"]
 AppendOrder = Literal["token_by_token", "slots_first"]
+Eviction = Literal["lru", "release_order"]
+Duplicates = Literal["first_stays", "latest_replaces"]
+Groups = Literal["many_sequences", "one_sequence"]
+Lookup = Literal["every_block", "stop_at_first_miss"]
+Admission = Literal["watermark", "free_blocks"]
+CachedTokens = Literal["computed_marks", "hits_at_allocate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +54,17 @@ class Policy:
     swap_out_answer: SwapOutAnswer = "status"
     swap_cross_tables: SwapCrossTables = "moved"
     append_order: AppendOrder = "token_by_token"
+    eviction: Eviction = "lru"
+    duplicates: Duplicates = "first_stays"
+    copy_on_write: bool = True
+    pool_null_block: bool = False
+    keep_freed_cache: bool = True
+    groups: Groups = "many_sequences"
+    lookup: Lookup = "every_block"
+    admission: Admission = "watermark"
+    cached_tokens: CachedTokens = "computed_marks"
+    lookahead: bool = True
+    encoder: bool = True
     atomic: bool = True
     unsupported: frozenset[str] = frozenset()
     """Operations the engine does not offer: the reference raises ``UnsupportedError`` for them."""
@@ -139,6 +156,8 @@ OPTIONS: dict[str, Option] = {
                 " added (manager §4.5)",
                 "token_chunks": "vLLM 0.6.3: `1 + ceil((n + L - first_chunk) / bs)`, blind to"
                 " lookahead blocks already in the table",
+                "new_blocks": "nano-vllm: only the blocks added (a block it writes is never"
+                " shared, so it is never copied)",
             },
         ),
         Option(
@@ -178,6 +197,8 @@ OPTIONS: dict[str, Option] = {
                 "dedup": "pagedkv: switch straight to the cached block, no copy",
                 "copy_then_dedup": "vLLM 0.6.3: copy-on-write first (a shared block), then"
                 " switch to the cached block",
+                "keep": "append-only (vLLM v1, nano-vllm): the filled block keeps its id and"
+                " is cached too (policy `duplicates` says which of the two a lookup finds)",
             },
         ),
         Option(
@@ -273,6 +294,108 @@ OPTIONS: dict[str, Option] = {
             },
         ),
         Option(
+            "eviction",
+            _values(Eviction),
+            "which cached block an allocation evicts when no block is free",
+            {
+                "lru": "pagedkv (and vLLM 0.6.3): the oldest access, then the most hashed tokens"
+                " (a chain's tail first)",
+                "release_order": "append-only (vLLM v1's free queue, nano-vllm's free list):"
+                " the one given back first, whatever its accesses; a sequence gives its blocks"
+                " back tail first",
+            },
+        ),
+        Option(
+            "duplicates",
+            _values(Duplicates),
+            "with `promotion=keep`, which of two blocks cached under one hash a lookup finds",
+            {
+                "first_stays": "vLLM v1: the block cached first; the later one is kept as a"
+                " second holder of the hash, found once the first is evicted",
+                "latest_replaces": "nano-vllm: the block cached last; the earlier one is no"
+                " longer found",
+            },
+        ),
+        Option(
+            "copy_on_write",
+            ("true", "false"),
+            "whether a shared block is ever written",
+            {
+                "true": "pagedkv: an append to a shared block copies it first",
+                "false": "append-only: never (blocks are shared only when full); such an"
+                " append, and `cow_if_not_appendable`, raise UnsupportedError",
+            },
+        ),
+        Option(
+            "pool_null_block",
+            ("true", "false"),
+            "whether a pool keeps its first block for itself",
+            {
+                "false": "pagedkv: a pool gives every block; the manager takes a null block",
+                "true": "vLLM v1: `BlockPool` takes its first block as the null block when made",
+            },
+        ),
+        Option(
+            "keep_freed_cache",
+            ("true", "false"),
+            "whether a cached block nobody holds stays cached",
+            {
+                "true": "pagedkv: it waits, evictable, for a later hit",
+                "false": "nano-vllm (the published fork): its hash is dropped when freed",
+            },
+        ),
+        Option(
+            "groups",
+            _values(Groups),
+            "how many sequences a request starts with",
+            {
+                "many_sequences": "pagedkv: a group's sequences share the prompt's blocks",
+                "one_sequence": "nano-vllm: one (parallel samples are separate requests)",
+            },
+        ),
+        Option(
+            "lookup",
+            _values(Lookup),
+            "which prompt blocks are looked up in the cache",
+            {
+                "every_block": "pagedkv: every full block",
+                "stop_at_first_miss": "nano-vllm: after the first miss, every later block is a"
+                " miss",
+            },
+        ),
+        Option(
+            "admission",
+            _values(Admission),
+            "how `can_allocate` answers",
+            {
+                "watermark": "pagedkv: OK / LATER / NEVER with the watermark (vLLM's rule)",
+                "free_blocks": "nano-vllm: OK when the prompt's blocks are free, else LATER;"
+                " no watermark, no NEVER",
+            },
+        ),
+        Option(
+            "cached_tokens",
+            _values(CachedTokens),
+            "what `get_num_cached_tokens` counts",
+            {
+                "computed_marks": "pagedkv: the tokens of the leading run of computed blocks",
+                "hits_at_allocate": "nano-vllm: the tokens of the prompt's leading cache hits"
+                " when it was allocated",
+            },
+        ),
+        Option(
+            "lookahead",
+            ("true", "false"),
+            "whether lookahead slots are offered",
+            {"true": "pagedkv", "false": "nano-vllm: a lookahead is UnsupportedError"},
+        ),
+        Option(
+            "encoder",
+            ("true", "false"),
+            "whether encoder prompts (cross-attention tables) are offered",
+            {"true": "pagedkv", "false": "nano-vllm: an encoder prompt is UnsupportedError"},
+        ),
+        Option(
             "atomic",
             ("true", "false"),
             "whether a call that fails is refused before it changes anything",
@@ -316,6 +439,40 @@ PROFILES: dict[str, Policy] = {
         unsupported=frozenset({"get_num_cached_tokens", "reset_prefix_cache"}),
     ),
 }
+
+APPEND_ONLY = Policy(promotion="keep", eviction="release_order", copy_on_write=False)
+
+PROFILES["append-only"] = APPEND_ONLY
+PROFILES["vllm-v1"] = replace(
+    APPEND_ONLY,
+    pool_null_block=True,
+    unsupported=frozenset({"cow_if_not_appendable", "common_computed_prefix", "hit_rate"}),
+)
+PROFILES["nano-vllm"] = replace(
+    APPEND_ONLY,
+    duplicates="latest_replaces",
+    keep_freed_cache=False,
+    groups="one_sequence",
+    lookup="stop_at_first_miss",
+    admission="free_blocks",
+    append_worst_case="new_blocks",
+    cached_tokens="hits_at_allocate",
+    lookahead=False,
+    encoder=False,
+    atomic=False,
+    unsupported=frozenset(
+        {
+            "fork",
+            "can_swap_out",
+            "can_swap_in",
+            "swap_out",
+            "swap_in",
+            "get_common_computed_block_ids",
+            "get_prefix_cache_hit_rate",
+            "reset_prefix_cache",
+        }
+    ),
+)
 
 SAFETY = "safety"
 """The profile that compares no policy: only the safety tier (``specs/safety.md``)."""

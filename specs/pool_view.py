@@ -46,6 +46,9 @@ class PoolView:
     free: frozenset[BlockId]
     evictable: frozenset[BlockId]
     cached: Mapping[BlockHash, BlockId]
+    duplicates: Mapping[BlockHash, tuple[BlockId, ...]] = field(default_factory=dict)
+    """Further holders of a cached hash (an append-only policy keeps them, ``specs/policy.md``);
+    empty under pagedkv's."""
     pending_cows: tuple[CopyPair, ...] = ()
     hits: int = 0
     queries: int = 0
@@ -63,6 +66,7 @@ class PoolView:
             self.free,
             self.evictable,
             dict(self.cached),
+            dict(self.duplicates),
             self.pending_cows,
             self.hits,
             self.queries,

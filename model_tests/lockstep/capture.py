@@ -13,6 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import reject
+
+from specs.errors import UnsupportedError
 from specs.operations import Level
 from specs.policy import PAGEDKV, Policy
 
@@ -40,6 +43,21 @@ class RunRecord:
 
 RunHook = Callable[[RunRecord], None]
 ReleaseHook = Callable[[Any], None]
+DeclineHook = Callable[[Any, str], None]
+"""Told of each configuration a target declined (its factory raised ``UnsupportedError``)."""
+
+
+def build_target(machine: Any, config: Any) -> Any:
+    """The machine's target for ``config``; a factory that declines the configuration
+    (``UnsupportedError``: a declared limit, not a finding) makes the run draw another, and the
+    machine class's ``on_declined`` hook hears of it."""
+    try:
+        return type(machine).make_target(config)
+    except UnsupportedError as error:
+        hook: DeclineHook | None = getattr(type(machine), "on_declined", None)
+        if hook is not None:
+            hook(config, str(error))
+        reject()
 
 
 def finish(machine: Any, level: Level) -> RunRecord:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.errors import Unsatisfiable
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -76,6 +77,8 @@ class CheckResult:
     trace: Trace | None = None
     trace_path: Path | None = None
     replayed: Verdict | None = None
+    declined: dict[str, str] = field(default_factory=dict)
+    """Configurations the target declined (``UnsupportedError`` from its factory), with why."""
 
     @property
     def passed(self) -> bool:
@@ -108,13 +111,19 @@ def run_check(
 
     def on_run_end(record: RunRecord) -> None:
         nonlocal failing
+        if record.config is None:
+            return  # declined before it began
         result.runs += 1
         result.calls += len(record.calls)
         failing = failing or record.failed_call or record.checking_config is not None
         if progress is not None:
             progress(result.runs, result.calls, failing)
 
+    def on_declined(config: Any, why: str) -> None:
+        result.declined.setdefault(show_config(config), why)
+
     case.on_run_end = staticmethod(on_run_end)
+    case.on_declined = staticmethod(on_declined)
     case._hypothesis_internal_use_seed = seed
     examples, per_run = budget(steps, steps_per_run)
     chosen = settings(
@@ -132,9 +141,14 @@ def run_check(
     with with_reporter(lambda _: None):
         try:
             run_state_machine_as_test(case, settings=chosen)
+        except Unsatisfiable:
+            pass  # every example was rejected: below
         except Exception as failure:
             result.failure = failure
-    if result.failure is None:
+    if result.failure is None and result.runs == 0:
+        result.failure = NothingCovered("the target declined every configuration the check drew")
+    if result.failure is None or isinstance(result.failure, NothingCovered):
+        result.message = failure_message(result.failure) if result.failure else ""
         return result
     result.record = getattr(case, "last_run", None)
     result.message = failure_message(result.failure)
@@ -148,6 +162,22 @@ def run_check(
             result.trace_path = trace.write(result.trace, trace_out)
         result.replayed = trace.replay(result.trace, factory)
     return result
+
+
+def _declined_lines(declined: dict[str, str]) -> list[str]:
+    """One line per reason a target gave for declining configurations: how many, one example."""
+    by_reason: dict[str, list[str]] = {}
+    for config, why in sorted(declined.items()):
+        by_reason.setdefault(why, []).append(config)
+    return [
+        f"not covered: {len(configs)} configuration{'' if len(configs) == 1 else 's'} the target"
+        f" declines ({why}), e.g. {configs[0]}"
+        for why, configs in by_reason.items()
+    ]
+
+
+class NothingCovered(Exception):
+    """No run could be made: the target declined every configuration."""
 
 
 def failure_message(failure: BaseException) -> str:
@@ -209,14 +239,20 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
     mode = "safety tier" if result.profile.safety else "isomorphic mode"
     where = f"{result.level} level, {mode}, profile {result.profile.describe()}, seed {result.seed}"
     title = f"pagedkv check {target} ({where})"
+    declined = _declined_lines(result.declined)
     if result.passed:
-        return Report(
-            True,
-            title,
-            f"PASS: {result.runs} runs, {result.calls} calls; the target agrees with the reference",
+        agrees = (
+            "holds to the safety tier" if result.profile.safety else "agrees with the reference"
         )
+        verdict = f"PASS: {result.runs} runs, {result.calls} calls; the target {agrees}"
+        if declined:
+            verdict += f" (and {len(result.declined)} configurations it declines)"
+        return Report(True, title, verdict, notes=declined)
     record = result.record
-    report = Report(False, title, "")
+    report = Report(False, title, "", notes=list(declined))
+    if isinstance(result.failure, NothingCovered):
+        report.verdict = f"FAIL: {result.failure}: nothing was checked"
+        return report
     if record is None or record.config is None:
         report.verdict = "FAIL before the first run was set up"
         report.detail = result.message

@@ -27,6 +27,7 @@ own config demands multiples of 256; its append rule ``len % block_size == 1`` b
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 
@@ -79,6 +80,15 @@ def _unsupported(what: str) -> UnsupportedError:
     return UnsupportedError(f"nano-vllm has no {what}")
 
 
+@dataclass(frozen=True)
+class Switches:
+    """Each switch papers over one known difference (``specs/peers.md``); all off by default."""
+
+    hash_extra_key: bool = False
+    """D6: requests with different extra keys never share a block: each extra key gets its own
+    token ids inside nano-vllm, so its hashes differ (nano-vllm hashes tokens only)."""
+
+
 class NanoVllmManager:
     LACKS: ClassVar[frozenset[str]] = frozenset(
         {
@@ -94,8 +104,11 @@ class NanoVllmManager:
     )
     SERVES: ClassVar[Callable[[ManagerConfig], bool]] = staticmethod(serves)
 
-    def __init__(self, config: ManagerConfig) -> None:
+    def __init__(self, config: ManagerConfig, switches: Switches | None = None) -> None:
         check_manager_config(config)
+        self.switches = switches or Switches()
+        self._keys: dict[ExtraKey, int] = {NO_EXTRA_KEY: 0}
+        self._key_of: dict[int, ExtraKey] = {}
         if not serves(config):
             raise UnsupportedError(
                 "nano-vllm runs only with prefix caching, no sliding window and block_size >= 2"
@@ -117,6 +130,14 @@ class NanoVllmManager:
 
     def _seq(self, seq_id: object) -> NanoSequence:
         return lookup_sequence(self._seqs, seq_id)
+
+    def _engine_tokens(self, tokens: Sequence[Token], key: ExtraKey) -> list[Token]:
+        """The token ids nano-vllm sees: the protocol's, or (switch ``hash_extra_key``) the
+        protocol's made distinct per extra key."""
+        if not self.switches.hash_extra_key:
+            return list(tokens)
+        index = self._keys.setdefault(key, len(self._keys))
+        return [token * 64 + index for token in tokens]
 
     # --- admission and decoding ----------------------------------------------------------------
 
@@ -150,7 +171,8 @@ class NanoVllmManager:
             raise _unsupported("encoder-decoder models")
         self._groups[gid] = []
         for seq_id in ids:
-            seq = self._sequence(list(tokens), seq_id)
+            seq = self._sequence(self._engine_tokens(tokens, extra_key), seq_id)
+            self._key_of[seq_id] = extra_key
             _call(self._nano.allocate, seq)
             self._seqs[seq_id] = seq
             self._group_of[seq_id] = gid
@@ -177,7 +199,7 @@ class NanoVllmManager:
         new_tokens = check_tokens(tokens, allow_empty=True)
         if check_count("num_lookahead_slots", num_lookahead_slots):
             raise _unsupported("lookahead slots")
-        for token in new_tokens:
+        for token in self._engine_tokens(new_tokens, self._key_of[seq.seq_id]):
             seq.append_token(token)
             _call(self._nano.may_append, seq)
         return []

@@ -27,6 +27,7 @@ from model_tests.oracle.check import CheckResult, run_check
 from model_tests.oracle.codec import Level
 from model_tests.peers import lacking, sources
 from model_tests.peers.nano_vllm_manager import NanoVllmManager
+from model_tests.peers.nano_vllm_manager import Switches as NanoSwitches
 from model_tests.peers.vllm_v0_manager import Switches as V0ManagerSwitches
 from model_tests.peers.vllm_v0_manager import VllmV0Manager
 from model_tests.peers.vllm_v1_pool import Switches as V1PoolSwitches
@@ -53,7 +54,7 @@ class Peer:
 PEERS = (
     Peer("vllm-0.6.3-manager", "manager", VllmV0Manager, V0ManagerSwitches, sources.VLLM_V0),
     Peer("vllm-v1-pool", "pool", VllmV1Pool, V1PoolSwitches, sources.VLLM_V1),
-    Peer("nano-vllm-manager", "manager", NanoVllmManager, None, sources.NANO_VLLM),
+    Peer("nano-vllm-manager", "manager", NanoVllmManager, NanoSwitches, sources.NANO_VLLM),
 )
 
 
