@@ -166,8 +166,6 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     if args.steps < 1:
         raise UsageError("--steps must be at least 1")
     profile = _profile(args)
-    if profile.safety and level == "pool":
-        raise UsageError("--profile safety checks the manager level (--level manager)")
     factory = targets.check(args.target, level)
 
     with out.status(f"checking {args.target} against the reference ...") as update:

@@ -29,6 +29,10 @@ class ReferenceBlockPool:
     def config(self) -> PoolConfig:
         return self.state.config
 
+    def get_null_block(self) -> BlockId | None:
+        """The block the pool keeps for itself (policy ``pool_null_block``), if any."""
+        return self.state.null_block
+
     def allocate_mutable(self, choice: BlockId | None = None) -> BlockId:
         self.state, block = ops.allocate_mutable(self.state, choice)
         return block

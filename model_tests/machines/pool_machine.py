@@ -13,7 +13,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from hypothesis import event
 from hypothesis import strategies as st
@@ -24,11 +24,13 @@ from hypothesis.stateful import (
     initialize,
     invariant,
     multiple,
+    precondition,
     rule,
 )
 
 from model_tests.lockstep import capture
 from model_tests.lockstep.calls import assert_same_state, call_both, construction_outcome
+from model_tests.lockstep.pool_safety_session import PoolSafetySession
 from model_tests.lockstep.pool_session import IsomorphicPoolSession
 from reference.pool_adapter import ReferenceBlockPool
 from specs import invariants
@@ -36,6 +38,7 @@ from specs.content_hash import Prefix
 from specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
 from specs.interface import BlockPool, BlockPoolFactory
 from specs.policy import PAGEDKV, Policy
+from specs.pool_view import PoolView
 from specs.types import BlockId, ExtraKey, PoolConfig, Token
 
 TEMPLATE: tuple[Token, ...] = (0, 1, 1, 0, 2, 0, 1, 2, 2, 1, 0, 0)
@@ -46,14 +49,19 @@ EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=1), ExtraKey(cache_salt="
 
 @dataclass(eq=False)
 class Chain:
-    """One holder's view of its blocks: ids, and the prefix each block was filled under."""
+    """One holder's view of its blocks: ids, and the tokens it put in each (so the prefix of
+    each block follows from the chain itself, whatever pool holds it)."""
 
     extra_key: ExtraKey
     blocks: list[BlockId] = field(default_factory=list)
-    lengths: list[int] = field(default_factory=list)
+    contents: list[tuple[Token, ...]] = field(default_factory=list)
 
     def __repr__(self) -> str:
         return f"Chain(blocks={self.blocks}, lengths={self.lengths})"
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(tokens) for tokens in self.contents]
 
     @property
     def num_tokens(self) -> int:
@@ -61,21 +69,23 @@ class Chain:
 
     def open_room(self, block_size: int) -> int:
         """Empty slots of the last block (0 when there is none or it is full)."""
-        return block_size - self.lengths[-1] if self.blocks else 0
+        return block_size - len(self.contents[-1]) if self.blocks else 0
 
-    def prefix_of_last(self, pool: BlockPool) -> Prefix:
-        """The prefix of the chain's last block, rebuilt from the full blocks before it."""
+    def prefix_of_last(self) -> Prefix:
+        """The prefix of the chain's last block: the full blocks before it."""
         prefix = Prefix(extra_key=self.extra_key)
-        for block in self.blocks[:-1]:
-            prefix = prefix.extend(pool.block(block).tokens)
+        for tokens in self.contents[:-1]:
+            prefix = prefix.extend(tokens)
         return prefix
 
-    def prefix_of_next(self, pool: BlockPool) -> Prefix:
+    def prefix_of_next(self) -> Prefix:
         prefix = Prefix(extra_key=self.extra_key)
-        for block in self.blocks:
-            prefix = prefix.extend(pool.block(block).tokens)
+        for tokens in self.contents:
+            prefix = prefix.extend(tokens)
         return prefix
 
+
+Mode = Literal["exact", "isomorphic", "safety"]
 
 pool_configs = st.builds(
     PoolConfig,
@@ -90,7 +100,7 @@ class PoolLockstep(RuleBasedStateMachine):
     """Subclass and set ``make_target`` to check another pool against the reference."""
 
     make_target: ClassVar[BlockPoolFactory]
-    isomorphic: ClassVar[bool] = False
+    mode: ClassVar[Mode] = "exact"
     policy: ClassVar[Policy] = PAGEDKV
     last_run: ClassVar[capture.RunRecord | None] = None
     on_run_end: ClassVar[capture.RunHook | None] = None
@@ -100,8 +110,9 @@ class PoolLockstep(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.model: ReferenceBlockPool
+        self.model: ReferenceBlockPool | None = None
         self.target: BlockPool
+        self.ending_error: Any = None
         self.live: list[Chain] = []
         self.clock = 0.0
         self.calls = 0
@@ -120,10 +131,14 @@ class PoolLockstep(RuleBasedStateMachine):
         """Two or three chains start with prompts along the template, so the first steps
         already find shared prefixes, cache hits and a nearly full pool."""
         self.target = capture.build_target(self, config)
-        self.model = ReferenceBlockPool(config, self.policy)
-        self.session: Any = (
-            IsomorphicPoolSession(self.model, self.target) if self.isomorphic else None
-        )
+        self.config = config
+        self.session: Any = None
+        if self.mode == "safety":
+            self.session = PoolSafetySession(self.target, config)
+        else:
+            self.model = ReferenceBlockPool(config, self.policy)
+            if self.mode == "isomorphic":
+                self.session = IsomorphicPoolSession(self.model, self.target)
         event(f"config: caching={config.enable_caching}")
         self.live = [Chain(key) for key in keys]
         for chain in self.live:
@@ -133,19 +148,30 @@ class PoolLockstep(RuleBasedStateMachine):
 
     @property
     def block_size(self) -> int:
-        return self.model.config.block_size
+        return self.config.block_size
+
+    @property
+    def ended(self) -> bool:
+        """A failed call left the target in a state nothing defines: the run makes no more
+        calls."""
+        return bool(getattr(self.session, "ended", False))
 
     def both(self, method: str, *args: Any) -> Any:
+        if self.ended:
+            return self.ending_error
         if method in self.policy.unsupported:  # the engine has no such call: nobody makes it
             return UnsupportedError(f"{method} is not offered under this policy")
         event(f"rule: {method}")
         self.calls += 1
-        if self.session is not None:
-            self.pending = (method, args)
-            outcome = self.session.call(method, *args)
-            self.pending = None
-            return outcome
-        return call_both(self.model, self.target, method, *args)
+        if self.session is None:
+            assert self.model is not None
+            return call_both(self.model, self.target, method, *args)
+        self.pending = (method, args)
+        outcome = self.session.call(method, *args)
+        self.pending = None
+        if self.ended:
+            self.ending_error = outcome
+        return outcome
 
     def _tokens(self, data: st.DataObject, chain: Chain, count: int) -> list[Token]:
         if data.draw(st.sampled_from([True, True, True, False]), label="follow template"):
@@ -183,42 +209,50 @@ class PoolLockstep(RuleBasedStateMachine):
         for block in chain.blocks:
             self.both("free", block)
         chain.blocks.clear()
-        chain.lengths.clear()
+        chain.contents.clear()
+
+    def _model_view(self) -> PoolView | None:
+        return None if self.model is None else self.model.view()
 
     def _grow(self, chain: Chain, data: st.DataObject) -> object:
         room = chain.open_room(self.block_size)
-        before = self.model.view()
+        before = self._model_view()
         if room:
             result = self._append(chain, data, room, before)
         elif data.draw(st.booleans(), label="immutable"):
             tokens = self._tokens(data, chain, self.block_size)
-            result = self.both("allocate_immutable", chain.prefix_of_next(self.model), tokens)
+            result = self.both("allocate_immutable", chain.prefix_of_next(), tokens)
             if not isinstance(result, PagedKVError):
-                if self.model.view().hits > before.hits:
+                after = self._model_view()
+                if before is not None and after is not None and after.hits > before.hits:
                     event("outcome: cache hit")
                 chain.blocks.append(result)
-                chain.lengths.append(self.block_size)
+                chain.contents.append(tuple(tokens))
         else:
             result = self.both("allocate_mutable")
             if not isinstance(result, PagedKVError):
                 chain.blocks.append(result)
-                chain.lengths.append(0)
+                chain.contents.append(())
         self._note_allocation(before)
         return result
 
-    def _append(self, chain: Chain, data: st.DataObject, room: int, before: Any) -> object:
+    def _append(
+        self, chain: Chain, data: st.DataObject, room: int, before: PoolView | None
+    ) -> object:
         count = data.draw(st.integers(1, room), label="count")
         tokens = self._tokens(data, chain, count)
         last = chain.blocks[-1]
-        result = self.both("append_tokens", last, chain.prefix_of_last(self.model), tokens)
+        result = self.both("append_tokens", last, chain.prefix_of_last(), tokens)
         if isinstance(result, PagedKVError):
             return result
-        if len(self.model.view().pending_cows) > len(before.pending_cows):
-            event("outcome: copy-on-write")
-        if result != last and result in before.cached.values():
-            event("outcome: dedup on promotion")
+        after = self._model_view()
+        if before is not None and after is not None:
+            if len(after.pending_cows) > len(before.pending_cows):
+                event("outcome: copy-on-write")
+            if result != last and result in before.cached.values():
+                event("outcome: dedup on promotion")
         chain.blocks[-1] = result
-        chain.lengths[-1] += count
+        chain.contents[-1] += tuple(tokens)
         return result
 
     @rule(target=chains, chain=chains)
@@ -230,21 +264,21 @@ class PoolLockstep(RuleBasedStateMachine):
     def _fork(self, chain: Chain) -> Chain:
         """Parallel sampling: a child shares every block of its parent."""
         result = self.both("fork", list(chain.blocks))
-        assert not isinstance(result, PagedKVError), result
-        return Chain(chain.extra_key, list(chain.blocks), list(chain.lengths))
+        assert not isinstance(result, PagedKVError) or self.ended, result
+        return Chain(chain.extra_key, list(chain.blocks), list(chain.contents))
 
     @rule(chain=consumes(chains))
     def free_chain(self, chain: Chain) -> None:
         self.live.remove(chain)
         for block in chain.blocks:
             result = self.both("free", block)
-            assert not isinstance(result, PagedKVError), result
+            assert not isinstance(result, PagedKVError) or self.ended, result
 
     @rule(chain=chains)
     def cow_if_not_appendable(self, chain: Chain) -> None:
         if not chain.open_room(self.block_size):
             return
-        before = self.model.view()
+        before = self._model_view()
         result = self.both("cow_if_not_appendable", chain.blocks[-1])
         if isinstance(result, PagedKVError):
             return
@@ -288,6 +322,7 @@ class PoolLockstep(RuleBasedStateMachine):
 
     # --- calls that must fail -----------------------------------------------------------------
 
+    @precondition(lambda self: self.mode != "safety")
     @rule(
         chain=chains,
         data=st.data(),
@@ -303,7 +338,7 @@ class PoolLockstep(RuleBasedStateMachine):
             call = (
                 "append_tokens",
                 chain.blocks[-1],
-                chain.prefix_of_last(self.model),
+                chain.prefix_of_last(),
                 [0] * (room + extra),
             )
         else:
@@ -315,7 +350,7 @@ class PoolLockstep(RuleBasedStateMachine):
 
     def _unheld_block_call(self, data: st.DataObject) -> tuple[Any, ...] | None:
         """Blocks no chain holds have count 0 (double free, unallocated) or are foreign."""
-        block = self.model.config.first_id + data.draw(st.integers(-2, 10), label="offset")
+        block = self.config.first_id + data.draw(st.integers(-2, 10), label="offset")
         if block in self._held():
             return None
         calls: list[tuple[Any, ...]] = [
@@ -324,14 +359,15 @@ class PoolLockstep(RuleBasedStateMachine):
             ("fork", [block]),
             ("cow_if_not_appendable", block),
         ]
-        if block not in self.model.view().evictable:  # a cached block may be marked
+        view = self._model_view()
+        if view is not None and block not in view.evictable:  # a cached block may be marked
             calls.append(("mark_computed", [block]))
         call: tuple[Any, ...] = data.draw(st.sampled_from(calls), label="call")
         return call
 
     def _bad_argument_call(self, chain: Chain, data: st.DataObject) -> tuple[Any, ...]:
         size = self.block_size
-        block = chain.blocks[-1] if chain.blocks else self.model.config.first_id
+        block = chain.blocks[-1] if chain.blocks else self.config.first_id
         return data.draw(
             st.sampled_from(
                 [
@@ -355,6 +391,8 @@ class PoolLockstep(RuleBasedStateMachine):
         caching=st.sampled_from([True, 1]),
     )
     def bad_configuration(self, num_blocks: int, block_size: int, caching: Any) -> None:
+        if self.mode == "safety":
+            return  # which configurations to refuse is the spec's, not the safety tier's
         config = PoolConfig(num_blocks, block_size, caching)
         self.checking_config = config
         outcomes = [
@@ -373,8 +411,10 @@ class PoolLockstep(RuleBasedStateMachine):
     def _held(self) -> Counter[BlockId]:
         return Counter(block for chain in self.live for block in chain.blocks)
 
-    def _note_allocation(self, before: Any) -> None:
-        after = self.model.view()
+    def _note_allocation(self, before: PoolView | None) -> None:
+        after = self._model_view()
+        if before is None or after is None:
+            return
         lost = set(before.cached) - set(after.cached)
         if lost:
             event("outcome: eviction")
@@ -397,18 +437,18 @@ class PoolLockstep(RuleBasedStateMachine):
 
     @invariant()
     def same_state(self) -> None:
-        if hasattr(self, "model") and not self.isomorphic:
+        if self.model is not None and self.mode == "exact":
             assert_same_state(self.model, self.target, "pool state")
 
     @invariant()
     def invariants_hold(self) -> None:
-        if not hasattr(self, "model"):
-            return
+        if self.model is None:
+            return  # the safety session checks its own after every call
         held = self._held()
         if self.policy.pool_null_block:
             held[self.model.config.first_id] += 1  # the pool's own null block
         sides: list[tuple[str, Any]] = [("model", self.model)]
-        if not self.isomorphic:
+        if self.mode == "exact":
             sides.append(("target", self.target))
         for name, side in sides:
             view = side.view()
@@ -419,13 +459,13 @@ class PoolLockstep(RuleBasedStateMachine):
 
 
 def lockstep_case(
-    factory: Any, *, isomorphic: bool = False, policy: Policy = PAGEDKV
+    factory: Any, *, mode: Mode = "exact", policy: Policy = PAGEDKV
 ) -> type[PoolLockstep]:
-    """A machine class checking ``factory``'s pools against the reference under ``policy``, in
-    exact or in isomorphic mode (ids through a bijection, the target's allowed choices
-    adopted)."""
+    """A machine class checking ``factory``'s pools: against the reference under ``policy`` in
+    exact or isomorphic mode (ids through a bijection, the target's allowed choices adopted),
+    or against the safety tier alone (``mode="safety"``)."""
     return type(
         f"PoolLockstep_{getattr(factory, '__name__', 'target')}",
         (PoolLockstep,),
-        {"make_target": staticmethod(factory), "isomorphic": isomorphic, "policy": policy},
+        {"make_target": staticmethod(factory), "mode": mode, "policy": policy},
     )

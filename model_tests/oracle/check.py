@@ -47,13 +47,11 @@ def machine_case(
     under the profile's policy, or the safety tier alone; each run's target goes back to its
     factory when the run ends (an ``exec:`` program then serves the next run)."""
     case: type[ManagerLockstep] | type[PoolLockstep]
+    mode: Mode = "safety" if profile.safety else "isomorphic"
     if level == "manager":
-        mode: Mode = "safety" if profile.safety else "isomorphic"
         case = manager_lockstep_case(factory, mode=mode, policy=profile.policy)
     else:
-        if profile.safety:
-            raise ValueError("the safety tier is checked at the manager level only")
-        case = lockstep_case(factory, isomorphic=True, policy=profile.policy)
+        case = lockstep_case(factory, mode=mode, policy=profile.policy)
     case.release_target = staticmethod(close_target)
     return case
 

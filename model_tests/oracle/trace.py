@@ -27,6 +27,7 @@ from typing import Any, Literal
 from model_tests.lockstep.calls import Divergence, run_call
 from model_tests.lockstep.capture import Call, RunRecord
 from model_tests.lockstep.manager_session import IsomorphicManagerSession
+from model_tests.lockstep.pool_safety_session import PoolSafetySession
 from model_tests.lockstep.pool_session import IsomorphicPoolSession
 from model_tests.lockstep.safety_session import SafetySession
 from model_tests.oracle import codec
@@ -417,6 +418,8 @@ def _replay_on(trace: Trace, model: Any, target: Any, watch: StepWatch | None) -
         session: Any
         if trace.safety and trace.level == "manager":
             session = SafetySession(target, trace.config)
+        elif trace.safety:
+            session = PoolSafetySession(target, trace.config)
         elif trace.level == "manager":
             session = IsomorphicManagerSession(model, target)
         else:

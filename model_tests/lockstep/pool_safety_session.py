@@ -1,0 +1,173 @@
+"""The safety tier at the pool level: a target pool held to what every correct pool guarantees,
+read through the pool protocol alone (``specs/safety.md``).
+
+The session keeps, per block, what each holder put in it: the prefix it named and its tokens,
+learnt from the calls themselves (an allocation, an append, a fork, a copy-on-write, a free).
+After every call:
+
+- S1 no aliasing: every holder of a block names the same prefix and extra key and agrees on the
+  tokens both hold; a freshly allocated block had no holder; nothing is appended in place into a
+  block somebody else holds (that is what copy-on-write is for);
+- S2 accounting: the free count is the total minus the distinct blocks held (and the pool's own
+  null block, where the target names it with ``get_null_block()``);
+- S4 copy-on-write pairs: no block receives two copies, and every destination is held;
+- S6 typed errors; after a failed call an atomic target (``atomic = True``) shows the same free
+  count, and a target that is not may have changed anything, so the run ends there.
+
+KV data is checked at the manager level, where a step's copies and writes are defined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from model_tests.lockstep.calls import Divergence, run_call
+from model_tests.lockstep.step import Step
+from specs.content_hash import Prefix
+from specs.errors import OutOfBlocksError, PagedKVError
+from specs.types import BlockId, CopyPair, PoolConfig, Token
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one holder has put in a block: the prefix it named (None before its first append
+    to a mutable block) and its tokens."""
+
+    prefix: Prefix | None
+    tokens: tuple[Token, ...]
+
+    def conflict(self, other: Holding) -> str:
+        mine, theirs = self.prefix, other.prefix
+        if mine is not None and theirs is not None:
+            if (mine.hash, mine.num_tokens) != (theirs.hash, theirs.num_tokens):
+                return "after different prefixes"
+            if mine.extra_key != theirs.extra_key:
+                return "under different extra keys"
+        both = min(len(self.tokens), len(other.tokens))
+        if self.tokens[:both] != other.tokens[:both]:
+            return f"with different tokens ({list(self.tokens)} and {list(other.tokens)})"
+        return ""
+
+
+@dataclass
+class PoolSafetySession:
+    target: Any
+    config: PoolConfig
+    steps: list[Step] = field(default_factory=list)
+    ended: bool = False
+
+    def __post_init__(self) -> None:
+        self.atomic = bool(getattr(self.target, "atomic", False))
+        self.holders: dict[BlockId, list[Holding]] = {}
+
+    def null_block(self) -> BlockId | None:
+        get = getattr(self.target, "get_null_block", None)
+        return get() if callable(get) else None
+
+    def call(self, method: str, *args: Any) -> Any:
+        free_before = self.target.num_free_blocks()
+        result, error = run_call(self.target, method, args, {})
+        if error is not None:
+            if not isinstance(error, PagedKVError):
+                raise Divergence(f"{method}{args}: the target raised an untyped {error!r}")
+            if not self.atomic and isinstance(error, OutOfBlocksError):
+                self.ended = True
+            elif self.target.num_free_blocks() != free_before:
+                if self.atomic:
+                    raise Divergence(
+                        f"{method}{args} raised {type(error).__name__}, but the target, which"
+                        " declares itself atomic, changed its free count"
+                    )
+                self.ended = True
+            self.steps.append(Step(method, args, error))
+            return error
+        apply = getattr(self, f"_{method}", None)
+        if apply is not None:
+            apply(result, *args)
+        problems = self.problems()
+        if problems:
+            raise Divergence(f"{method}{args}: " + "; ".join(problems))
+        self.steps.append(Step(method, args, result))
+        return result
+
+    # --- what each call does to the holdings -----------------------------------------------------
+
+    def _take(self, block: BlockId) -> Holding:
+        """One holding of ``block`` leaves it (they are all alike, or a problem was reported)."""
+        found = self.holders.get(block)
+        if not found:
+            raise Divergence(f"the target's block {block} is used, but nobody holds it")
+        holding = found.pop()
+        if not found:
+            del self.holders[block]
+        return holding
+
+    def _give(self, block: BlockId, holding: Holding) -> None:
+        self.holders.setdefault(block, []).append(holding)
+
+    def _allocate_mutable(self, block: BlockId) -> None:
+        if self.holders.get(block):
+            raise Divergence(
+                f"allocate_mutable() gave block {block}, which {len(self.holders[block])} holder(s)"
+                " still hold: a new block must be one nobody holds"
+            )
+        self._give(block, Holding(None, ()))
+
+    def _allocate_immutable(self, block: BlockId, prefix: Prefix, tokens: Sequence[Token]) -> None:
+        self._give(block, Holding(prefix, tuple(tokens)))
+
+    def _append_tokens(
+        self, block: BlockId, old: BlockId, prefix: Prefix, tokens: Sequence[Token]
+    ) -> None:
+        others = len(self.holders.get(old, ())) - 1
+        if block == old and others > 0:
+            raise Divergence(
+                f"append_tokens({old}, ...) wrote into block {old} in place while {others} other"
+                " holder(s) hold it: a shared block must be copied before it is written"
+            )
+        holding = self._take(old)
+        self._give(block, replace(holding, prefix=prefix, tokens=(*holding.tokens, *tokens)))
+
+    def _free(self, _: None, block: BlockId) -> None:
+        self._take(block)
+
+    def _fork(self, forked: list[BlockId], chain: Sequence[BlockId]) -> None:
+        for block in chain:
+            found = self.holders.get(block)
+            if not found:
+                raise Divergence(f"fork shared block {block}, which nobody holds")
+            self._give(block, found[0])
+
+    def _cow_if_not_appendable(self, block: BlockId, old: BlockId) -> None:
+        self._give(block, self._take(old))
+
+    def _clear_copy_on_writes(self, pairs: list[CopyPair]) -> None:
+        destinations = [d for _, d in pairs]
+        if len(set(destinations)) != len(destinations):
+            raise Divergence(f"clear_copy_on_writes(): a block receives two copies: {pairs}")
+        stray = [d for d in destinations if not self.holders.get(d)]
+        if stray:
+            raise Divergence(f"clear_copy_on_writes(): copies into {stray}, which nobody holds")
+
+    # --- the checks ----------------------------------------------------------------------------
+
+    def problems(self) -> list[str]:
+        problems = []
+        for block, found in self.holders.items():
+            for other in found[1:]:
+                why = found[0].conflict(other)
+                if why:
+                    problems.append(f"block {block} is held twice {why}")
+        null = self.null_block()
+        held = len(self.holders) + (1 if null is not None and null not in self.holders else 0)
+        expected = self.config.num_blocks - held
+        free = self.target.num_free_blocks()
+        if free != expected:
+            what = "a block is leaked" if free < expected else "a held block is counted free"
+            problems.append(
+                f"the target reports {free} free blocks, but {held} of {self.config.num_blocks}"
+                f" are held, which leaves {expected}: {what}"
+            )
+        return problems
