@@ -10,7 +10,9 @@ After every call:
   block somebody else holds (that is what copy-on-write is for);
 - S2 accounting: the free count is the total minus the distinct blocks held (and the pool's own
   null block, where the target names it with ``get_null_block()``);
-- S4 copy-on-write pairs: no block receives two copies, and every destination is held;
+- S4 copy-on-write pairs: no block receives two different sources, and a copy lands only where
+  what it carries agrees with what the block's holders now hold (a copy into a block nobody holds
+  is harmless; one into a block handed out blank since, and written, would overwrite data);
 - S6 typed errors; after a failed call an atomic target (``atomic = True``) shows the same free
   count, and a target that is not may have changed anything, so the run ends there.
 
@@ -61,6 +63,9 @@ class PoolSafetySession:
     def __post_init__(self) -> None:
         self.atomic = bool(getattr(self.target, "atomic", False))
         self.holders: dict[BlockId, list[Holding]] = {}
+        self.carried: dict[BlockId, Holding] = {}
+        """What a copy into each block carries, for the blocks a holder moved into since the last
+        ``clear_copy_on_writes`` (the holder's contents just before the move)."""
 
     def null_block(self) -> BlockId | None:
         get = getattr(self.target, "get_null_block", None)
@@ -104,6 +109,12 @@ class PoolSafetySession:
             del self.holders[block]
         return holding
 
+    def _moved(self, block: BlockId, old: BlockId, holding: Holding) -> None:
+        """A holder moved to a block nobody held: a fresh copy of what it had (or a cached block
+        that starts with it), so a copy into ``block`` may carry ``holding``."""
+        if block != old and not self.holders.get(block):
+            self.carried[block] = holding
+
     def _give(self, block: BlockId, holding: Holding) -> None:
         self.holders.setdefault(block, []).append(holding)
 
@@ -128,6 +139,7 @@ class PoolSafetySession:
                 " holder(s) hold it: a shared block must be copied before it is written"
             )
         holding = self._take(old)
+        self._moved(block, old, holding)
         self._give(block, replace(holding, prefix=prefix, tokens=(*holding.tokens, *tokens)))
 
     def _free(self, _: None, block: BlockId) -> None:
@@ -141,15 +153,31 @@ class PoolSafetySession:
             self._give(block, found[0])
 
     def _cow_if_not_appendable(self, block: BlockId, old: BlockId) -> None:
-        self._give(block, self._take(old))
+        holding = self._take(old)
+        self._moved(block, old, holding)
+        self._give(block, holding)
 
     def _clear_copy_on_writes(self, pairs: list[CopyPair]) -> None:
-        destinations = [d for _, d in pairs]
-        if len(set(destinations)) != len(destinations):
-            raise Divergence(f"clear_copy_on_writes(): a block receives two copies: {pairs}")
-        stray = [d for d in destinations if not self.holders.get(d)]
-        if stray:
-            raise Divergence(f"clear_copy_on_writes(): copies into {stray}, which nobody holds")
+        sources_of: dict[BlockId, set[BlockId]] = {}
+        for source, destination in pairs:
+            sources_of.setdefault(destination, set()).add(source)
+        twice = {d: sorted(s) for d, s in sources_of.items() if len(s) > 1}
+        if twice:
+            raise Divergence(f"clear_copy_on_writes(): blocks receive two sources: {twice}")
+        clobbered = [d for d in sources_of if self._clobbers(d)]
+        if clobbered:
+            raise Divergence(
+                f"clear_copy_on_writes(): copies into {clobbered}, whose holders now hold other"
+                " data than those copies carry: the copies would overwrite it"
+            )
+        self.carried.clear()
+
+    def _clobbers(self, block: BlockId) -> bool:
+        holders = self.holders.get(block, [])
+        carried = self.carried.get(block)
+        if carried is None:
+            return bool(holders)
+        return any(carried.conflict(holding) for holding in holders)
 
     # --- the checks ----------------------------------------------------------------------------
 

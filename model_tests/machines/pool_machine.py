@@ -44,6 +44,8 @@ from specs.types import BlockId, ExtraKey, PoolConfig, Token
 TEMPLATE: tuple[Token, ...] = (0, 1, 1, 0, 2, 0, 1, 2, 2, 1, 0, 0)
 """The shared 'system prompt' most chains follow, so that prefixes repeat across chains."""
 
+COPYING = frozenset({"append_tokens", "cow_if_not_appendable"})
+"""The calls that can record a copy-on-write pair."""
 EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=1), ExtraKey(cache_salt="tenant-b"))
 
 
@@ -171,7 +173,17 @@ class PoolLockstep(RuleBasedStateMachine):
         self.pending = None
         if self.ended:
             self.ending_error = outcome
+        elif method in COPYING and self._drains_each_call():
+            self.both("clear_copy_on_writes")
         return outcome
+
+    def _drains_each_call(self) -> bool:
+        """A pool that keeps its copy-on-write pairs as recorded (``cow_pairs=as_recorded``)
+        relies on its caller draining them after every call that can record one, as vLLM
+        0.6.3's manager does in ``append_slots``: a pair left waiting while its destination is
+        given back and handed out again would overwrite the new holder's data. The safety tier
+        checks the pool under that contract."""
+        return self.mode == "safety" and self.policy.cow_pairs == "as_recorded"
 
     def _tokens(self, data: st.DataObject, chain: Chain, count: int) -> list[Token]:
         if data.draw(st.sampled_from([True, True, True, False]), label="follow template"):
