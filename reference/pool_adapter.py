@@ -14,7 +14,7 @@ from reference.pool_state import PoolState, to_view
 from specs.content_hash import Prefix
 from specs.pool_view import BlockView, PoolView
 from specs.types import BlockHash, BlockId, CopyPair, PoolConfig, Token
-from specs.validation import check_block_id
+from specs.validation import check_block_id, check_content_hash
 
 
 class ReferenceBlockPool:
@@ -83,7 +83,7 @@ class ReferenceBlockPool:
         return self.state.blocks[check_block_id(self.state.config, block)]
 
     def lookup(self, content_hash: BlockHash) -> BlockId | None:
-        return self.state.cached.get(content_hash)
+        return self.state.cached.get(check_content_hash(content_hash))
 
     def view(self) -> PoolView:
         return to_view(self.state)
