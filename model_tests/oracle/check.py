@@ -1,8 +1,14 @@
 """Run the isomorphic lockstep machine against a target and explain the outcome.
 
 Shared by ``pagedkv check`` and the pytest plugin: ``run_check`` drives Hypothesis, keeps the
-shrunk failing run, writes its trace and replays that trace to confirm it reproduces the failure;
-``Report`` is the verdict as data (rendered plain or with rich by the caller).
+shrunk failing run, deletes the steps it can fail without (``minimize``), writes its trace and
+replays that trace to confirm it reproduces the failure; ``Report`` is the verdict as data
+(rendered plain or with rich by the caller).
+
+Every call into the target has a timeout (``timeout.py``). A call that does not return in time
+fails the run at once: Hypothesis does not shrink it (that would wait again for every candidate);
+the run is minimized by deleting steps, replaying an ``exec:`` program with a short wait, and
+reported as it stands for an in-process target, which cannot be called again.
 """
 
 from __future__ import annotations
@@ -18,13 +24,15 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from model_tests.lockstep.calls import Divergence
+from model_tests.lockstep.calls import Divergence, TargetStopped
 from model_tests.lockstep.capture import RunRecord
 from model_tests.machines.manager_machine import ManagerLockstep, manager_lockstep_case
 from model_tests.machines.pool_machine import PoolLockstep, lockstep_case
 from model_tests.oracle import codec, trace
 from model_tests.oracle.codec import Level
 from model_tests.oracle.exec_target import close_target
+from model_tests.oracle.guard import guard
+from model_tests.oracle.minimize import minimize
 from model_tests.oracle.trace import Trace, Verdict
 
 DEFAULT_STEPS = 2000
@@ -67,10 +75,17 @@ class CheckResult:
     trace: Trace | None = None
     trace_path: Path | None = None
     replayed: Verdict | None = None
+    shrunk_from: int | None = None
+    """Steps in Hypothesis's shrunk run, when deleting steps made it shorter."""
+    notes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return self.failure is None
+
+    @property
+    def hung(self) -> bool:
+        return isinstance(self.failure, TargetStopped)
 
 
 def run_check(
@@ -82,11 +97,16 @@ def run_check(
     trace_out: str | Path | None = DEFAULT_TRACE,
     progress: Progress | None = None,
     steps_per_run: int = MAX_STEPS_PER_RUN,
+    timeout: float | None = None,
 ) -> CheckResult:
-    """Check ``factory``'s targets against the reference in isomorphic mode. On a failure, the
-    shrunk run is written as a trace to ``trace_out`` (unless None) and replayed once."""
+    """Check ``factory``'s targets against the reference in isomorphic mode, each call within
+    ``timeout`` seconds (None: the environment's). On a failure, the shrunk run is minimized,
+    written as a trace to ``trace_out`` (unless None; checked before the search) and replayed."""
+    if trace_out is not None:
+        trace.check_writable(trace_out)
     seed = random.randrange(2**32) if seed is None else seed
     result = CheckResult(level, seed)
+    factory = guard(factory, timeout)
     case = machine_case(factory, level)
     failing = False
 
@@ -116,7 +136,7 @@ def run_check(
     with with_reporter(lambda _: None):
         try:
             run_state_machine_as_test(case, settings=chosen)
-        except Exception as failure:
+        except (Exception, TargetStopped) as failure:  # a hang stops the search at once
             result.failure = failure
     if result.failure is None:
         return result
@@ -128,14 +148,59 @@ def run_check(
         except (trace.TraceError, codec.CodecError) as error:
             result.message += f" (no trace: {error})"
     if result.trace is not None:
-        if trace_out is not None:
-            result.trace_path = trace.write(result.trace, trace_out)
-        result.replayed = trace.replay(result.trace, factory)
+        _finish(result, factory, trace_out)
     return result
 
 
+def _finish(result: CheckResult, factory: Any, trace_out: str | Path | None) -> None:
+    """Minimize the failing trace, write it, replay it (what a hung target allows of these)."""
+    assert result.trace is not None
+    callable_again = not result.hung or getattr(factory, "retries_after_hang", False)
+    if callable_again:
+        minimized = minimize(result.trace, factory)
+        if minimized is not None and len(minimized.trace.ops) < minimized.before:
+            result.shrunk_from = minimized.before
+            result.trace = minimized.trace
+            result.record = record_of(minimized.trace)
+            result.message = minimized.verdict.message
+        if minimized is not None and not minimized.complete:
+            result.notes.append(
+                f"note: deleting steps stopped after {minimized.replays} replays; the trace may"
+                " not be 1-minimal"
+            )
+    else:
+        result.notes.append(
+            "note: not shrunk or replayed: the target hung, and a Python thread cannot be"
+            " stopped, so it is not called again"
+        )
+    if trace_out is not None:
+        try:
+            result.trace_path = trace.write(result.trace, trace_out)
+        except trace.TraceError as error:
+            result.notes.append(f"note: the trace was not written: {error}")
+    if not result.hung:
+        result.replayed = trace.replay(result.trace, factory)
+
+
+def record_of(minimal: Trace) -> RunRecord:
+    """The run a minimized trace stands for: its calls, the last one failing."""
+    outcomes: list[Any] = []
+    for op in minimal.ops[:-1]:
+        if "error" in op.expect:
+            outcomes.append(codec.error_class(op.expect["error"])(""))
+        else:
+            outcomes.append(codec.decode_result(minimal.level, op.op, op.expect["result"]))
+    return RunRecord(
+        level=minimal.level,
+        config=minimal.config,
+        calls=tuple((op.op, op.args) for op in minimal.ops),
+        failed_call=True,
+        outcomes=tuple(outcomes),
+    )
+
+
 def failure_message(failure: BaseException) -> str:
-    if isinstance(failure, Divergence):
+    if isinstance(failure, Divergence | TargetStopped):
         return str(failure)
     if type(failure) is AssertionError and str(failure):  # a machine's own check, e.g. configs
         return " ".join(str(failure).split())
@@ -209,10 +274,15 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
         report.config = show_config(record.checking_config)
     else:
         count = len(record.calls)
+        steps = f"{count} step{'' if count == 1 else 's'}"
+        how = (
+            f"does not answer in time (hangs) at the last of {steps}"
+            if result.hung
+            else f"diverges from the reference; shrunk to {steps}"
+        )
+        deleted = f"; {result.shrunk_from} steps before deleting" if result.shrunk_from else ""
         report.verdict = (
-            f"FAIL: the target diverges from the reference; shrunk to {count} step"
-            f"{'' if count == 1 else 's'}"
-            f" (found in {result.runs} runs, {result.calls} calls)"
+            f"FAIL: the target {how} (found in {result.runs} runs, {result.calls} calls{deleted})"
         )
         report.config = show_config(record.config)
         for number, (op, args) in enumerate(record.calls, 1):
@@ -228,6 +298,7 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
     failed_at = len(record.calls) if record.failed_call else None
     where = f"at step {failed_at}, " if failed_at else ""
     report.detail = f"expected vs did: {where}{result.message}"
+    report.notes += result.notes
     if result.trace_path is not None:
         report.notes.append(f"trace: {result.trace_path}")
         if replay_hint:

@@ -27,6 +27,7 @@ from model_tests.machines.manager_machine import manager_lockstep_case
 from model_tests.oracle import codec, exec_target, targets, trace
 from model_tests.oracle.check import CheckResult, check_report, run_check
 from model_tests.oracle.record import record_level
+from model_tests.oracle.timeout import TargetTimeout
 from pagedkv import cli
 from reference.pool_adapter import ReferenceBlockPool
 from specs.content_hash import Prefix
@@ -350,7 +351,7 @@ def test_a_peer_that_hangs_times_out(tmp_path: Path) -> None:
     program.write_text("import sys, time\nsys.stdin.readline()\ntime.sleep(30)\n")
     factory = exec_target.ExecFactory([sys.executable, str(program)], "manager", timeout=0.5)
     try:
-        with pytest.raises(exec_target.PeerError, match=r"did not answer 'create' within 0\.5 s"):
+        with pytest.raises(TargetTimeout, match=r"did not answer 'create' within 0\.5 s"):
             factory(ManagerConfig(2, 4, 2))
     finally:
         factory.close()
@@ -445,7 +446,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["check"], "required: --target"),
         (["replay", "malformed.jsonl", "--target", "reference"], "line 2: not JSON"),
         (["replay", "unknown_op.jsonl", "--target", "reference"], "unknown manager operation"),
-        (["replay", "future.jsonl", "--target", "reference"], "trace version 2 is newer than"),
+        (["replay", "future.jsonl", "--target", "reference"], "trace version 3 is newer than"),
         (["replay", "no_header.jsonl", "--target", "reference"], "not a pagedkv trace"),
         (["replay", "missing.jsonl", "--target", "reference"], "no such file"),
     ],
@@ -455,7 +456,7 @@ def test_bad_input_is_one_line_and_exit_2(workdir: Path, argv: list[str], says: 
     (workdir / "unknown_op.jsonl").write_text(
         HEADER + '\n{"op": "frobnicate", "args": [], "expect": {"result": null}}\n'
     )
-    (workdir / "future.jsonl").write_text(HEADER.replace('"version": 1', '"version": 2') + "\n")
+    (workdir / "future.jsonl").write_text(HEADER.replace('"version": 1', '"version": 3') + "\n")
     (workdir / "no_header.jsonl").write_text('{"op": "free", "args": [1]}\n')
     code, out, err = run_cli(*argv)
     assert code == 2 and out == "", (out, err)
