@@ -171,7 +171,7 @@ def test_a_base_exception_never_reaches_the_caller() -> None:
 
 # --- 2, 3, 4 and 12: traces that must be refused -----------------------------------------------
 
-HEADER = {
+HEADER: dict[str, Any] = {
     "format": "pagedkv-trace",
     "version": 2,
     "level": "manager",
