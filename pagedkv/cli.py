@@ -2,8 +2,9 @@
 conformance traces.
 
     pagedkv check  --target T [--level manager|pool] [--steps N] [--seed S] [--trace-out PATH]
-    pagedkv record [--level manager|pool|all] [--out DIR] [--runs N] [--seed S]
-    pagedkv replay TRACE [TRACE ...] --target T
+                   [--timeout SECONDS]
+    pagedkv record [--level manager|pool|all] [--out DIR] [--runs N] [--seed S] [--force]
+    pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS]
 
 T is ``package.module:factory`` or ``exec:./program [args]`` (see ``specs/oracle.md``).
 Exit codes: 0 pass; 1 a divergence (``check``, ``replay``) or an incomplete corpus (``record``);

@@ -4,7 +4,7 @@ Every call into a target (``exec:`` program or in-process Python) has the same l
 default, ``PAGEDKV_TIMEOUT`` (or its former name ``PAGEDKV_EXEC_TIMEOUT``) in seconds, or the
 command line's ``--timeout``; ``0`` or ``off`` waits forever. A call that does not answer in time
 raises ``TargetTimeout``: the run fails at once, with that call as its failing step (see
-``specs/oracle.md`` §5 and §6).
+``specs/oracle.md`` §7).
 """
 
 from __future__ import annotations

@@ -142,12 +142,25 @@ def test_broken_variant_fails_shrunk_and_replays(cls: type[Any], tmp_path: Path)
     in_python = trace.replay(loaded, cls)
     assert in_python.status == "divergence" and in_python.step == len(loaded.ops), report
     assert trace.replay(loaded, IndependentManager).ok  # the same calls pass without the bug
+    assert_one_minimal(loaded, cls, in_python)
 
     spec = f"{cls.__module__}:{cls.__name__}"  # and over the stdio protocol, in a subprocess
     over_stdio = trace.replay(loaded, targets.check(peer(spec), "manager"))
     assert (over_stdio.status, over_stdio.step) == (in_python.status, in_python.step), (
         over_stdio.describe()
     )
+
+
+def assert_one_minimal(loaded: trace.Trace, cls: type[Any], failure: trace.Verdict) -> None:
+    """No single step can be deleted and still fail at the last step the same way."""
+    calls = [(op.op, op.args) for op in loaded.ops]
+    for index in range(len(calls) - 1):
+        without = trace.trace_of_calls("manager", loaded.config, calls[:index] + calls[index + 1 :])
+        verdict = trace.replay_target(without, cls)
+        same = verdict.step == len(without.ops) and verdict.kind == failure.kind
+        assert not (verdict.status == "divergence" and same), (
+            f"step {index + 1} ({calls[index][0]}) can be deleted: {verdict.describe()}"
+        )
 
 
 def test_every_broken_variant_is_accounted_for() -> None:
