@@ -275,11 +275,12 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
     else:
         count = len(record.calls)
         steps = f"{count} step{'' if count == 1 else 's'}"
-        how = (
-            f"does not answer in time (hangs) at the last of {steps}"
-            if result.hung
-            else f"diverges from the reference; shrunk to {steps}"
-        )
+        if not count:
+            how = "fails while it is created for this configuration"
+        elif result.hung:
+            how = f"does not answer in time (hangs) at the last of {steps}"
+        else:
+            how = f"diverges from the reference; shrunk to {steps}"
         deleted = f"; {result.shrunk_from} steps before deleting" if result.shrunk_from else ""
         report.verdict = (
             f"FAIL: the target {how} (found in {result.runs} runs, {result.calls} calls{deleted})"

@@ -436,6 +436,20 @@ def test_10_a_wrapper_whose_child_hangs_is_killed_with_its_child(hostile: Path) 
     assert not [pid for pid in pids if alive(pid)], "a peer outlived pagedkv"
 
 
+def test_10_closing_a_factory_kills_each_program_with_its_children(hostile: Path) -> None:
+    factory = exec_target.ExecFactory([str(hostile / "wrapper.sh")], "manager", timeout=30)
+    target = factory(ManagerConfig(2, 4, 2))
+    assert target.get_num_free_gpu_blocks() == 4
+    target.close()  # back to the factory, idle
+    pids = peer_pids(hostile)
+    assert pids and all(alive(pid) for pid in pids)
+    factory.close()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in pids if alive(pid)], "a peer's child outlived its factory"
+
+
 def test_11_a_hang_is_waited_for_in_full_once(hostile: Path) -> None:
     """The first timeout fails the run at once; minimizing then replays with a short wait."""
     factory = exec_target.ExecFactory(

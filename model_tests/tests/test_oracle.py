@@ -39,16 +39,17 @@ MAX_SHRUNK_STEPS = 12
 BROKEN_BUDGET = 3000
 FALLBACK_SEEDS = (0, 1, 2, 3, 5, 6)
 SEEDS = {
-    # (seed, calls per run) with which each bug is found and shrunk quickly (measured); should
-    # the machine change, the fallback seeds are tried before the test gives up
+    # (seed, calls per run) with which each bug is found and shrunk quickly (measured under the
+    # profiles' pinned generation, so adding a module elsewhere no longer moves them); should the
+    # machine change, the fallback seeds are tried before the test gives up
     broken.BrokenForgetsCowSource: (1, 15),
-    broken.BrokenEvictsNewest: (2, 30),
-    broken.BrokenSwapDropsPair: (0, 15),
-    broken.BrokenCanAllocateIgnoresWatermark: (4, 15),
+    broken.BrokenEvictsNewest: (3, 15),
+    broken.BrokenSwapDropsPair: (1, 15),
+    broken.BrokenCanAllocateIgnoresWatermark: (1, 15),
     broken.BrokenWindowKeepsExtraBlock: (1, 15),
     broken.BrokenNoUpFrontCheck: (4, 15),
-    broken.BrokenCanSwapInForgetsLookahead: (4, 30),
-    broken.BrokenHitMarksComputed: (4, 15),
+    broken.BrokenCanSwapInForgetsLookahead: (5, 15),
+    broken.BrokenHitMarksComputed: (1, 15),
 }
 
 
