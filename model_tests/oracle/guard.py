@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -34,17 +35,21 @@ class TargetCrash(Exception):
 
 
 class _Worker:
-    """One daemon thread running calls in order; each answer comes back on ``answers``."""
+    """One daemon thread running calls in order; each answer comes back on ``answers``. It ends
+    when it gets ``None`` (its factory was collected)."""
 
     def __init__(self, name: str) -> None:
-        self.calls: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]]
+        self.calls: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None]
         self.calls = queue.SimpleQueue()
         self.answers: queue.SimpleQueue[tuple[Any, BaseException | None]] = queue.SimpleQueue()
         threading.Thread(target=self._serve, name=name, daemon=True).start()
 
     def _serve(self) -> None:
         while True:
-            function, args = self.calls.get()
+            call = self.calls.get()
+            if call is None:
+                return
+            function, args = call
             try:
                 answer: tuple[Any, BaseException | None] = (function(*args), None)
             except BaseException as error:  # everything goes back to the caller's thread
@@ -95,6 +100,7 @@ class GuardedFactory:
                 raise _crash(crash, what) from None
         if self._worker is None:
             self._worker = _Worker(f"pagedkv target {self.__name__}")
+            weakref.finalize(self, self._worker.calls.put, None)
         try:
             result, raised = self._worker.run(function, args, self.timeout)
         except queue.Empty:
