@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from model_tests.lockstep.capture import Call
-from model_tests.oracle import trace as traces
+from model_tests.oracle import trace
 from model_tests.oracle.codec import CodecError
 from model_tests.oracle.trace import Trace, Verdict
 
@@ -76,7 +76,7 @@ def minimize(
 ) -> Minimized | None:
     """``failing`` with every step deleted that it can fail without, the same way; None if the
     trace does not fail at its last step when replayed (then there is nothing to keep)."""
-    original = traces.replay_target(failing, factory)
+    original = trace.replay_target(failing, factory)
     count = len(failing.ops)
     if original.status != "divergence" or count == 0 or original.step != count:
         return None
@@ -91,10 +91,10 @@ def minimize(
             return False
         replays += 1
         try:
-            candidate = traces.trace_of_calls(failing.level, failing.config, [*kept, last])
-        except (traces.TraceError, CodecError):
+            candidate = trace.trace_of_calls(failing.level, failing.config, [*kept, last])
+        except (trace.TraceError, CodecError):
             return False
-        verdict = traces.replay_target(candidate, factory)
+        verdict = trace.replay_target(candidate, factory)
         same = (
             verdict.status == "divergence"
             and verdict.step == len(candidate.ops)
