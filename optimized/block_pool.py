@@ -25,6 +25,7 @@ from specs.validation import (
     check_block_id,
     check_block_ids,
     check_chains,
+    check_content_hash,
     check_full_block,
     check_known,
     check_live,
@@ -347,7 +348,7 @@ class OptimizedBlockPool:
         return self._render(check_block_id(self._config, block) - self._first_id)
 
     def lookup(self, content_hash: BlockHash) -> BlockId | None:
-        return self._cached.get(content_hash)
+        return self._cached.get(check_content_hash(content_hash))
 
     def view(self) -> PoolView:
         """Free blocks render from their (blank) fields, so the invariants check the blanking."""

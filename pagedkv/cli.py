@@ -2,9 +2,9 @@
 conformance traces, and teach the algorithm.
 
     pagedkv check  --target T [--level manager|pool] [--profile P] [--policy NAME=VALUE ...]
-                   [--steps N] [--seed S] [--trace-out PATH]
-    pagedkv record [--level manager|pool|all] [--out DIR] [--runs N] [--seed S]
-    pagedkv replay TRACE [TRACE ...] --target T
+                   [--steps N] [--seed S] [--trace-out PATH] [--timeout SECONDS]
+    pagedkv record [--level manager|pool|all] [--out DIR] [--runs N] [--seed S] [--force]
+    pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS]
     pagedkv demo   [--step] [-o PAGE]
     pagedkv show   TRACE [-o PAGE] [--target T]
 
@@ -12,16 +12,25 @@ T is ``package.module:factory`` or ``exec:./program [args]`` (see ``specs/oracle
 Exit codes: 0 pass; 1 a divergence (``check``, ``replay``) or an incomplete corpus (``record``);
 2 bad usage, a target that cannot be loaded or built, a trace that cannot be read or is stale.
 Output uses rich on a terminal and plain text otherwise; bad input is one line on stderr.
+
+Every command runs inside one handler (``main``): whatever goes wrong becomes one line on stderr
+and exit code 2 (130 on Ctrl-C, 143 on SIGTERM); nothing a target raises can end pagedkv with
+another code, and no path exits 0 without a verdict.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import signal
 import sys
+import threading
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any
 
 from rich.console import Console
@@ -30,7 +39,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from model_tests.oracle import codec, targets, trace
+from model_tests.machines import profiles
+from model_tests.oracle import codec, targets, timeout, trace
 from model_tests.oracle.check import (
     DEFAULT_STEPS,
     DEFAULT_TRACE,
@@ -40,7 +50,7 @@ from model_tests.oracle.check import (
     run_check,
 )
 from model_tests.oracle.codec import Level
-from model_tests.oracle.record import record_level
+from model_tests.oracle.record import CorpusError, check_out, record_level
 from model_tests.oracle.trace import Trace
 from model_tests.teaching import demo, page, terminal
 from model_tests.teaching.frames import Frame, Walk
@@ -49,10 +59,29 @@ from specs.policy import PROFILE_NAMES, Profile
 from specs.policy import profile as named_profile
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
+TRACEBACK_VARIABLE = "PAGEDKV_TRACEBACK"
 
 
 class UsageError(Exception):
     """Bad input: reported as one line on stderr, exit 2."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, so that cleanup runs (``exec:`` programs are
+    killed on the way out)."""
+
+
+ONE_LINE_ERRORS: tuple[type[Exception], ...] = (
+    UsageError,
+    targets.TargetError,
+    trace.TraceError,
+    codec.CodecError,
+    timeout.SettingError,
+    CorpusError,
+    profiles.ProfileError,
+)
+"""Bad input of every kind: the message is the whole report."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -166,7 +195,8 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     if args.steps < 1:
         raise UsageError("--steps must be at least 1")
     profile = _profile(args)
-    factory = targets.check(args.target, level)
+    trace.check_writable(args.trace_out)
+    factory = targets.check(args.target, level, args.timeout)
 
     with out.status(f"checking {args.target} against the reference ...") as update:
 
@@ -182,6 +212,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
             trace_out=args.trace_out,
             progress=progress,
             profile=profile,
+            timeout=args.timeout,
         )
     hint = None
     if result.trace_path is not None:
@@ -278,7 +309,7 @@ def cmd_replay(args: argparse.Namespace, out: Output) -> int:
     factories: dict[Level, targets.Factory] = {}
     for level in levels:
         try:
-            factories[level] = targets.check(args.target, level)
+            factories[level] = targets.check(args.target, level, args.timeout)
         except targets.TargetError as error:
             if len(levels) > 1:
                 raise targets.TargetError(
@@ -287,7 +318,7 @@ def cmd_replay(args: argparse.Namespace, out: Output) -> int:
             raise
     worst, passed, steps = EXIT_PASS, 0, 0
     for path, one in loaded:
-        verdict = trace.replay(one, factories[one.level])
+        verdict = trace.replay(one, factories[one.level], args.timeout)
         steps += verdict.steps
         if len(loaded) == 1 or not verdict.ok:
             out.report(replay_report(str(path), one, verdict, args.target))
@@ -310,6 +341,7 @@ def cmd_record(args: argparse.Namespace, out: Output) -> int:
     if args.runs < 1:
         raise UsageError("--runs must be at least 1")
     directory = Path(args.out)
+    check_out(directory, levels, args.force)
     complete = True
     for level in levels:
         with out.status(f"recording {level} traces ...") as update:
@@ -319,6 +351,7 @@ def cmd_record(args: argparse.Namespace, out: Output) -> int:
                 runs=args.runs,
                 seed=args.seed,
                 progress=lambda text: update(text),
+                force=args.force,
             )
         out.line(corpus.summary(), "bold green" if corpus.complete else "bold red")
         complete = complete and corpus.complete
@@ -355,12 +388,14 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_TRACE,
         help=f"where a divergence's trace goes ({DEFAULT_TRACE})",
     )
+    _timeout_option(check)
 
     record = commands.add_parser("record", help="write conformance traces from the reference")
     record.add_argument("--level", default="all", choices=["manager", "pool", "all"])
     record.add_argument("--out", default="pagedkv-traces", help="directory (pagedkv-traces)")
     record.add_argument("--runs", type=int, default=40, help="traces per level, at least (40)")
     record.add_argument("--seed", type=int, default=0)
+    record.add_argument("--force", action="store_true", help="replace traces already in --out")
 
     replay = commands.add_parser("replay", help="replay traces against a target")
     replay.add_argument("trace", nargs="+", help="trace files or directories of *.jsonl")
@@ -368,6 +403,7 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--level", default=None, choices=["manager", "pool"], help="replay only this level's"
     )
+    _timeout_option(replay)
 
     narrated = commands.add_parser("demo", help="a narrated walk through the algorithm")
     narrated.add_argument("--step", action="store_true", help="wait for Enter between steps")
@@ -380,6 +416,23 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("-o", "--out", default=None, help="the page (default: TRACE with .html)")
     show.add_argument("--target", default=None, help="replay the trace against T too, side by side")
     return top
+
+
+def _timeout_option(command: argparse.ArgumentParser) -> None:
+    def seconds(text: str) -> float:
+        try:
+            return timeout.parse_timeout(text, "")
+        except timeout.SettingError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    command.add_argument(
+        "--timeout",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help="how long one call into the target may take; 0 waits forever"
+        " (default: $PAGEDKV_TIMEOUT or 30)",
+    )
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
@@ -399,17 +452,65 @@ def main(
 ) -> int:
     out_stream = sys.stdout if stdout is None else stdout
     err_stream = sys.stderr if stderr is None else stderr
+
+    def fail(text: str) -> int:
+        print(f"pagedkv: {text}", file=err_stream)
+        return EXIT_ERROR
+
     try:
         args = parser().parse_args(argv)
-        return COMMANDS[args.command](args, Output(out_stream, keys=stdin))
-    except (UsageError, targets.TargetError, trace.TraceError, codec.CodecError) as error:
-        print(f"pagedkv: error: {error}", file=err_stream)
-        return EXIT_ERROR
-    except SystemExit as exit_:  # --help
+    except SystemExit as exit_:  # --help and --version, nothing else
         return exit_.code if isinstance(exit_.code, int) else EXIT_PASS
-    except KeyboardInterrupt:
-        print("pagedkv: interrupted", file=err_stream)
-        return 130
+    except UsageError as error:
+        return fail(f"error: {error}")
+    with _sigterm_interrupts():
+        try:
+            check_environment()
+            profiles.pin_generation()
+            return COMMANDS[args.command](args, Output(out_stream, keys=stdin))
+        except ONE_LINE_ERRORS as error:
+            return fail(f"error: {error}")
+        except Terminated:
+            print("pagedkv: terminated", file=err_stream)
+            return EXIT_TERMINATED
+        except KeyboardInterrupt:
+            print("pagedkv: interrupted", file=err_stream)
+            return EXIT_INTERRUPTED
+        except MemoryError:
+            return fail("error: out of memory")
+        except BaseException as error:  # a bug of pagedkv's: still one line, never exit 0
+            if os.environ.get(TRACEBACK_VARIABLE) == "1":
+                traceback.print_exc(file=err_stream)
+            text = " ".join(str(error).split())
+            return fail(
+                f"internal error: {type(error).__name__}{': ' + text if text else ''}"
+                f" ({TRACEBACK_VARIABLE}=1 shows where)"
+            )
+
+
+def check_environment() -> None:
+    """Every environment value pagedkv reads, checked before any work starts."""
+    timeout.timeout_from_environment()
+    value = os.environ.get(TRACEBACK_VARIABLE)
+    if value not in (None, "", "0", "1"):
+        raise timeout.SettingError(f"{TRACEBACK_VARIABLE}={value!r}: expected 0 or 1")
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` in the main thread while a command runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

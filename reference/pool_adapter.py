@@ -15,7 +15,7 @@ from specs.content_hash import Prefix
 from specs.policy import PAGEDKV, Policy
 from specs.pool_view import BlockView, PoolView
 from specs.types import BlockHash, BlockId, CopyPair, PoolConfig, Token
-from specs.validation import check_block_id
+from specs.validation import check_block_id, check_content_hash
 
 
 class ReferenceBlockPool:
@@ -91,7 +91,7 @@ class ReferenceBlockPool:
         return self.state.blocks[check_block_id(self.state.config, block)]
 
     def lookup(self, content_hash: BlockHash) -> BlockId | None:
-        return self.state.cached.get(content_hash)
+        return self.state.cached.get(check_content_hash(content_hash))
 
     def view(self) -> PoolView:
         return to_view(self.state)

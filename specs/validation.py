@@ -24,6 +24,7 @@ from specs.errors import (
 )
 from specs.types import (
     MAX_TOKEN,
+    BlockHash,
     BlockId,
     Device,
     ExtraKey,
@@ -51,13 +52,50 @@ def _is_sequence(value: object) -> TypeGuard[Sequence[object]]:
     return isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray)
 
 
+MAX_BLOCKS = 2**24
+"""The most blocks one device may have (a pool, or a manager's GPU or CPU)."""
+MAX_BLOCK_SIZE = 2**16
+"""The most tokens a block may hold."""
+MAX_SLIDING_WINDOW = 2**31
+"""The longest sliding window, in tokens."""
+CONFIG_BOUNDS: dict[str, int] = {
+    "num_blocks": MAX_BLOCKS,
+    "num_gpu_blocks": MAX_BLOCKS,
+    "num_cpu_blocks": MAX_BLOCKS,
+    "block_size": MAX_BLOCK_SIZE,
+    "sliding_window": MAX_SLIDING_WINDOW,
+}
+"""Upper bounds of the configuration fields: no configuration, however it arrives (a constructor,
+a trace header), makes an implementation try to build more than a machine holds."""
+
+_BOUND_TEXT = {MAX_BLOCKS: "2**24", MAX_BLOCK_SIZE: "2**16", MAX_SLIDING_WINDOW: "2**31"}
+
+
+def _check_bound(name: str, value: object) -> None:
+    bound = CONFIG_BOUNDS[name]
+    if _is_int(value) and isinstance(value, int) and value > bound:
+        raise ConfigurationError(
+            f"{name} must be at most {_BOUND_TEXT[bound]} ({bound}), got {value}"
+        )
+
+
+def check_config_bounds(config: object) -> None:
+    """Every int field of a configuration within its bound (``CONFIG_BOUNDS``). Fields of other
+    types are left to the full check: a trace may carry a configuration the spec refuses for
+    another reason, but never one too large to build."""
+    for name in CONFIG_BOUNDS:
+        _check_bound(name, getattr(config, name, None))
+
+
 def check_pool_config(config: PoolConfig) -> None:
     if not isinstance(config, PoolConfig):
         raise ConfigurationError(f"expected a PoolConfig, got {config!r}")
     if not _is_int(config.num_blocks) or config.num_blocks < 1:
         raise ConfigurationError(f"num_blocks must be an int >= 1, got {config.num_blocks!r}")
+    _check_bound("num_blocks", config.num_blocks)
     if not _is_int(config.block_size) or config.block_size < 1:
         raise ConfigurationError(f"block_size must be an int >= 1, got {config.block_size!r}")
+    _check_bound("block_size", config.block_size)
     if not _is_int(config.first_id) or config.first_id < 0:
         raise ConfigurationError(f"first_id must be an int >= 0, got {config.first_id!r}")
     if not isinstance(config.enable_caching, bool):
@@ -142,6 +180,7 @@ def check_manager_config(config: ManagerConfig) -> None:
         value = getattr(config, name)
         if not _is_int(value) or value < 1:
             raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+        _check_bound(name, value)
     watermark = config.watermark
     if (
         not isinstance(watermark, int | float)
@@ -152,6 +191,7 @@ def check_manager_config(config: ManagerConfig) -> None:
     window = config.sliding_window
     if window is not None and (not _is_int(window) or window < 1):
         raise ConfigurationError(f"sliding_window must be None or an int >= 1, got {window!r}")
+    _check_bound("sliding_window", window)
     if window is not None and config.num_gpu_blocks < 2:
         raise ConfigurationError(
             f"a sliding window reserves a null block: num_gpu_blocks must be >= 2, got"
@@ -159,6 +199,13 @@ def check_manager_config(config: ManagerConfig) -> None:
         )
     if not isinstance(config.enable_caching, bool):
         raise ConfigurationError(f"enable_caching must be a bool, got {config.enable_caching!r}")
+
+
+def check_content_hash(content_hash: object) -> BlockHash:
+    """A block's content hash: the 32 bytes of ``specs.content_hash.block_hash``."""
+    if not isinstance(content_hash, bytes) or len(content_hash) != 32:
+        raise InvalidArgumentError(f"a content hash is 32 bytes, got {content_hash!r}")
+    return content_hash
 
 
 def check_device(device: object) -> Device:

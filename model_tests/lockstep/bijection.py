@@ -18,7 +18,8 @@ class Bijection:
             raise Divergence(
                 f"model block {model} would correspond to target block {target}, but they"
                 f" already correspond to {self.to_target.get(model)} and"
-                f" {self.to_model.get(target)}"
+                f" {self.to_model.get(target)}",
+                "table",
             )
         self.to_target[model] = target
         self.to_model[target] = model
@@ -39,5 +40,5 @@ class Bijection:
 
     def target_of(self, model: BlockId) -> BlockId:
         if model not in self.to_target:
-            raise Divergence(f"model block {model} has no counterpart in the target")
+            raise Divergence(f"model block {model} has no counterpart in the target", "table")
         return self.to_target[model]

@@ -7,7 +7,7 @@ type; after an error both sides must be exactly as they were before it (invarian
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from hypothesis import event
 
@@ -18,8 +18,24 @@ class Viewable(Protocol):
     def view(self) -> Any: ...
 
 
+DivergenceKind = Literal["result", "error", "untyped", "atomicity", "table", "choice", "count"]
+"""What a divergence is about: a result that differs; an error on one side only (or another
+class); an error that is not of ``specs.errors``; a failed call that changed state; block tables
+that disagree (or cannot be read); a choice the spec does not allow; a free count."""
+
+
 class Divergence(AssertionError):
     """The implementation did something the model did not."""
+
+    def __init__(self, message: str, kind: DivergenceKind = "result") -> None:
+        super().__init__(message)
+        self.kind: DivergenceKind = kind
+
+
+class TargetStopped(BaseException):
+    """The target can no longer be called (it hung): the search stops at once, without the
+    shrinking that would call it again. A ``BaseException`` so that no handler meant for the
+    target's own errors, nor Hypothesis, takes it for an ordinary failure."""
 
 
 def comparable(side: Viewable) -> object:
@@ -41,7 +57,9 @@ def call_both(model: Viewable, impl: Viewable, method: str, *args: Any, **kwargs
             ("implementation", impl, impl_before),
         ):
             if comparable(side) != before:
-                raise Divergence(f"{method} raised {model_error!r} but changed the {name}'s state")
+                raise Divergence(
+                    f"{method} raised {model_error!r} but changed the {name}'s state", "atomicity"
+                )
         event(f"error: {type(model_error).__name__} from {method}")
         return model_error
     if model_result != impl_result:
@@ -59,13 +77,15 @@ def shared_error(
 ) -> PagedKVError:
     """When either side raised: both must have raised the same typed error; return it."""
     (model_result, model_error), (target_result, target_error) = model, target
+    untyped = target_error is not None and not isinstance(target_error, PagedKVError)
     if type(model_error) is not type(target_error):
         raise Divergence(
             f"{method}: model {_describe(model_result, model_error)},"
-            f" {target_name} {_describe(target_result, target_error)}"
+            f" {target_name} {_describe(target_result, target_error)}",
+            "untyped" if untyped else "error",
         )
     if not isinstance(model_error, PagedKVError):
-        raise Divergence(f"{method}: both raised an untyped {model_error!r}")
+        raise Divergence(f"{method}: both raised an untyped {model_error!r}", "untyped")
     return model_error
 
 
@@ -74,7 +94,9 @@ def run_call(
 ) -> tuple[Any, BaseException | None]:
     try:
         return getattr(side, method)(*args, **kwargs), None
-    except Exception as error:  # an untyped error is a finding, not a crash of the harness
+    except (KeyboardInterrupt, TargetStopped):
+        raise
+    except BaseException as error:  # SystemExit, GeneratorExit ... too: a finding, not a crash
         return None, error
 
 
@@ -94,4 +116,4 @@ def construction_outcome(factory: Any, config: object) -> str:
 def assert_same_state(model: Viewable, impl: Viewable, what: str) -> None:
     model_view, impl_view = comparable(model), comparable(impl)
     if model_view != impl_view:
-        raise Divergence(f"{what} differs:\n model: {model_view!r}\n impl:  {impl_view!r}")
+        raise Divergence(f"{what} differs:\n model: {model_view!r}\n impl:  {impl_view!r}", "table")

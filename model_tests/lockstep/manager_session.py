@@ -153,7 +153,9 @@ class IsomorphicManagerSession:
         model_error = shared_error(f"{method}{args}", model, target)
         if self.observe(self.model.view()) != self.seen:
             if self.model.policy.atomic:
-                raise Divergence(f"{method}{args} raised {model_error!r} but changed the target")
+                raise Divergence(
+                    f"{method}{args} raised {model_error!r} but changed the target", "atomicity"
+                )
             self.ended = True  # the policy lets a call fail midway: what is left is undefined
         self.steps.append(Step(method, args, model_error))
         return model_error
@@ -171,14 +173,17 @@ class IsomorphicManagerSession:
             if len(theirs) != len(seq.blocks):
                 raise Divergence(
                     f"sequence {seq_id}: the model's table has {len(seq.blocks)} blocks,"
-                    f" the target's {len(theirs)} ({theirs})"
+                    f" the target's {len(theirs)} ({theirs})",
+                    "table",
                 )
             for index, (mine, their) in enumerate(zip(seq.blocks, theirs, strict=True)):
                 out.append((f"sequence {seq_id} block {index}", device, mine, their))
         for group_id, group in view.groups.items():
             theirs = observed.cross[group_id]
             if len(theirs) != len(group.cross_blocks):
-                raise Divergence(f"group {group_id}: cross-attention tables differ in length")
+                raise Divergence(
+                    f"group {group_id}: cross-attention tables differ in length", "table"
+                )
             for index, (mine, their) in enumerate(zip(group.cross_blocks, theirs, strict=True)):
                 where = f"group {group_id} cross block {index}"
                 out.append((where, group.cross_device, mine, their))
@@ -217,13 +222,15 @@ class IsomorphicManagerSession:
                 raise Divergence(
                     f"{where}: the target took its block {theirs} (the model's cached block"
                     f" {stands_for}) where the model has {mine}: the spec does not allow taking"
-                    f" that block there (free blocks first, then the oldest, tail first)"
+                    f" that block there (free blocks first, then the oldest, tail first)",
+                    "choice",
                 )
             if bind:
                 raise Divergence(
                     f"{where}: the model has block {mine}"
                     f" (target {ids.to_target.get(mine, 'none yet')}), the target has {theirs}"
-                    f" (model {stands_for if stands_for is not None else 'none yet'})"
+                    f" (model {stands_for if stands_for is not None else 'none yet'})",
+                    "table",
                 )
         return wanted
 
@@ -328,7 +335,8 @@ class IsomorphicManagerSession:
             if observed.free[device] != mine:
                 raise Divergence(
                     f"the model has {mine} free {device.value} blocks, the target"
-                    f" {observed.free[device]}"
+                    f" {observed.free[device]}",
+                    "count",
                 )
 
     def problems(self) -> list[str]:

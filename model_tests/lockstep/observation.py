@@ -33,5 +33,7 @@ def observe(target: Any, seq_ids: Iterable[int], group_ids: Iterable[int]) -> Ob
             Device.CPU: target.get_num_free_cpu_blocks(),
         }
     except Exception as error:
-        raise Divergence(f"the target cannot show its tables and free counts: {error!r}") from error
+        raise Divergence(
+            f"the target cannot show its tables and free counts: {error!r}", "table"
+        ) from error
     return Observation(tables, cross, free)

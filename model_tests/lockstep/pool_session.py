@@ -40,13 +40,17 @@ class IsomorphicPoolSession:
         free_in_model = self.model.view().free
         model_result, model_error = run_call(self.model, method, args, kwargs)
         if isinstance(model_error, InvalidArgumentError) and "choice" in kwargs:
-            raise Divergence(f"{method}: the target's choice is not allowed: {model_error}")
+            raise Divergence(
+                f"{method}: the target's choice is not allowed: {model_error}", "choice"
+            )
         if model_error is not None or target_error is not None:
             model_error = shared_error(
                 f"{method}{args}", (model_result, model_error), (target_result, target_error)
             )
             if self.target.num_free_blocks() != free_before:
-                raise Divergence(f"{method} raised {model_error!r} but changed the target")
+                raise Divergence(
+                    f"{method} raised {model_error!r} but changed the target", "atomicity"
+                )
             self.steps.append(Step(method, args, model_error))
             return model_error
         self._compare(method, args, model_result, target_result, free_in_model)
@@ -81,7 +85,9 @@ class IsomorphicPoolSession:
             )
         mine_free, their_free = self.model.num_free_blocks(), self.target.num_free_blocks()
         if mine_free != their_free:
-            raise Divergence(f"the model has {mine_free} free blocks, the target {their_free}")
+            raise Divergence(
+                f"the model has {mine_free} free blocks, the target {their_free}", "count"
+            )
 
     def _target_id(self, block: Any) -> Any:
         """A bound id maps; a free one maps to a block the target does not use either."""

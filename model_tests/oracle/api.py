@@ -7,6 +7,7 @@ accepts: ``package.module:factory``, ``exec:./program [args]``, ``reference`` or
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from model_tests.oracle import targets, trace
@@ -15,10 +16,11 @@ from model_tests.oracle.codec import Level
 from model_tests.oracle.record import Corpus, record_level
 from model_tests.oracle.targets import Factory
 from model_tests.oracle.trace import Trace, Verdict
+from specs.policy import profile as named_profile
 
 
-def _factory(target: Factory | str, level: Level) -> Factory:
-    return targets.check(target, level) if isinstance(target, str) else target
+def _factory(target: Factory | str, level: Level, timeout: float | None) -> Factory:
+    return targets.check(target, level, timeout) if isinstance(target, str) else target
 
 
 def check(
@@ -28,21 +30,45 @@ def check(
     steps: int = DEFAULT_STEPS,
     seed: int | None = None,
     trace_out: str | Path | None = None,
+    timeout: float | None = None,
+    profile: str = "pagedkv",
+    policy: Mapping[str, str] | None = None,
 ) -> CheckResult:
-    """Drive ``target`` and the reference with about ``steps`` calls; ``result.passed``, or the
-    shrunk failing run (written to ``trace_out`` when given). A target that cannot be loaded or
-    built raises ``targets.TargetError``."""
-    return run_check(_factory(target, level), level, steps=steps, seed=seed, trace_out=trace_out)
+    """Drive ``target`` and the reference (under ``profile``, with ``policy``'s options
+    overriding it; ``specs/policy.md``) or the safety tier alone (``profile="safety"``) with
+    about ``steps`` calls; ``result.passed``, or the
+    shrunk failing run (written to ``trace_out`` when given). Each call into the target may take
+    ``timeout`` seconds (None: ``$PAGEDKV_TIMEOUT`` or 30; ``math.inf``: forever). A target that
+    cannot be loaded or built raises ``targets.TargetError``."""
+    chosen = named_profile(profile, dict(policy or {}))
+    factory = _factory(target, level, timeout)
+    return run_check(
+        factory,
+        level,
+        steps=steps,
+        seed=seed,
+        trace_out=trace_out,
+        timeout=timeout,
+        profile=chosen,
+    )
 
 
-def replay(recorded: Trace | str | Path, target: Factory | str) -> Verdict:
+def replay(
+    recorded: Trace | str | Path, target: Factory | str, *, timeout: float | None = None
+) -> Verdict:
     """Replay a trace (or the trace file at a path) against ``target``."""
     loaded = recorded if isinstance(recorded, Trace) else trace.read(recorded)
-    return trace.replay(loaded, _factory(target, loaded.level))
+    return trace.replay(loaded, _factory(target, loaded.level, timeout), timeout)
 
 
 def record(
-    directory: str | Path, level: Level = "manager", *, runs: int = 40, seed: int = 0
+    directory: str | Path,
+    level: Level = "manager",
+    *,
+    runs: int = 40,
+    seed: int = 0,
+    force: bool = False,
 ) -> Corpus:
-    """Write a corpus of conformance traces of ``level`` into ``directory``."""
-    return record_level(level, Path(directory), runs=runs, seed=seed)
+    """Write a corpus of conformance traces of ``level`` into ``directory`` (traces of that level
+    already there are replaced only with ``force``)."""
+    return record_level(level, Path(directory), runs=runs, seed=seed, force=force)

@@ -1,8 +1,14 @@
 """Run the isomorphic lockstep machine against a target and explain the outcome.
 
 Shared by ``pagedkv check`` and the pytest plugin: ``run_check`` drives Hypothesis, keeps the
-shrunk failing run, writes its trace and replays that trace to confirm it reproduces the failure;
-``Report`` is the verdict as data (rendered plain or with rich by the caller).
+shrunk failing run, deletes the steps it can fail without (``minimize``), writes its trace and
+replays that trace to confirm it reproduces the failure; ``Report`` is the verdict as data
+(rendered plain or with rich by the caller).
+
+Every call into the target has a timeout (``timeout.py``). A call that does not return in time
+fails the run at once: Hypothesis does not shrink it (that would wait again for every candidate);
+the run is minimized by deleting steps, replaying an ``exec:`` program with a short wait, and
+reported as it stands for an in-process target, which cannot be called again.
 """
 
 from __future__ import annotations
@@ -19,13 +25,15 @@ from hypothesis.errors import Unsatisfiable
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from model_tests.lockstep.calls import Divergence
+from model_tests.lockstep.calls import Divergence, TargetStopped
 from model_tests.lockstep.capture import RunRecord
 from model_tests.machines.manager_machine import ManagerLockstep, Mode, manager_lockstep_case
 from model_tests.machines.pool_machine import PoolLockstep, lockstep_case
 from model_tests.oracle import codec, trace
 from model_tests.oracle.codec import Level
 from model_tests.oracle.exec_target import close_target
+from model_tests.oracle.guard import guard
+from model_tests.oracle.minimize import minimize
 from model_tests.oracle.trace import Trace, Verdict
 from specs.policy import Profile
 from specs.policy import profile as named_profile
@@ -77,10 +85,17 @@ class CheckResult:
     replayed: Verdict | None = None
     declined: dict[str, str] = field(default_factory=dict)
     """Configurations the target declined (``UnsupportedError`` from its factory), with why."""
+    shrunk_from: int | None = None
+    """Steps in Hypothesis's shrunk run, when deleting steps made it shorter."""
+    notes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return self.failure is None
+
+    @property
+    def hung(self) -> bool:
+        return isinstance(self.failure, TargetStopped)
 
 
 def run_check(
@@ -94,14 +109,18 @@ def run_check(
     steps_per_run: int = MAX_STEPS_PER_RUN,
     adapt_case: Callable[[Any], Any] | None = None,
     profile: Profile = PAGEDKV_PROFILE,
+    timeout: float | None = None,
 ) -> CheckResult:
     """Check ``factory``'s targets against the reference under ``profile`` (isomorphic mode), or
-    against the safety tier alone. On a failure, the shrunk run is written as a trace to
-    ``trace_out`` (unless None) and replayed once. ``adapt_case`` may derive the machine used
-    from the standard one (the real peers narrow the configurations their engine serves,
-    ``model_tests/peers/lacking.py``)."""
+    against the safety tier alone, each call within ``timeout`` seconds (None: the
+    environment's). On a failure, the shrunk run is minimized, written as a trace to
+    ``trace_out`` (unless None; checked before the search) and replayed. ``adapt_case`` may
+    derive the machine used from the standard one (the real peers narrow what they draw)."""
+    if trace_out is not None:
+        trace.check_writable(trace_out)
     seed = random.randrange(2**32) if seed is None else seed
     result = CheckResult(level, seed, profile)
+    factory = guard(factory, timeout)
     case = machine_case(factory, level, profile)
     if adapt_case is not None:
         case = adapt_case(case)
@@ -141,7 +160,7 @@ def run_check(
             run_state_machine_as_test(case, settings=chosen)
         except Unsatisfiable:
             pass  # every example was rejected: below
-        except Exception as failure:
+        except (Exception, TargetStopped) as failure:  # a hang stops the search at once
             result.failure = failure
     if result.failure is None and result.runs == 0:
         result.failure = NothingCovered("the target declined every configuration the check drew")
@@ -156,9 +175,7 @@ def run_check(
         except (trace.TraceError, codec.CodecError) as error:
             result.message += f" (no trace: {error})"
     if result.trace is not None:
-        if trace_out is not None:
-            result.trace_path = trace.write(result.trace, trace_out)
-        result.replayed = trace.replay(result.trace, factory)
+        _finish(result, factory, trace_out)
     return result
 
 
@@ -178,8 +195,70 @@ class NothingCovered(Exception):
     """No run could be made: the target declined every configuration."""
 
 
+def _finish(result: CheckResult, factory: Any, trace_out: str | Path | None) -> None:
+    """Minimize the failing trace, write it, replay it (what a hung target allows of these)."""
+    assert result.trace is not None
+    callable_again = not result.hung or getattr(factory, "retries_after_hang", False)
+    if callable_again:
+        minimized = minimize(result.trace, factory)
+        if minimized is not None and len(minimized.trace.ops) < minimized.before:
+            result.shrunk_from = minimized.before
+            result.trace = minimized.trace
+            result.record = record_of(minimized.trace, factory)
+            result.message = minimized.verdict.message
+        if minimized is not None and not minimized.complete:
+            result.notes.append(
+                f"note: deleting steps stopped after {minimized.replays} replays; the trace may"
+                " not be 1-minimal"
+            )
+    else:
+        result.notes.append(
+            "note: not shrunk or replayed: the target hung, and a Python thread cannot be"
+            " stopped, so it is not called again"
+        )
+    if trace_out is not None:
+        try:
+            result.trace_path = trace.write(result.trace, trace_out)
+        except trace.TraceError as error:
+            result.notes.append(f"note: the trace was not written: {error}")
+    if not result.hung:
+        result.replayed = trace.replay(result.trace, factory)
+
+
+def record_of(minimal: Trace, factory: Any) -> RunRecord:
+    """The run a minimized trace stands for: its calls, the last one failing. A safety trace
+    holds no expectations: the outcomes shown are the target's, from one more replay."""
+    outcomes: list[Any] = []
+    if minimal.safety:
+        outcomes = _target_outcomes(minimal, factory)
+    for op in minimal.ops[:-1] if not minimal.safety else ():
+        if "error" in op.expect:
+            outcomes.append(codec.error_class(op.expect["error"])(""))
+        else:
+            outcomes.append(codec.decode_result(minimal.level, op.op, op.expect["result"]))
+    return RunRecord(
+        level=minimal.level,
+        config=minimal.config,
+        calls=tuple((op.op, op.args) for op in minimal.ops),
+        failed_call=True,
+        outcomes=tuple(outcomes),
+        policy=minimal.policy,
+        safety=minimal.safety,
+    )
+
+
+def _target_outcomes(minimal: Trace, factory: Any) -> list[Any]:
+    steps: list[Any] = []
+
+    def watch(_: int, session: Any, __: BaseException | None) -> None:
+        steps[:] = getattr(session, "steps", [])
+
+    trace.replay_target(minimal, factory, watch)
+    return [step.outcome for step in steps]
+
+
 def failure_message(failure: BaseException) -> str:
-    if isinstance(failure, Divergence):
+    if isinstance(failure, Divergence | TargetStopped):
         return str(failure)
     if type(failure) is AssertionError and str(failure):  # a machine's own check, e.g. configs
         return " ".join(str(failure).split())
@@ -260,14 +339,18 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
         report.config = show_config(record.checking_config)
     else:
         count = len(record.calls)
-        what = (
-            "the target breaks the safety tier"
-            if result.profile.safety
-            else "the target diverges from the reference"
-        )
+        steps = f"{count} step{'' if count == 1 else 's'}"
+        if not count:
+            how = "fails while it is created for this configuration"
+        elif result.hung:
+            how = f"does not answer in time (hangs) at the last of {steps}"
+        elif result.profile.safety:
+            how = f"breaks the safety tier; shrunk to {steps}"
+        else:
+            how = f"diverges from the reference; shrunk to {steps}"
+        deleted = f"; {result.shrunk_from} steps before deleting" if result.shrunk_from else ""
         report.verdict = (
-            f"FAIL: {what}; shrunk to {count} step{'' if count == 1 else 's'}"
-            f" (found in {result.runs} runs, {result.calls} calls)"
+            f"FAIL: the target {how} (found in {result.runs} runs, {result.calls} calls{deleted})"
         )
         report.config = show_config(record.config)
         for number, (op, args) in enumerate(record.calls, 1):
@@ -286,6 +369,7 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
     where = f"at step {failed_at}, " if failed_at else ""
     label = "what breaks" if result.profile.safety else "expected vs did"
     report.detail = f"{label}: {where}{result.message}"
+    report.notes += result.notes
     if result.trace_path is not None:
         report.notes.append(f"trace: {result.trace_path}")
         if replay_hint:

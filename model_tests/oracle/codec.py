@@ -25,6 +25,7 @@ Errors are ``{"error": "<class name in specs.errors>", "message": "..."}``.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, fields
@@ -46,6 +47,47 @@ ERRORS = operations.ERRORS
 
 class CodecError(ValueError):
     """A value that does not fit its operation's table, or an unknown operation."""
+
+
+MAX_DEPTH = 16
+"""How deeply a line of JSON may nest (the protocol's deepest value, chains in ``args``, is 4)."""
+
+
+def parse_json(text: str) -> JSON:
+    """One line of strict JSON (no NaN, no Infinity), nested at most ``MAX_DEPTH`` deep."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        raise CodecError(f"not JSON ({error.msg} at column {error.colno})") from None
+    except RecursionError:
+        raise CodecError(f"not a protocol value: nested deeper than {MAX_DEPTH} levels") from None
+    if _depth(value) > MAX_DEPTH:
+        raise CodecError(f"not a protocol value: nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def dumps(value: JSON) -> str:
+    """One line of strict JSON, as traces are written."""
+    return json.dumps(value, allow_nan=False, separators=(", ", ": "))
+
+
+def _no_constant(name: str) -> Any:
+    raise CodecError(f'{name} is not JSON (write {{"float": "nan"}} and the like)')
+
+
+def _depth(value: JSON) -> int:
+    """How deeply ``value`` nests (a scalar: 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[JSON, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, depth + 1)
+            if depth + 1 <= MAX_DEPTH:
+                stack.extend((child, depth + 1) for child in item)
+    return deepest
 
 
 def level_of(text: object) -> Level:

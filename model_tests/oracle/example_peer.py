@@ -38,11 +38,14 @@ class Peer:
 
     def answer(self, line: str) -> JSON:
         try:
-            request = json.loads(line)
-        except json.JSONDecodeError as error:
-            return protocol_error(f"not JSON: {error}")
+            request = codec.parse_json(line)
+        except CodecError as error:
+            return protocol_error(str(error))
         if not isinstance(request, dict) or not isinstance(request.get("op"), str):
             return protocol_error('expected {"op": ..., ...}')
+        known = {"op", "level", "config"} if request["op"] == "create" else {"op", "args"}
+        if set(request) - known:
+            return protocol_error(f"unknown field(s) {', '.join(sorted(set(request) - known))}")
         try:
             if request["op"] == "create":
                 return self.create(request)

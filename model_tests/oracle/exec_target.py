@@ -22,6 +22,13 @@ Python object with the protocol's methods that forwards each call. Errors named 
 ``specs.errors`` are raised as that class; anything else (a dead program, a line that is not
 JSON, an answer of the wrong shape, an error class pagedkv does not know) raises a ``PeerError``
 whose message says what happened.
+
+Each program runs in its own process group (a new session), and the whole group is killed when
+the program is no longer wanted or does not answer in time, so a wrapper script's children go
+with it. A request that is not answered in time raises ``TargetTimeout``: the run stops there,
+and the factory is *hung*: later requests (replays while the failing run is shrunk) wait at most
+``max(1 s, 10 x the slowest answer seen)``, never the full timeout again, except the first
+request to a freshly started program, which may take its start-up time.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import os
 import select
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -42,9 +50,14 @@ from typing import IO, Any
 
 from model_tests.oracle import codec
 from model_tests.oracle.codec import JSON, CodecError, Level
+from model_tests.oracle.timeout import TargetTimeout, resolve, show, wait_limit
 
-DEFAULT_TIMEOUT = float(os.environ.get("PAGEDKV_EXEC_TIMEOUT", "30"))
 MAX_IDLE = 4
+MAX_ANSWER_BYTES = 16 * 2**20
+"""The longest answer line a program may send."""
+HUNG_FLOOR = 1.0
+HUNG_FACTOR = 10.0
+"""Once a program has hung: later requests wait max(HUNG_FLOOR, HUNG_FACTOR x slowest answer)."""
 
 
 class PeerError(Exception):
@@ -79,15 +92,21 @@ def parse_command(command: str) -> list[str]:
 
 
 class _Peer:
-    """One running program: a line-oriented request/answer channel with a timeout."""
+    """One running program (the leader of its own process group): a line-oriented
+    request/answer channel with a timeout."""
 
-    def __init__(self, argv: list[str], timeout: float) -> None:
+    def __init__(self, argv: list[str], factory: ExecFactory) -> None:
         self.argv = argv
-        self.timeout = timeout
+        self.factory = factory
         self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in kill)
         try:
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.stderr,
+                bufsize=0,
+                start_new_session=True,
             )
         except OSError as error:
             self.stderr.close()
@@ -95,18 +114,20 @@ class _Peer:
         self.buffer = b""
         self.requests = 0
         self.healthy = True
+        self.killed = False
 
     def request(self, message: JSON) -> dict[str, JSON]:
         if not self.healthy:
             raise PeerError("the target program is no longer usable after an earlier failure")
         try:
             return self._request(message)
-        except PeerError:
+        except (PeerError, TargetTimeout):
             self.healthy = False
             self.kill()
             raise
 
     def _request(self, message: JSON) -> dict[str, JSON]:
+        first = self.requests == 0
         self.requests += 1
         assert self.proc.stdin is not None
         try:
@@ -114,31 +135,44 @@ class _Peer:
             self.proc.stdin.flush()
         except (BrokenPipeError, ConnectionResetError, ValueError):
             raise PeerError(self._died("before it read request", message)) from None
-        line = self._read_line(message)
+        started = time.monotonic()
+        line = self._read_line(message, self.factory.wait_for(first))
+        if not first:
+            self.factory.answered_in(time.monotonic() - started)
         try:
-            answer = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            answer = codec.parse_json(line.decode())
+        except (CodecError, UnicodeDecodeError):
             raise PeerError(
                 f"the target program answered {_op_of(message)} with a line that is not JSON:"
                 f" {_clip(line.decode(errors='replace'))!r}"
             ) from None
-        if not isinstance(answer, dict) or not ({"result"} <= set(answer) or "error" in answer):
+        if not isinstance(answer, dict) or not (
+            set(answer) == {"result"} or set(answer) in ({"error"}, {"error", "message"})
+        ):
             raise PeerError(
                 f"the target program answered {_op_of(message)} with {_clip(repr(answer))},"
                 ' not {"result": ...} or {"error": ..., "message": ...}'
             )
         return answer
 
-    def _read_line(self, message: JSON) -> bytes:
+    def _read_line(self, message: JSON, timeout: float) -> bytes:
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + self.timeout
+        limit = wait_limit(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
         while b"\n" not in self.buffer.lstrip(b"\r\n"):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise PeerError(
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                shortened = self.factory.hung is not None and timeout < self.factory.timeout
+                self.factory.hang(_op_of(message))
+                why = (
+                    f" (shortened: it already hung once for {show(self.factory.timeout)})"
+                    if shortened
+                    else " (PAGEDKV_TIMEOUT)"
+                )
+                raise TargetTimeout(
                     f"the target program did not answer {_op_of(message)} within"
-                    f" {self.timeout:g} s (PAGEDKV_EXEC_TIMEOUT)"
+                    f" {show(timeout)}{why}; its process group was killed"
                 )
             ready, _, _ = select.select([fd], [], [], remaining)
             if not ready:
@@ -147,14 +181,16 @@ class _Peer:
             if not chunk:
                 raise PeerError(self._died("without answering", message))
             self.buffer += chunk
+            if len(self.buffer) > MAX_ANSWER_BYTES:
+                raise PeerError(
+                    f"the target program answered {_op_of(message)} with a line longer than"
+                    f" {MAX_ANSWER_BYTES // 2**20} MiB"
+                )
         line, _, self.buffer = self.buffer.lstrip(b"\r\n").partition(b"\n")
         return line.rstrip(b"\r")
 
     def _died(self, when: str, message: JSON) -> str:
-        try:
-            code = self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            code = None
+        code = self._exit_code(wait=2.0)
         status = "closed its stdout" if code is None else f"exited with code {code}"
         text = f"the target program {status} {when} {_op_of(message)}"
         tail = self.stderr_tail()
@@ -169,18 +205,41 @@ class _Peer:
         return " | ".join(text.strip().splitlines()[-lines:])
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
+        """Kill the program's whole process group (its children too), then reap it. Once, and
+        only before it is reaped: the group's id is the program's pid, not ours after that."""
+        if self.killed:
+            return
+        self.killed = True
+        if self.proc.returncode is None:
             with contextlib.suppress(OSError):
-                self.proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=5)
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
         for stream in (self.proc.stdin, self.proc.stdout, self.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
 
+    def _exit_code(self, wait: float = 0.0) -> int | None:
+        """The program's exit code (negative: killed by that signal) once it has exited, read
+        without reaping it: until ``kill`` reaps it, its pid still names its process group."""
+        if self.proc.returncode is not None:
+            return self.proc.returncode
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return self.proc.poll()
+            if info is not None:
+                killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+                return -info.si_status if killed else info.si_status
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.01)
+
     def alive(self) -> bool:
-        return self.healthy and self.proc.poll() is None
+        return self.healthy and self._exit_code() is None
 
 
 def _op_of(message: JSON) -> str:
@@ -194,14 +253,35 @@ def _clip(text: str, limit: int = 120) -> str:
 class ExecFactory:
     """Makes ``ExecTarget``s backed by ``argv``; idle programs are reused (``create`` resets)."""
 
-    def __init__(self, argv: list[str], level: Level, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, argv: list[str], level: Level, timeout: float | None = None) -> None:
         self.argv = argv
         self.level = level
-        self.timeout = timeout
+        self.timeout = resolve(timeout)
+        self.hung: str | None = None
+        """The request that was not answered in time, once one was not."""
+        self.slowest = 0.0
         self.idle: list[_Peer] = []
         self.spawned: list[_Peer] = []
         self.__name__ = f"exec:{shlex.join(argv)}"
         atexit.register(self.close)
+
+    @property
+    def retries_after_hang(self) -> bool:
+        """A hung program is killed; a new one can be started (and is waited for less)."""
+        return True
+
+    def wait_for(self, first: bool) -> float:
+        """How long to wait for an answer (the first one of a program includes its start)."""
+        if self.hung is None or first:
+            return self.timeout
+        return min(self.timeout, max(HUNG_FLOOR, HUNG_FACTOR * self.slowest))
+
+    def answered_in(self, seconds: float) -> None:
+        self.slowest = max(self.slowest, seconds)
+
+    def hang(self, what: str) -> None:
+        if self.hung is None:
+            self.hung = what
 
     def __call__(self, config: Any) -> ExecTarget:
         peer = self._peer()
@@ -218,8 +298,10 @@ class ExecFactory:
             peer = self.idle.pop()
             if peer.alive():
                 return peer
-        self.spawned = [p for p in self.spawned if p.alive()]
-        peer = _Peer(self.argv, self.timeout)
+        for gone in [p for p in self.spawned if not p.alive()]:
+            gone.kill()  # its children, if any, go with it
+            self.spawned.remove(gone)
+        peer = _Peer(self.argv, self)
         self.spawned.append(peer)
         return peer
 
@@ -300,8 +382,8 @@ def close_target(target: object) -> None:
         target.close()
 
 
-def exec_factory(command: str, level: Level) -> ExecFactory:
-    return ExecFactory(parse_command(command), level)
+def exec_factory(command: str, level: Level, timeout: float | None = None) -> ExecFactory:
+    return ExecFactory(parse_command(command), level, timeout)
 
 
 __all__ = [

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from model_tests.oracle import codec, targets
+from model_tests.oracle import codec, targets, timeout, trace
 from model_tests.oracle.check import check_report, run_check
 
 DEFAULT_STEPS = 1000
@@ -58,16 +58,16 @@ def run_oracle(
 ) -> Any:
     """Check ``target`` (a factory or a target string); raise OracleFailure with the report."""
     lvl = codec.level_of(level)
-    if isinstance(target, str):
-        name = target
-        try:
+    try:
+        if isinstance(target, str):
+            name = target
             factory = targets.check(target, lvl)
-        except targets.TargetError as error:
-            raise OracleFailure(str(error)) from None
-    else:
-        name = spec_of(target) or repr(target)
-        factory = target
-    result = run_check(factory, lvl, steps=steps, seed=seed, trace_out=trace_out)
+        else:
+            name = spec_of(target) or repr(target)
+            factory = target
+        result = run_check(factory, lvl, steps=steps, seed=seed, trace_out=trace_out)
+    except (targets.TargetError, timeout.SettingError, trace.TraceError) as error:
+        raise OracleFailure(str(error)) from None
     if not result.passed:
         hint = None
         if result.trace_path is not None and (isinstance(target, str) or spec_of(target)):

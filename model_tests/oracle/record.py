@@ -39,6 +39,28 @@ MAX_BATCHES = 10
 STEPS_PER_RUN = 60
 
 
+class CorpusError(ValueError):
+    """A corpus directory that cannot be written (the message is one line)."""
+
+
+def check_out(directory: Path, levels: list[Level], force: bool = False) -> None:
+    """``directory`` can take the corpus of ``levels``: checked before any recording. Traces
+    already there are replaced only with ``force``."""
+    if directory.exists() and not directory.is_dir():
+        raise CorpusError(f"{directory}: exists and is not a directory")
+    existing = sorted(p for level in levels for p in directory.glob(f"{level}-*.jsonl"))
+    if existing and not force:
+        raise CorpusError(
+            f"{directory} already holds {len(existing)} {'/'.join(levels)} trace(s)"
+            f" ({existing[0].name}, ...); --force replaces them"
+        )
+    parent = directory
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise CorpusError(f"{directory}: {parent} is not a directory")
+
+
 @dataclass
 class Corpus:
     level: Level
@@ -98,7 +120,9 @@ def record_level(
     runs: int = 40,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> Corpus:
+    check_out(directory, [level], force)
     refused = [trace.trace_of_calls(level, config, []) for config in REFUSED_CONFIGS[level]]
     traces: list[trace.Trace] = []
     for batch in range(MAX_BATCHES):
@@ -111,9 +135,12 @@ def record_level(
             progress(f"{level}: {len(traces)} traces; missing {len(missing_ops | missing_errors)}")
         if len(traces) >= runs and not missing_ops and not missing_errors:
             break
-    directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob(f"{level}-*.jsonl"):
-        stale.unlink()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for stale in directory.glob(f"{level}-*.jsonl"):
+            stale.unlink()
+    except OSError as error:
+        raise CorpusError(f"cannot write {directory}: {error.strerror or error}") from None
     corpus = Corpus(level, directory, missing_ops=missing_ops, missing_errors=missing_errors)
     for number, one in enumerate(traces, 1):
         corpus.files.append(trace.write(one, directory / f"{level}-{number:04d}.jsonl"))

@@ -10,9 +10,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from model_tests.lockstep.calls import TargetStopped
 from model_tests.oracle import codec
 from model_tests.oracle.codec import Level
 from model_tests.oracle.exec_target import ExecSetupError, ExecTarget, exec_factory
+from model_tests.oracle.guard import guard
 from specs.errors import UnsupportedError
 from specs.types import ManagerConfig, PoolConfig
 
@@ -42,11 +44,12 @@ class TargetError(Exception):
     """A target that cannot be loaded or built."""
 
 
-def load(spec: str, level: Level) -> Factory:
-    """The factory ``spec`` names. The current directory is importable, as with ``python -m``."""
+def load(spec: str, level: Level, timeout: float | None = None) -> Factory:
+    """The factory ``spec`` names. The current directory is importable, as with ``python -m``.
+    ``timeout`` is an ``exec:`` program's (None: the environment's)."""
     if spec.startswith("exec:"):
         try:
-            return exec_factory(spec.removeprefix("exec:").strip(), level)
+            return exec_factory(spec.removeprefix("exec:").strip(), level, timeout)
         except ExecSetupError as error:
             raise TargetError(f"target {spec}: {error}") from None
     if spec in ALIASES:
@@ -64,7 +67,9 @@ def load(spec: str, level: Level) -> Factory:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         raise TargetError(f"target {spec}: cannot import {module_name}: {error}") from None
-    except Exception as error:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # sys.exit() in a module is a bad target, not our exit
         raise TargetError(
             f"target {spec}: importing {module_name} raised {_one_line(error)}"
         ) from None
@@ -87,11 +92,13 @@ def build(factory: Factory, level: Level, spec: str = "target", config: Any = No
     config = SAMPLE_CONFIGS[level] if config is None else config
     try:
         target = factory(config)
+        missing = [op for op in codec.OPS[level] if not callable(getattr(target, op, None))]
     except UnsupportedError:
         return None  # it declines this configuration (a declared limit): others may do
+    except TargetStopped as error:
+        raise TargetError(f"target {spec}: {error}") from None
     except Exception as error:
         raise TargetError(f"target {spec}: the factory raised {_one_line(error)}") from None
-    missing = [op for op in codec.OPS[level] if not callable(getattr(target, op, None))]
     if missing:
         raise TargetError(
             f"target {spec}: {type(target).__name__} lacks the {level} operation(s)"
@@ -100,9 +107,10 @@ def build(factory: Factory, level: Level, spec: str = "target", config: Any = No
     return target
 
 
-def check(spec: str, level: Level) -> Factory:
-    """Load ``spec`` and build one target with a valid configuration (then let it go)."""
-    factory = load(spec, level)
+def check(spec: str, level: Level, timeout: float | None = None) -> Factory:
+    """Load ``spec`` and build one target with a valid configuration (then let it go); every
+    call into the factory's targets then has ``timeout`` (None: the environment's)."""
+    factory = guard(load(spec, level, timeout), timeout)
     target = build(factory, level, spec)
     if isinstance(target, ExecTarget):
         target.close()

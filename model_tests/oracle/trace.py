@@ -1,15 +1,21 @@
 """Conformance traces: versioned JSON lines, written from a run, read with validation, replayed.
 
-Line 1 is the header, every further line one operation::
+Line 1 is the header, every further line one operation, and the last line a trailer with the
+number of operations (so a trace cut short is refused)::
 
-    {"format": "pagedkv-trace", "version": 1, "level": "manager", "config": {...}}
+    {"format": "pagedkv-trace", "version": 2, "level": "manager", "config": {...}}
     {"op": "allocate", "args": [1, [2], [3, 1, 4]], "expect": {"result": null}}
     {"op": "free", "args": [99], "expect": {"error": "UnknownSequenceError"}}
+    {"end": "pagedkv-trace", "steps": 2}
 
 A header may also carry ``"create": {"error": "ConfigurationError"}``: the configuration must be
 refused, and no operation follows. Arguments and results use ``codec``; block ids in them are the
 reference's. ``expect`` is what this pagedkv's reference, making its own choices, gives for the
-operation (see ``specs/oracle.md``).
+operation (see ``specs/oracle.md`` §4). Version 1 traces (no trailer) are still read.
+
+Reading streams the file line by line, with a limit on a line's length and on the whole file, so
+``/dev/zero`` or a runaway file is refused rather than read into memory; unknown fields are refused
+on every line.
 
 ``replay`` checks two things: that the reference still gives every recorded expectation (else
 the trace is *stale*: it came from a pagedkv whose reference behaves differently), and that the
@@ -18,13 +24,13 @@ target agrees with the reference through the isomorphic session, step by step.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from model_tests.lockstep.calls import Divergence, run_call
+from model_tests.lockstep.calls import Divergence, TargetStopped, run_call
 from model_tests.lockstep.capture import Call, RunRecord
 from model_tests.lockstep.manager_session import IsomorphicManagerSession
 from model_tests.lockstep.pool_safety_session import PoolSafetySession
@@ -33,13 +39,21 @@ from model_tests.lockstep.safety_session import SafetySession
 from model_tests.oracle import codec
 from model_tests.oracle.codec import JSON, CodecError, Level
 from model_tests.oracle.exec_target import close_target
+from model_tests.oracle.guard import guard
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from reference.pool_adapter import ReferenceBlockPool
-from specs.errors import PagedKVError
+from specs.errors import ConfigurationError, PagedKVError
 from specs.policy import PAGEDKV, SAFETY, Policy, policy_from_json, policy_json
+from specs.validation import check_config_bounds
 
 FORMAT = "pagedkv-trace"
-VERSION = 1
+VERSION = 2
+"""Written; versions 1 (no trailer) and 2 are read."""
+MAX_LINE_BYTES = 2**20
+MAX_TRACE_BYTES = 64 * 2**20
+HEADER_FIELDS = frozenset({"format", "version", "level", "config", "create", "policy", "tier"})
+OPERATION_FIELDS = frozenset({"op", "args", "expect"})
+TRAILER_FIELDS = frozenset({"end", "steps"})
 
 
 class TraceError(ValueError):
@@ -138,10 +152,6 @@ def trace_of_run(record: RunRecord) -> Trace:
 # --- writing --------------------------------------------------------------------------------------
 
 
-def _dumps(value: JSON) -> str:
-    return json.dumps(value, allow_nan=False, separators=(", ", ": "))
-
-
 def header_json(trace: Trace) -> JSON:
     header: dict[str, JSON] = {
         "format": FORMAT,
@@ -158,8 +168,12 @@ def header_json(trace: Trace) -> JSON:
     return header
 
 
+def trailer_json(trace: Trace) -> JSON:
+    return {"end": FORMAT, "steps": len(trace.ops)}
+
+
 def dumps(trace: Trace) -> str:
-    lines = [_dumps(header_json(trace))]
+    lines = [codec.dumps(header_json(trace))]
     for op in trace.ops:
         line: dict[str, JSON] = {
             "op": op.op,
@@ -167,8 +181,27 @@ def dumps(trace: Trace) -> str:
         }
         if op.expect is not None:
             line["expect"] = op.expect
-        lines.append(_dumps(line))
+        lines.append(codec.dumps(line))
+    lines.append(codec.dumps(trailer_json(trace)))
     return "\n".join(lines) + "\n"
+
+
+def check_writable(path: str | Path) -> Path:
+    """``path`` can be written as a trace file (its directory is made if need be); checked before
+    a long search, so that its report is not lost for want of a place to put it."""
+    out = Path(path)
+    if out.is_dir():
+        raise TraceError(f"{path}: is a directory, not a trace file")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise TraceError(f"{path}: not writable")
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise TraceError(f"{path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise TraceError(f"{path}: cannot create files in {parent}")
+    return out
 
 
 def write(trace: Trace, path: str | Path) -> Path:
@@ -177,10 +210,12 @@ def write(trace: Trace, path: str | Path) -> Path:
 
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path``, making its folder if need be (a trace, its page)."""
-    out = Path(path)
-    if out.parent != Path():
+    out = check_writable(path)
+    try:
         out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+        out.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise TraceError(f"cannot write {path}: {error.strerror or error}") from None
     return out
 
 
@@ -189,22 +224,23 @@ def write_text(path: str | Path, text: str) -> Path:
 
 def _object(line: str, number: int) -> dict[str, JSON]:
     try:
-        value = json.loads(line, parse_constant=_no_constant)
-    except json.JSONDecodeError as error:
-        raise TraceError(f"line {number}: not JSON ({error.msg} at column {error.colno})") from None
-    except ValueError as error:
+        value = codec.parse_json(line)
+    except CodecError as error:
         raise TraceError(f"line {number}: {error}") from None
     if not isinstance(value, dict):
         raise TraceError(f"line {number}: expected a JSON object, got {type(value).__name__}")
     return value
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f'{name} is not JSON (write {{"float": "nan"}} and the like)')
+def _unknown(value: dict[str, JSON], known: frozenset[str], number: int, what: str) -> None:
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise TraceError(f"line {number}: unknown field(s) in {what}: {', '.join(unknown)}")
 
 
 @dataclass(frozen=True)
 class _Header:
+    version: int
     level: Level
     config: Any
     create_error: str | None
@@ -220,11 +256,13 @@ def _header(value: dict[str, JSON]) -> _Header:
         raise TraceError(f"line 1: bad trace version {version!r}")
     if version > VERSION:
         raise TraceError(f"trace version {version} is newer than this pagedkv supports ({VERSION})")
+    _unknown(value, HEADER_FIELDS, 1, "the header")
     try:
         level = codec.level_of(value.get("level"))
         config = codec.decode_config(level, value.get("config"))
-    except CodecError as error:
-        raise TraceError(f"line 1: {error}") from None
+        check_config_bounds(config)
+    except (CodecError, ConfigurationError) as error:
+        raise TraceError(f"line 1: config: {error}") from None
     create = value.get("create")
     create_error = None
     if create is not None:
@@ -238,7 +276,7 @@ def _header(value: dict[str, JSON]) -> _Header:
     tier = value.get("tier", "policy")
     if tier not in ("policy", SAFETY):
         raise TraceError(f'line 1: "tier" is "policy" or "safety", got {tier!r}')
-    return _Header(level, config, create_error, policy, tier == SAFETY)
+    return _Header(version, level, config, create_error, policy, tier == SAFETY)
 
 
 def _error_name(name: JSON, number: int) -> str:
@@ -253,6 +291,7 @@ def _operation(level: Level, value: dict[str, JSON], number: int, safety: bool) 
     missing = [key for key in wanted if key not in value]
     if missing:
         raise TraceError(f"line {number}: missing {', '.join(missing)}")
+    _unknown(value, OPERATION_FIELDS, number, "an operation")
     op = value["op"]
     try:
         args = codec.decode_args(level, op, value["args"])
@@ -272,37 +311,101 @@ def _operation(level: Level, value: dict[str, JSON], number: int, safety: bool) 
     raise TraceError(f'line {number}: expect must be {{"result": ...}} or {{"error": "<class>"}}')
 
 
-def loads(text: str) -> Trace:
-    numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if not numbered:
-        raise TraceError("empty trace: no header line")
-    first, header_line = numbered[0]
-    if first != 1:
-        raise TraceError("line 1: the header must be the first line")
-    header = _header(_object(header_line, 1))
-    trace = Trace(
-        header.level,
-        header.config,
-        create_error=header.create_error,
-        policy=header.policy,
-        safety=header.safety,
-    )
-    for number, line in numbered[1:]:
-        if header.create_error is not None:
+def _trailer(value: dict[str, JSON], number: int, steps: int) -> None:
+    _unknown(value, TRAILER_FIELDS, number, "the trailer")
+    recorded = value.get("steps")
+    if value.get("end") != FORMAT or not isinstance(recorded, int) or isinstance(recorded, bool):
+        raise TraceError(f'line {number}: a trailer is {{"end": "{FORMAT}", "steps": <count>}}')
+    if recorded != steps:
+        raise TraceError(
+            f"line {number}: the trailer says {recorded} steps but the trace has {steps}"
+            " (lines lost or added?)"
+        )
+
+
+def parse(lines: Iterable[str]) -> Trace:
+    """A trace from its lines (numbered from 1), validated line by line."""
+    trace: Trace | None = None
+    version = VERSION
+    ended: int | None = None
+    last = 0
+    for number, line in enumerate(lines, 1):
+        last = number
+        if not line.strip():
+            continue
+        if trace is None:
+            if number != 1:
+                raise TraceError("line 1: the header must be the first line")
+            header = _header(_object(line, 1))
+            version = header.version
+            trace = Trace(
+                header.level,
+                header.config,
+                create_error=header.create_error,
+                policy=header.policy,
+                safety=header.safety,
+            )
+            continue
+        value = _object(line, number)
+        if ended is not None:
+            raise TraceError(f"line {number}: nothing may follow the trailer (line {ended})")
+        if version >= 2 and "end" in value:
+            _trailer(value, number, len(trace.ops))
+            ended = number
+            continue
+        if trace.create_error is not None:
             raise TraceError(f"line {number}: a trace whose creation fails has no operations")
-        trace.ops.append(_operation(header.level, _object(line, number), number, header.safety))
+        trace.ops.append(_operation(trace.level, value, number, trace.safety))
+    if trace is None:
+        raise TraceError("empty trace: no header line")
+    if version >= 2 and ended is None:
+        raise TraceError(
+            f"truncated after line {last}: a version {version} trace ends with a trailer line"
+            f' {{"end": "{FORMAT}", "steps": {len(trace.ops)}}}'
+        )
     return trace
+
+
+def loads(text: str) -> Trace:
+    if len(text) > MAX_TRACE_BYTES:
+        raise TraceError(f"larger than {MAX_TRACE_BYTES // 2**20} MiB: not read")
+    return parse(_limited(text.splitlines()))
+
+
+def _limited(lines: Iterable[str]) -> Iterator[str]:
+    for number, line in enumerate(lines, 1):
+        if len(line) > MAX_LINE_BYTES:
+            raise TraceError(f"line {number} is longer than {MAX_LINE_BYTES // 2**20} MiB")
+        yield line
+
+
+def _stream(path: str | Path) -> Iterator[str]:
+    """The file's lines, decoded one at a time, within the size limits."""
+    try:
+        with open(path, "rb") as file:
+            total = 0
+            number = 0
+            while True:
+                raw = file.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    return
+                number += 1
+                total += len(raw)
+                if len(raw) > MAX_LINE_BYTES:
+                    raise TraceError(f"line {number} is longer than {MAX_LINE_BYTES // 2**20} MiB")
+                if total > MAX_TRACE_BYTES:
+                    raise TraceError(f"larger than {MAX_TRACE_BYTES // 2**20} MiB: not read")
+                try:
+                    yield raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise TraceError(f"line {number}: not UTF-8 text") from None
+    except OSError as error:
+        raise TraceError(f"cannot read it: {error.strerror or error}") from None
 
 
 def read(path: str | Path) -> Trace:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise TraceError(f"cannot read {path}: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: not UTF-8 text") from None
-    try:
-        return loads(text)
+        return parse(_stream(path))
     except TraceError as error:
         raise TraceError(f"{path}: {error}") from None
 
@@ -323,6 +426,9 @@ class Verdict:
     expected: str = ""
     """The trace's expectation at the failing step, for display."""
     message: str = ""
+    kind: str = ""
+    """What a divergence is about: a ``Divergence``'s kind, ``timeout``, ``creation``, or
+    ``stopped`` (comparing could not go on)."""
 
     @property
     def ok(self) -> bool:
@@ -383,17 +489,24 @@ the comparison there (None if the step agreed): how the trace viewer draws both 
 
 
 def replay(
-    trace: Trace, target_factory: Callable[[Any], Any], watch: StepWatch | None = None
+    trace: Trace,
+    target_factory: Callable[[Any], Any],
+    timeout: float | None = None,
+    *,
+    watch: StepWatch | None = None,
 ) -> Verdict:
+    """Check the trace's expectations, then replay it against ``target_factory``'s target,
+    each call within ``timeout`` (None: the environment's, see ``timeout.py``)."""
     stale = check_expectations(trace)
     if stale is not None:
         return stale
-    return _replay(trace, target_factory, watch)
+    return replay_target(trace, guard(target_factory, timeout), watch)
 
 
-def _replay(
+def replay_target(
     trace: Trace, target_factory: Callable[[Any], Any], watch: StepWatch | None = None
 ) -> Verdict:
+    """The target's half of ``replay``, for a trace this pagedkv's reference just made."""
     total = len(trace.ops)
     model, _ = create_outcome(trace.level, trace.config, trace.policy)
     try:
@@ -401,9 +514,13 @@ def _replay(
     except PagedKVError as error:
         if type(error).__name__ == trace.create_error:
             return Verdict("pass", total)
-        return Verdict("divergence", total, 0, message=_creation(trace, f"raised {error!r}"))
+        did = f"raised {error!r}"
+        return Verdict("divergence", total, 0, message=_creation(trace, did), kind="creation")
+    except TargetStopped as error:
+        return Verdict("divergence", total, 0, message=str(error), kind="timeout")
     except Exception as error:
-        return Verdict("divergence", total, 0, message=_creation(trace, f"raised {error!r}"))
+        did = f"raised {error!r}"
+        return Verdict("divergence", total, 0, message=_creation(trace, did), kind="creation")
     try:
         return _replay_on(trace, model, target, watch)
     finally:
@@ -413,7 +530,8 @@ def _replay(
 def _replay_on(trace: Trace, model: Any, target: Any, watch: StepWatch | None) -> Verdict:
     total = len(trace.ops)
     if trace.create_error is not None:
-        return Verdict("divergence", total, 0, message=_creation(trace, "accepted it"))
+        did = "accepted it"
+        return Verdict("divergence", total, 0, message=_creation(trace, did), kind="creation")
     try:
         session: Any
         if trace.safety and trace.level == "manager":
@@ -424,31 +542,42 @@ def _replay_on(trace: Trace, model: Any, target: Any, watch: StepWatch | None) -
             session = IsomorphicManagerSession(model, target)
         else:
             session = IsomorphicPoolSession(model, target)
+    except TargetStopped as error:
+        return Verdict("divergence", total, 0, message=str(error), kind="timeout")
     except Exception as error:
-        return Verdict("divergence", total, 0, message=f"observing the new target: {error}")
+        message = f"observing the new target: {error}"
+        return Verdict("divergence", total, 0, message=message, kind="stopped")
     for number, op in enumerate(trace.ops, 1):
         if getattr(session, "ended", False):
             break  # a call failed midway under a non-atomic policy: nothing follows it
         try:
             session.call(op.op, *op.args)
-        except Exception as error:
+        except (Exception, TargetStopped) as error:
             if watch is not None:
                 watch(number, session, error)
-            message = str(error) if isinstance(error, Divergence) else _stopped(error)
             return Verdict(
                 "divergence",
                 total,
                 number,
                 codec.show_call(op.op, op.args),
                 show_expect(trace.level, op.op, op.expect),
-                message,
+                str(error) if isinstance(error, Divergence | TargetStopped) else _stopped(error),
+                _kind(error),
             )
         if watch is not None:
             watch(number, session, None)
     problems = session.problems()
     if problems:
-        return Verdict("divergence", total, total, message="; ".join(problems))
+        return Verdict("divergence", total, total, message="; ".join(problems), kind="table")
     return Verdict("pass", total)
+
+
+def _kind(error: BaseException) -> str:
+    if isinstance(error, Divergence):
+        return error.kind
+    if isinstance(error, TargetStopped):
+        return "timeout"
+    return f"stopped: {type(error).__name__}"
 
 
 def _creation(trace: Trace, did: str) -> str:

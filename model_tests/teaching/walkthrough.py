@@ -216,7 +216,7 @@ class SideBySide:
 
     def run(self) -> Verdict:
         try:
-            verdict = trace.replay(self.loaded, self.factory, self.watch)
+            verdict = trace.replay(self.loaded, self.factory, watch=self.watch)
         finally:
             for target in self.targets:
                 close_target(target)

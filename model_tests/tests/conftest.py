@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from model_tests.machines import profiles
 
-profiles.load()
+try:
+    profiles.load()
+except profiles.ProfileError as error:
+    raise pytest.UsageError(str(error)) from None

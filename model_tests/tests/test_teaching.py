@@ -333,7 +333,7 @@ def test_show_writes_the_page_next_to_the_trace(tmp_path: Path) -> None:
         (["show", "{dir}/missing.jsonl"], "No such file"),
         (["show", "{dir}/swap.jsonl", "-o", "{dir}/swap.jsonl"], "that is the trace itself"),
         (["show", "{dir}/swap.jsonl", "--target", "no_such_module:f"], "no_such_module"),
-        (["show", "{dir}/swap.jsonl", "-o", "{dir}/swap.jsonl/x.html"], "cannot write"),
+        (["show", "{dir}/swap.jsonl", "-o", "{dir}/swap.jsonl/x.html"], "is not a directory"),
         (["show", "{dir}/bad.jsonl"], "not a pagedkv trace"),
         (["demo", "--steps"], "unrecognized arguments"),
     ],
