@@ -237,7 +237,8 @@ def _divergence_page(loaded: Trace, trace_path: Path, factory: Any, target: str)
         return f"page: not written ({error.strerror or error})"
     except Exception as error:  # the verdict above stands whatever happens to its page
         return f"page: not written ({type(error).__name__}: {error})"
-    return f"page: {path} (both sides, step by step, in a browser)"
+    sides = "the target" if loaded.safety else "both sides"
+    return f"page: {path} ({sides}, step by step, in a browser)"
 
 
 def _page_beside(trace_path: Path) -> Path:

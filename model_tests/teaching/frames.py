@@ -22,12 +22,15 @@ class TargetRow:
     label: str
     blocks: tuple[BlockId, ...] | None
     """None when the target could not give the table (``error`` says why)."""
-    expected: tuple[BlockId | None, ...]
-    """The reference's blocks translated into target ids; None where no counterpart is known."""
+    expected: tuple[BlockId | None, ...] | None
+    """The reference's blocks translated into target ids; None where no counterpart is known
+    (the whole tuple None under the safety tier: there is no reference)."""
     error: str = ""
 
     def differs_at(self) -> frozenset[int]:
         """Positions where the target's block is not the counterpart of the reference's."""
+        if self.expected is None:
+            return frozenset()
         if self.blocks is None:
             return frozenset(range(len(self.expected)))
         longest = max(len(self.blocks), len(self.expected))
@@ -45,11 +48,12 @@ class TargetRow:
 class FreeCount:
     device: str
     target: int | None
-    reference: int
+    reference: int | None
+    """None under the safety tier: there is no reference."""
 
     @property
     def differs(self) -> bool:
-        return self.target != self.reference
+        return self.reference is not None and self.target != self.reference
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,8 @@ class Walk:
     target: str | None = None
     verdict: str = ""
     notes: list[str] = field(default_factory=list)
+    safety: bool = False
+    """A safety-tier trace: the target alone, held to what every correct allocator guarantees."""
 
     @property
     def finding(self) -> Frame | None:

@@ -137,40 +137,51 @@ def _picture(picture: Picture, before: Picture | None) -> str:
 # --- the target's side ----------------------------------------------------------------------------
 
 
-def _target(side: TargetSide, reference_outcome: str, name: str) -> str:
-    differs = " differs" if side.outcome != reference_outcome else ""
+def _target(side: TargetSide, reference_outcome: str | None, name: str) -> str:
+    """The target's side; ``reference_outcome`` None under the safety tier (no reference)."""
+    differs = " differs" if reference_outcome not in (None, side.outcome) else ""
+    alone = reference_outcome is None
+    heading = "what it did, held to the safety tier" if alone else "what it did"
     parts = [
-        f'<div class="side target"><h3>target: what it did <code>{_e(name)}</code></h3>',
+        f'<div class="side target"><h3>target: {heading} <code>{_e(name)}</code></h3>',
         f'<p class="outcome{differs}">{_returns(side.outcome)}</p>',
-        '<table class="free"><tr><th></th><th>target</th><th>reference</th></tr>',
+        '<table class="free"><tr><th></th><th>target</th>'
+        + ("" if alone else "<th>reference</th>")
+        + "</tr>",
     ]
     for count in side.free:
         cls = ' class="differs"' if count.differs else ""
         shown = "?" if count.target is None else str(count.target)
-        parts.append(
-            f"<tr{cls}><th>free {_e(count.device)}</th><td>{shown}</td>"
-            f"<td>{count.reference}</td></tr>"
-        )
+        theirs = "" if count.reference is None else f"<td>{count.reference}</td>"
+        parts.append(f"<tr{cls}><th>free {_e(count.device)}</th><td>{shown}</td>{theirs}</tr>")
     parts.append("</table>")
     if side.tables:
+        hint = (
+            ""
+            if alone
+            else '<p class="hint">small: the reference\'s block at that position, in the'
+            ' target\'s ids ("new": not matched yet)</p>'
+        )
         parts.append(
-            '<h5 class="tables">block tables, in the target\'s ids</h5>'
-            "<p class=\"hint\">small: the reference's block at that position, in the target's"
-            ' ids ("new": not matched yet)</p><table class="tables">'
+            f'<h5 class="tables">block tables, in the target\'s ids</h5>{hint}'
+            '<table class="tables">'
         )
         for row in side.tables:
             wrong = row.differs_at()
+            expected = row.expected
             if row.blocks is None:
                 cells = f'<span class="cell differs">{_e(row.error or "missing")}</span>'
+            elif expected is None:
+                cells = "".join(f'<span class="cell">{block}</span>' for block in row.blocks)
             else:
                 cells = "".join(
                     f'<span class="cell{" differs" if i in wrong else ""}">{block}'
-                    f"<sub>{_expected(row.expected, i)}</sub></span>"
+                    f"<sub>{_expected(expected, i)}</sub></span>"
                     for i, block in enumerate(row.blocks)
                 )
-                if len(row.expected) > len(row.blocks):
+                if len(expected) > len(row.blocks):
                     cells += '<span class="cell differs">missing</span>' * (
-                        len(row.expected) - len(row.blocks)
+                        len(expected) - len(row.blocks)
                     )
             parts.append(f'<tr><th>{_e(row.label)}</th><td class="table">{cells}</td></tr>')
         parts.append("</table>")
@@ -194,7 +205,9 @@ def _expected(expected: tuple[int | None, ...], index: int) -> str:
 # --- a step ---------------------------------------------------------------------------------------
 
 
-def _step(frame: Frame, total: int, before: Frame | None, target_name: str | None) -> str:
+def _step(
+    frame: Frame, total: int, before: Frame | None, target_name: str | None, safety: bool = False
+) -> str:
     marked = " diverges" if frame.finding is not None else ""
     parts = [
         f'<section class="step{marked}" id="step-{frame.number}" data-step="{frame.number}">',
@@ -210,6 +223,17 @@ def _step(frame: Frame, total: int, before: Frame | None, target_name: str | Non
             f'<p class="rule">{_e(rule.says)}</p>'
             f'<p class="message">{_e(frame.finding.message)}</p></div>'
         )
+    if safety:
+        parts.append('<div class="sides">')
+        if frame.target is not None:
+            parts.append(_target(frame.target, None, target_name or "target"))
+        else:
+            parts.append(
+                '<div class="side target"><h3>the call</h3>'
+                f'<p class="outcome">{_e(frame.outcome)}</p></div>'
+            )
+        parts.append("</div></section>")
+        return "".join(parts)
     title = "reference: what the spec expects" if frame.target is not None else "reference"
     parts.append(f'<div class="sides"><div class="side reference"><h3>{title}</h3>')
     if frame.number:
@@ -254,7 +278,7 @@ def render(walk: Walk) -> str:
             "</button>"
         )
     steps = "".join(
-        _step(frame, total, walk.frames[i - 1] if i else None, walk.target)
+        _step(frame, total, walk.frames[i - 1] if i else None, walk.target, walk.safety)
         for i, frame in enumerate(walk.frames)
     )
     notes = "".join(f'<p class="note">{_e(note)}</p>' for note in walk.notes)

@@ -128,8 +128,73 @@ _SHAPES: tuple[tuple[re.Pattern[str], Rule | None], ...] = (
 )
 
 
-def rule_of(message: str, op: str = "") -> Rule:
-    """The rule a divergence message of the sessions reports, for a call of ``op``."""
+# --- the safety tier (specs/safety.md): the target alone, no reference --------------------------
+
+S1 = Rule(
+    "no aliasing",
+    "safety S1",
+    "A block held by several tables holds the same data for each: the same position, extra key,"
+    " prefix and tokens. A shared block is copied before it is written.",
+)
+S2 = Rule(
+    "accounting",
+    "safety S2",
+    "On each device the free count is the total minus the distinct blocks the tables hold (and"
+    " the null block): a block is never leaked nor counted free while held.",
+)
+S3 = Rule(
+    "placement",
+    "safety S3",
+    "Every table has a slot for every token, in blocks of its group's device.",
+)
+S4 = Rule(
+    "copy and swap pairs",
+    "safety S4",
+    "Copy-on-write pairs land in the sequence's own new blocks; swap pairs run from the group's"
+    " old blocks to its new ones; no block receives two sources.",
+)
+S5 = Rule(
+    "KV data",
+    "safety S5",
+    "Running the target's pairs and writing each scheduled token, every readable slot holds its"
+    " prefix's KV.",
+)
+S6 = Rule(
+    "typed errors, atomic failures",
+    "safety S6",
+    "A refused call raises a typed error from specs/errors.py; a target that declares itself"
+    " atomic shows no trace of it.",
+)
+S7 = Rule(
+    "can_* answers are promises",
+    "safety S7; invariant I7",
+    "OK promises the action succeeds (with its lookahead slots); NEVER is final, even for an"
+    " empty manager.",
+)
+
+SAFETY = Rule(
+    "the safety tier",
+    "safety",
+    "What every correct allocator guarantees, whatever its policy: no aliasing, exact accounting,"
+    " placement, sound copy and swap pairs, intact KV, typed errors, kept promises.",
+)
+
+_SAFETY_SHAPES: tuple[tuple[re.Pattern[str], Rule], ...] = (
+    (re.compile(r"said (OK|NEVER|yes)|NEVER swap|promised|lookahead slot"), S7),
+    (re.compile(r"untyped|declares itself atomic|which declares"), S6),
+    (re.compile(r"is shared by|held twice|in place while|nobody holds|still hold"), S1),
+    (re.compile(r"free (gpu |cpu )?blocks, but|a block is leaked|counted free"), S2),
+    (re.compile(r"tokens but a table|which is not a \w+ block|cross table|too short"), S3),
+    (re.compile(r"copied into twice|copies into|two sources|do not run from|pairs"), S4),
+    (re.compile(r"\bKV\b"), S5),
+)
+
+
+def rule_of(message: str, op: str = "", safety: bool = False) -> Rule:
+    """The rule a divergence message of the sessions reports, for a call of ``op`` (under the
+    safety tier, ``safety``: the rule of ``specs/safety.md`` it broke)."""
+    if safety:
+        return next((rule for pattern, rule in _SAFETY_SHAPES if pattern.search(message)), SAFETY)
     for pattern, rule in _SHAPES:
         if pattern.search(message):
             return RESULT_RULES.get(op, RESULTS) if rule is None else rule

@@ -82,7 +82,7 @@ def _creation(loaded: Trace) -> str:
 
 
 def reference_frames(loaded: Trace, stale: Verdict | None) -> list[Frame]:
-    reference, refused = trace.create_outcome(loaded.level, loaded.config)
+    reference, refused = trace.create_outcome(loaded.level, loaded.config, loaded.policy)
     start = f"refused: {refused}" if refused else "created"
     frames = [
         Frame(0, "create", start, None if reference is None else picture_of(reference.view()))
@@ -175,7 +175,7 @@ class SideBySide:
         self.targets: list[Any] = []
         self.recorder = Recorder(None)
         self.logged = 0
-        reference, _ = trace.create_outcome(loaded.level, loaded.config)
+        reference, _ = trace.create_outcome(loaded.level, loaded.config, loaded.policy)
         first = None if reference is None else picture_of(reference.view())
         self.frames = [Frame(0, "create", _creation(loaded), first)]
         self.state_before: Any = None if reference is None else reference.state
@@ -229,6 +229,82 @@ class SideBySide:
         return verdict
 
 
+# --- a safety-tier trace: the target alone ------------------------------------------------------
+
+
+def calls_only(loaded: Trace) -> list[Frame]:
+    """A safety trace without a target: the calls, nothing expected of them but the tier."""
+    frames = [Frame(0, "create", "created", None)]
+    for number, op in enumerate(loaded.ops, 1):
+        frames.append(Frame(number, codec.show_call(op.op, op.args), "(no expectation)", None))
+    return frames
+
+
+class TargetAlone:
+    """Replays a safety-tier trace against a target (``trace.replay``, the safety session) and
+    draws what the protocol shows of the target after each step; there is no reference side."""
+
+    def __init__(self, loaded: Trace, factory: Factory) -> None:
+        self.loaded = loaded
+        self.make = factory
+        self.targets: list[Any] = []
+        self.recorder = Recorder(None)
+        self.logged = 0
+        self.frames = [Frame(0, "create", "created", None)]
+
+    def factory(self, config: Any) -> Recorder:
+        self.targets.append(self.make(config))
+        self.recorder = Recorder(self.targets[-1])
+        self.logged = 0
+        return self.recorder
+
+    def watch(self, number: int, session: Any, _: BaseException | None) -> None:
+        op = self.loaded.ops[number - 1]
+        calls = self.recorder.log[self.logged :]
+        theirs = next((text for name, text in calls if name == op.op), "not called")
+        self.logged = len(self.recorder.log)
+        target = self.targets[-1]
+        if self.loaded.level == "pool":
+            free: tuple[FreeCount, ...] = (
+                FreeCount("pool", _count(_ask(target, "num_free_blocks")), None),
+            )
+            side = TargetSide(theirs, free)
+        else:
+            ledger = session.ledger
+            rows = []
+            for seq_id in sorted(ledger.seqs):
+                table = _ask(target, "get_block_table", seq_id)
+                if isinstance(table, list):
+                    rows.append(TargetRow(f"seq {seq_id}", tuple(table), None))
+                else:
+                    rows.append(TargetRow(f"seq {seq_id}", None, None, str(table)))
+            free = tuple(
+                FreeCount(device.name, _count(_ask(target, method)), None)
+                for device, method in (
+                    (Device.GPU, "get_num_free_gpu_blocks"),
+                    (Device.CPU, "get_num_free_cpu_blocks"),
+                )
+            )
+            side = TargetSide(theirs, free, tuple(rows))
+        self.frames.append(
+            Frame(number, codec.show_call(op.op, op.args), theirs, None, target=side)
+        )
+
+    def run(self) -> Verdict:
+        try:
+            verdict = trace.replay(self.loaded, self.factory, watch=self.watch)
+        finally:
+            for target in self.targets:
+                close_target(target)
+        step = verdict.step
+        if not verdict.ok and step is not None and step < len(self.frames):
+            op = self.loaded.ops[step - 1].op if step else ""
+            rule = CREATE if step == 0 else rule_of(verdict.message, op, safety=True)
+            finding = Finding("divergence", rule, verdict.message)
+            self.frames[step] = replace(self.frames[step], finding=finding)
+        return verdict
+
+
 # --- a walk ---------------------------------------------------------------------------------------
 
 
@@ -246,7 +322,10 @@ def walk_trace(
         loaded.level,
         show_config(loaded.config),
         target=target_name if factory is not None else None,
+        safety=loaded.safety,
     )
+    if loaded.safety:
+        return _safety_walk(walk, loaded, factory)
     if factory is None or stale is not None:
         walk.frames = reference_frames(loaded, stale)
         if stale is not None:
@@ -269,5 +348,24 @@ def walk_trace(
         "Block ids on the left are the reference's; where the spec leaves a choice open (which"
         " free block, which of equally old cached blocks) the reference took the target's, so"
         f" that the ids correspond. The target is seen only through the protocol: its {seen}."
+    )
+    return walk
+
+
+def _safety_walk(walk: Walk, loaded: Trace, factory: Factory | None) -> Walk:
+    if factory is None:
+        walk.frames = calls_only(loaded)
+        walk.verdict = f"{len(loaded.ops)} steps of a safety-tier trace"
+        walk.notes.append(
+            "A safety-tier trace expects nothing of any step but what every correct allocator"
+            " guarantees (specs/safety.md): pass --target to replay it against a target."
+        )
+        return walk
+    alone = TargetAlone(loaded, factory)
+    walk.verdict = alone.run().describe()
+    walk.frames = alone.frames
+    walk.notes.append(
+        "Held to the safety tier: there is no reference side, only what the protocol shows of"
+        " the target after each step (block ids are the target's own)."
     )
     return walk
