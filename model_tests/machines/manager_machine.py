@@ -398,7 +398,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         sequences freed), which is what leaves holes below live blocks in a serving engine."""
         view = self.model.view()
         on_gpu = [g for g, group in sorted(view.groups.items()) if group.device is Device.GPU]
-        if on_gpu and data.draw(st.booleans(), label="a request finishes"):
+        finishes = bool(on_gpu) and data.draw(st.booleans(), label="a request finishes")
+        if finishes:
             group_id = data.draw(st.sampled_from(on_gpu), label="finished group")
             for seq_id in self._members(group_id):
                 self.both("free", seq_id)

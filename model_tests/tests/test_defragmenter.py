@@ -234,8 +234,9 @@ def test_bad_ids_are_refused(make: Factory, block: Any, error: type[Exception]) 
     for call in (defrag.resolve, defrag.unresolve, lambda b: defrag.resolve_all([[1, b]])):
         with pytest.raises(error):
             call(block)
+    flat: Any = [1, 2]  # a table, not a list of tables
     with pytest.raises(InvalidArgumentError):
-        defrag.resolve_all([1, 2])
+        defrag.resolve_all(flat)
 
 
 # --- padding -------------------------------------------------------------------------------------
@@ -270,16 +271,17 @@ def _picture() -> tuple[DefragmenterView, DefragmenterView, list[tuple[int, int]
 
 def test_the_state_check_catches_broken_tables() -> None:
     _, after, _ = _picture()
-    tables = {"A": [1, 2], "B": [9, 10, 11]}
+    tables: dict[TableKey, list[int]] = {"A": [1, 2], "B": [9, 10, 11]}
     assert invariants.defragmenter_state(after, tables) == []
     stale = replace(after, backward=tuple(range(12)))
     assert "not inverse" in invariants.defragmenter_state(stale, tables)[0]
     counts = replace(after, ref_counts={**after.ref_counts, 3: 2})
     assert "ref counts" in invariants.defragmenter_state(counts, tables)[0]
-    assert "holds tables" in invariants.defragmenter_state(after, {"A": [1, 2]})[0]
     swapped = (1, 0, *after.forward[2:])
     moved = replace(after, forward=swapped, backward=swapped)
     assert "reserved ids [0]" in invariants.defragmenter_state(moved, tables)[0]
+    del tables["B"]
+    assert "holds tables" in invariants.defragmenter_state(after, tables)[0]
 
 
 def test_the_run_check_catches_wrong_pairs() -> None:
