@@ -1,11 +1,12 @@
 """The online defragmenter of seed 003 over flat arrays (``specs/defragmenter.md``).
 
 Same results as ``reference/defragmenter.py``, step for step. Per physical id a ref count in a
-list; the forward and backward tables as lists; a running count of used ids and a high-water
-mark above the highest used one, lowered lazily, so the trigger costs O(1) amortised. A
-defragmentation walks two cursors towards each other (highest used down, lowest free up) instead
-of sorting every used id, and an update that only appends to a table (the usual decode step)
-touches only the new entries.
+list; the forward and backward tables as lists; a running count of used ids, a high-water mark
+above the highest used id and a low-water mark below the lowest free one, each moved lazily, so
+the trigger costs O(1) amortised and a defragmentation walks two cursors towards each other
+(highest used down, lowest free up) over only the ids between the marks, instead of sorting every
+used id. An update that only appends to a table (the usual decode step) touches only the new
+entries.
 
 The exchanges it returns are physical ids; the caller runs them with
 ``optimized.kernels.swap_blocks_in_place(store, pairs, config.pad_sizes)``.
@@ -38,6 +39,8 @@ class OptimizedDefragmenter:
         self._num_used = 0
         self._high = -1
         """No used id lies above it (it may itself be unused: lowered when asked)."""
+        self._low = 0
+        """No free movable id lies below it (it may itself be used: raised when asked)."""
         self._tables: dict[TableKey, list[BlockId]] = {}
 
     @property
@@ -75,6 +78,8 @@ class OptimizedDefragmenter:
             refs[physical] -= 1
             if refs[physical] == 0:
                 self._num_used -= 1
+                if physical < self._low:
+                    self._low = physical
 
     def update_state(self, changed: object, finished: object) -> None:
         tables, done = check_table_update(self._config, changed, finished, self._tables)
@@ -117,7 +122,7 @@ class OptimizedDefragmenter:
             return []
         refs, movable, cap = self._refs, self._movable, self._config.max_pairs
         pairs: list[Pair] = []
-        low = 0
+        low = self._low
         while len(pairs) < cap:
             while high >= 0 and (refs[high] == 0 or not movable[high]):
                 high -= 1
@@ -127,6 +132,7 @@ class OptimizedDefragmenter:
                 break
             self._exchange(high, low)
             pairs.append((high, low))
+        self._low = low  # every id below it is used or reserved now
         return pairs
 
     def view(self) -> DefragmenterView:
