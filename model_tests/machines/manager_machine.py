@@ -2,8 +2,8 @@
 
 Groups live in a bundle; a step picks the sequences it acts on among a group's live members.
 The configuration (block size, pool sizes, watermark, sliding window, caching) is drawn per run,
-and, where the machine is built with ``defragmenter=True``, whether a defragmenter sits under the
-GPU ids (and its threshold, cap and reserved ids). After every step both managers must look the
+and, in ``DefragmentingManagerLockstep``, whether a defragmenter sits under the GPU ids (and its
+threshold, cap and reserved ids). After every step both managers must look the
 same (exact mode), and invariants I1-I4 of ``specs/invariants.md`` must hold on both devices, I5
 (KV data) on the model and on a target that has tensors; every ``can_*`` answer is held to its
 promise (I7), and a step that raises must leave both unchanged (I6). The two defragmenters (the
@@ -157,8 +157,6 @@ class ManagerLockstep(RuleBasedStateMachine):
     isomorphic: ClassVar[bool] = False
     target_kv: ClassVar[Callable[[ManagerConfig, DefragConfig | None], KVSide] | None] = None
     """The target's KV (its tensors, moved by its kernels), when it has one to check."""
-    defragmenter: ClassVar[bool] = False
-    """Whether a run may draw a defragmenter under the GPU ids of each side's KV."""
     last_run: ClassVar[capture.RunRecord | None] = None
     on_run_end: ClassVar[capture.RunHook | None] = None
     release_target: ClassVar[capture.ReleaseHook | None] = None
@@ -173,8 +171,11 @@ class ManagerLockstep(RuleBasedStateMachine):
         self.pending: capture.Call | None = None
         self.checking_config: ManagerConfig | None = None
 
-    @initialize(config=manager_configs, data=st.data())
-    def create_managers(self, config: ManagerConfig, data: st.DataObject) -> None:
+    @initialize(config=manager_configs)
+    def create_managers(self, config: ManagerConfig, data: st.DataObject | None = None) -> None:
+        """The managers and each side's KV; ``data`` (given only where the machine may draw a
+        defragmenter, so that the oracle's machine draws exactly what it always drew) draws
+        whether a defragmenter sits under the GPU ids."""
         self.model = ReferenceBlockSpaceManager(config)
         self.target = type(self).make_target(config)
         self.session: ManagerSession
@@ -183,7 +184,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         else:
             self.session = ExactManagerSession(self.model, self.target)
         self.defrag: DefragConfig | None = None
-        if type(self).defragmenter:
+        if data is not None:
             self.defrag = data.draw(defrag_configs(config.num_gpu_blocks), label="defragmenter")
         self.model_kv: KVSide = AbstractKV(config, self.defrag)
         make_kv = type(self).target_kv
@@ -292,7 +293,7 @@ class ManagerLockstep(RuleBasedStateMachine):
             if group.device is Device.GPU:
                 self.append_slots(group_id, data)
         if self.defrag is not None:  # an engine defragments once per scheduler iteration
-            self.defragment()
+            self.run_defragmenters()
 
     @rule(group=groups, data=st.data())
     def append_slots(self, group: int, data: st.DataObject) -> None:
@@ -393,7 +394,7 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @precondition(lambda self: getattr(self, "defrag", None) is not None)
     @rule(data=st.data())
-    def end_of_step(self, data: st.DataObject) -> None:
+    def defragment(self, data: st.DataObject) -> None:
         """``defragment()`` at any point; sometimes a request on the GPU finishes first (all its
         sequences freed), which is what leaves holes below live blocks in a serving engine."""
         view = self.model.view()
@@ -403,9 +404,9 @@ class ManagerLockstep(RuleBasedStateMachine):
             group_id = data.draw(st.sampled_from(on_gpu), label="finished group")
             for seq_id in self._members(group_id):
                 self.both("free", seq_id)
-        self.defragment()
+        self.run_defragmenters()
 
-    def defragment(self) -> None:
+    def run_defragmenters(self) -> None:
         """The engine's ``defragment()``: each side's defragmenter decides, remaps and exchanges
         its KV; block ids and tables stay as they are, so every block's KV must still be found
         through ``resolve`` (I5), evictable cached blocks' included."""
@@ -580,6 +581,14 @@ class ManagerLockstep(RuleBasedStateMachine):
             assert not problems, f"{name}: " + "; ".join(problems)
 
 
+class DefragmentingManagerLockstep(ManagerLockstep):
+    """The machine where a run may draw a defragmenter under the GPU ids of each side's KV."""
+
+    @initialize(config=manager_configs, data=st.data())
+    def create_managers(self, config: ManagerConfig, data: st.DataObject | None = None) -> None:
+        super().create_managers(config, data)
+
+
 def manager_lockstep_case(
     factory: Any,
     *,
@@ -593,11 +602,10 @@ def manager_lockstep_case(
     put a defragmenter under each side's GPU ids."""
     return type(
         f"ManagerLockstep_{getattr(factory, '__name__', 'target')}",
-        (ManagerLockstep,),
+        (DefragmentingManagerLockstep if defragmenter else ManagerLockstep,),
         {
             "make_target": staticmethod(factory),
             "isomorphic": isomorphic,
             "target_kv": None if target_kv is None else staticmethod(target_kv),
-            "defragmenter": defragmenter,
         },
     )

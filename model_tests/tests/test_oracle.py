@@ -66,6 +66,8 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 
 def test_independent_manager_passes_the_isomorphic_machine() -> None:
     case = manager_lockstep_case(IndependentManager, isomorphic=True)
+    calls: list[int] = []
+    case.on_run_end = staticmethod(lambda record: calls.append(len(record.calls)))
     run_state_machine_as_test(
         case,
         settings=settings(
@@ -78,7 +80,9 @@ def test_independent_manager_passes_the_isomorphic_machine() -> None:
             suppress_health_check=list(HealthCheck),
         ),
     )
-    assert case.last_run is not None and case.last_run.calls
+    # the runs made calls (any one run, the last included, may be a short one that makes none:
+    # Hypothesis draws from the constants in the project's source, so the stream shifts with it)
+    assert len(calls) >= 25 and sum(calls) > 25
 
 
 def test_independent_manager_passes_pagedkv_check() -> None:
