@@ -53,15 +53,18 @@ def _is_sequence(value: object) -> TypeGuard[Sequence[object]]:
     return isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray)
 
 
+def _check_config_int(config: object, name: str, minimum: int) -> None:
+    value = getattr(config, name)
+    if not _is_int(value) or value < minimum:
+        raise ConfigurationError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
 def check_pool_config(config: PoolConfig) -> None:
     if not isinstance(config, PoolConfig):
         raise ConfigurationError(f"expected a PoolConfig, got {config!r}")
-    if not _is_int(config.num_blocks) or config.num_blocks < 1:
-        raise ConfigurationError(f"num_blocks must be an int >= 1, got {config.num_blocks!r}")
-    if not _is_int(config.block_size) or config.block_size < 1:
-        raise ConfigurationError(f"block_size must be an int >= 1, got {config.block_size!r}")
-    if not _is_int(config.first_id) or config.first_id < 0:
-        raise ConfigurationError(f"first_id must be an int >= 0, got {config.first_id!r}")
+    _check_config_int(config, "num_blocks", 1)
+    _check_config_int(config, "block_size", 1)
+    _check_config_int(config, "first_id", 0)
     if not isinstance(config.enable_caching, bool):
         raise ConfigurationError(f"enable_caching must be a bool, got {config.enable_caching!r}")
 
@@ -141,9 +144,7 @@ def check_manager_config(config: ManagerConfig) -> None:
     if not isinstance(config, ManagerConfig):
         raise ConfigurationError(f"expected a ManagerConfig, got {config!r}")
     for name in ("block_size", "num_gpu_blocks", "num_cpu_blocks"):
-        value = getattr(config, name)
-        if not _is_int(value) or value < 1:
-            raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+        _check_config_int(config, name, 1)
     watermark = config.watermark
     if (
         not isinstance(watermark, int | float)
@@ -308,10 +309,8 @@ def check_on_device(group_id: object, device: Device, expected: Device, action: 
 def check_defrag_config(config: DefragConfig) -> None:
     if not isinstance(config, DefragConfig):
         raise ConfigurationError(f"expected a DefragConfig, got {config!r}")
-    if not _is_int(config.num_blocks) or config.num_blocks < 1:
-        raise ConfigurationError(f"num_blocks must be an int >= 1, got {config.num_blocks!r}")
-    if not _is_int(config.threshold) or config.threshold < 0:
-        raise ConfigurationError(f"threshold must be an int >= 0, got {config.threshold!r}")
+    _check_config_int(config, "num_blocks", 1)
+    _check_config_int(config, "threshold", 0)
     sizes = config.pad_sizes
     if (
         not isinstance(sizes, tuple)

@@ -52,6 +52,16 @@ class KVSide:
         """Where GPU block ``block``'s data sits: its physical id."""
         return block if self.placement is None else self.placement.resolve(block)
 
+    def position(self, device: Device, block: BlockId) -> int:
+        """Where block ``block`` of ``device`` sits in that device's storage."""
+        raise NotImplementedError
+
+    def located(
+        self, pairs: Sequence[tuple[BlockId, BlockId]], source: Device, destination: Device
+    ) -> list[tuple[int, int]]:
+        """A manager's block pairs as the storage positions a kernel moves."""
+        return [(self.position(source, s), self.position(destination, d)) for s, d in pairs]
+
     def update_tables(
         self, changed: Mapping[TableKey, Sequence[BlockId]], finished: Sequence[TableKey]
     ) -> None:
@@ -97,32 +107,27 @@ class AbstractKV(KVSide):
         if self.defrag is not None:
             self.placement = ReferenceDefragmenter(self.defrag)
 
-    def _at(self, device: Device, block: BlockId) -> int:
+    def position(self, device: Device, block: BlockId) -> int:
         return self.gpu_position(block) if device is Device.GPU else block
 
-    def _located(
-        self, pairs: Sequence[tuple[BlockId, BlockId]], source: Device, destination: Device
-    ) -> list[tuple[int, int]]:
-        return [(self._at(source, s), self._at(destination, d)) for s, d in pairs]
-
     def run_copies(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
-        located = self._located(pairs, Device.GPU, Device.GPU)
+        located = self.located(pairs, Device.GPU, Device.GPU)
         size = self.config.block_size
         self.kv = kv_model.copy_blocks(self.kv, located, size, Device.GPU, Device.GPU)
 
     def run_swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
         source = Device.CPU if to is Device.GPU else Device.GPU
-        located = self._located(pairs, source, to)
+        located = self.located(pairs, source, to)
         self.kv = kv_model.copy_blocks(self.kv, located, self.config.block_size, source, to)
 
     def run_exchanges(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
         self.kv = kv_model.exchange_blocks(self.kv, pairs, self.config.block_size, Device.GPU)
 
     def write(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> None:
-        self.kv = kv_model.write(self.kv, (device, self._at(device, block), slot), content)
+        self.kv = kv_model.write(self.kv, (device, self.position(device, block), slot), content)
 
     def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool:
-        return kv_model.read(self.kv, (device, self._at(device, block), slot)) == content
+        return kv_model.read(self.kv, (device, self.position(device, block), slot)) == content
 
 
 @dataclass

@@ -54,23 +54,18 @@ class TorchKV(KVSide):
         if self.defrag is not None:
             self.placement = OptimizedDefragmenter(self.defrag)
 
-    def _where(self, device: Device, block: BlockId) -> int:
+    def position(self, device: Device, block: BlockId) -> int:
         if device is Device.CPU:
             return block - self.config.num_gpu_blocks
         return self.gpu_position(block)
 
-    def _located(
-        self, pairs: Sequence[tuple[BlockId, BlockId]], source: Device, destination: Device
-    ) -> list[tuple[int, int]]:
-        return [(self._where(source, s), self._where(destination, d)) for s, d in pairs]
-
     def run_copies(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
-        located = self._located(pairs, Device.GPU, Device.GPU)
+        located = self.located(pairs, Device.GPU, Device.GPU)
         kernels.copy_blocks(self.stores[Device.GPU], located)
 
     def run_swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
         source = Device.CPU if to is Device.GPU else Device.GPU
-        located = self._located(pairs, source, to)
+        located = self.located(pairs, source, to)
         kernels.swap_blocks(self.stores[source], self.stores[to], located)
 
     def run_exchanges(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
@@ -86,11 +81,11 @@ class TorchKV(KVSide):
 
     def write(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> None:
         keys, values = self._layers(content)
-        self.stores[device].write([(self._where(device, block), slot)], keys, list(values))
+        self.stores[device].write([(self.position(device, block), slot)], keys, list(values))
 
     def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool:
         keys, values = self._layers(content)
-        read = self.stores[device].read([(self._where(device, block), slot)])
+        read = self.stores[device].read([(self.position(device, block), slot)])
         for (k, v), want_k, want_v in zip(read, keys, values, strict=True):
             if v is None or not torch.equal(k, want_k) or not torch.equal(v, want_v):
                 return False
