@@ -263,6 +263,8 @@ def report(run: ServingRun, args: argparse.Namespace, seconds: float) -> None:
     logical = [row[2] for row in figures.timeline if row[1]]
     physical = [row[3] for row in figures.timeline if row[1]]
     used = [row[1] for row in figures.timeline if row[1]]
+    if not used:
+        return
     print_table(
         "over every step with blocks in use",
         ["", "mean", "median", "max"],
@@ -319,15 +321,35 @@ def _summary(values: Sequence[int]) -> list[object]:
     return [round(statistics.mean(values), 1), statistics.median(values), max(values)]
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an int >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "int"  # argparse names the type in its message
+    return parse
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m optimized.defrag_bench", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--steps", type=int, default=4000)
-    parser.add_argument("--blocks", type=int, default=2048)
-    parser.add_argument("--threshold", type=int, default=32)
+    parser.add_argument("--steps", type=at_least(1), default=4000)
+    parser.add_argument("--blocks", type=at_least(2), default=2048)
+    parser.add_argument("--threshold", type=at_least(0), default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads",
+        type=at_least(1),
+        default=None,
+        help="torch CPU threads for the kernel timings (on a loaded machine, 1 keeps every "
+        "parallel region from waiting for a second thread the scheduler has not run yet)",
+    )
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, load average "
         f"{os.getloadavg()[0]:.1f} (other work on the machine skews the kernel figures)"
