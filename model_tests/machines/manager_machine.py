@@ -3,8 +3,8 @@
 Groups live in a bundle; a step picks the sequences it acts on among a group's live members.
 The configuration (block size, pool sizes, watermark, sliding window, caching) is drawn per run,
 and, in ``DefragmentingManagerLockstep``, whether a defragmenter sits under the GPU ids (and its
-threshold, cap and reserved ids). After every step both managers must look the
-same (exact mode), and invariants I1-I4 of ``specs/invariants.md`` must hold on both devices, I5
+threshold, cap and reserved ids). After every step both managers must look the same (exact
+mode), and invariants I1-I4 of ``specs/invariants.md`` must hold on both devices, I5
 (KV data) on the model and on a target that has tensors; every ``can_*`` answer is held to its
 promise (I7), and a step that raises must leave both unchanged (I6). The two defragmenters (the
 pure one under the model's KV, the optimized one under the target's tensors) run in lockstep: the
@@ -173,9 +173,9 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @initialize(config=manager_configs)
     def create_managers(self, config: ManagerConfig, data: st.DataObject | None = None) -> None:
-        """The managers and each side's KV; ``data`` (given only where the machine may draw a
-        defragmenter, so that the oracle's machine draws exactly what it always drew) draws
-        whether a defragmenter sits under the GPU ids."""
+        """The managers and each side's KV; ``data`` draws whether a defragmenter sits under
+        the GPU ids. Only ``DefragmentingManagerLockstep`` passes it: the oracle's machine checks
+        a target's protocol, which has no defragmenter, so it draws nothing for one."""
         self.model = ReferenceBlockSpaceManager(config)
         self.target = type(self).make_target(config)
         self.session: ManagerSession
