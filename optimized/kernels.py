@@ -19,12 +19,14 @@ from typing import NamedTuple, TypeAlias
 import torch
 
 from optimized.kv_store import KVStore
+from specs.defrag_rule import padded_size
 from specs.errors import ForeignBlockError, InvalidArgumentError
+from specs.types import DEFRAG_PAD_SIZES
 
 PairsLike: TypeAlias = torch.Tensor | Sequence[Sequence[int]]
 """``[N, 2]`` int64 CPU tensor, or a sequence of ``(src, dst)`` pairs."""
 
-DEFAULT_PAD_SIZES: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512)
+DEFAULT_PAD_SIZES: tuple[int, ...] = DEFRAG_PAD_SIZES
 
 
 class Run(NamedTuple):
@@ -239,7 +241,7 @@ def padded_batches(
     batches: list[list[tuple[int, int]]] = []
     for start in range(0, len(pairs), largest):
         chunk = list(pairs[start : start + largest])
-        target = next(size for size in sizes if size >= len(chunk))
+        target = padded_size(len(chunk), sizes)
         batches.append(chunk + [chunk[0]] * (target - len(chunk)))
     return batches
 

@@ -6,9 +6,9 @@ lets ``optimized.kernels`` move a run with a single ``copy_``. Indices here are 
 in this store; a pool whose ids start at ``first_id`` subtracts it before calling in.
 
 The model runner's side is ``KVStore.write`` (each token's K and V into its slot, as vLLM's
-``reshape_and_cache`` does; ``specs/slots.py`` says which slot) and ``KVStore.read``. Where a block
-id's data sits in the store is the identity unless a defragmenter moved it: ``StoragePermutation``
-keeps that map and its inverse, and exchanges positions as ``swap_blocks_in_place`` exchanges data.
+``reshape_and_cache`` does; ``specs/slots.py`` says which slot) and ``KVStore.read``. A store
+knows only positions: with a defragmenter (``optimized/defragmenter.py``) a block manager's id is
+resolved to its position before it reaches the store.
 """
 
 from __future__ import annotations
@@ -244,40 +244,3 @@ class KVStore:
             f"head_dim={self._head_dim}, dtype={self._dtype}, device={self._device}, "
             f"mla={self._mla})"
         )
-
-
-class StoragePermutation:
-    """Block id -> position in a ``KVStore`` (``forward``), and position -> block id
-    (``backward``): inverse permutations, the identity until blocks trade places.
-
-    A defragmenter that moves data with ``swap_blocks_in_place`` exchanges positions here in the
-    same pairs, so that every block's data is still found at ``position(block)``.
-    """
-
-    __slots__ = ("backward", "forward")
-
-    def __init__(self, num_blocks: int) -> None:
-        self.forward: list[int] = list(range(num_blocks))
-        self.backward: list[int] = list(range(num_blocks))
-
-    def position(self, block: int) -> int:
-        return self.forward[block]
-
-    def exchange(self, pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-        """Blocks ``a`` and ``b`` trade positions, for each pair in order; returns the pairs of
-        positions the kernel must exchange."""
-        moved = []
-        for a, b in pairs:
-            pa, pb = self.forward[a], self.forward[b]
-            self.forward[a], self.forward[b] = pb, pa
-            self.backward[pa], self.backward[pb] = b, a
-            moved.append((pa, pb))
-        return moved
-
-    def problems(self) -> list[str]:
-        """Invariant I4 of ``specs/invariants.md``: the two tables are inverse permutations."""
-        if sorted(self.forward) != list(range(len(self.forward))) or any(
-            self.backward[p] != b for b, p in enumerate(self.forward)
-        ):
-            return ["the forward and backward storage tables are not inverse permutations"]
-        return []

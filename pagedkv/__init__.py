@@ -22,6 +22,7 @@ from model_tests.oracle.check import CheckResult
 from model_tests.oracle.trace import Trace, Verdict
 from optimized.block_manager import OptimizedBlockSpaceManager
 from optimized.block_pool import OptimizedBlockPool
+from optimized.defragmenter import OptimizedDefragmenter
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from reference.pool_adapter import ReferenceBlockPool
 from specs.content_hash import ROOT, Prefix, block_hash
@@ -45,7 +46,7 @@ from specs.interface import (
     BlockSpaceManager,
     BlockSpaceManagerFactory,
 )
-from specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, PoolConfig
+from specs.types import AllocStatus, DefragConfig, Device, ExtraKey, ManagerConfig, PoolConfig
 
 __version__ = "0.2.0"
 
@@ -58,6 +59,7 @@ __all__ = [
     "BlockSpaceManagerFactory",
     "CheckResult",
     "ConfigurationError",
+    "DefragConfig",
     "Device",
     "DoubleFreeError",
     "DuplicateSequenceError",
@@ -67,6 +69,7 @@ __all__ = [
     "ManagerConfig",
     "OptimizedBlockPool",
     "OptimizedBlockSpaceManager",
+    "OptimizedDefragmenter",
     "OutOfBlocksError",
     "PagedKVError",
     "PoolConfig",

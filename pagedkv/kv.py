@@ -3,7 +3,8 @@
     from pagedkv.kv import KVStore, copy_blocks, swap_blocks, swap_blocks_in_place
 
 ``copy_blocks`` runs ``append_slots``' copy-on-write pairs, ``swap_blocks`` a swap's mapping
-between devices, ``swap_blocks_in_place`` a defragmenter's exchanges.
+between devices, ``swap_blocks_in_place`` a defragmenter's exchanges
+(``pagedkv.OptimizedDefragmenter``, which needs no torch, says which blocks to exchange).
 """
 
 from __future__ import annotations
@@ -16,6 +17,6 @@ if importlib.util.find_spec("torch") is None:
     )
 
 from optimized.kernels import copy_blocks, swap_blocks, swap_blocks_in_place
-from optimized.kv_store import KVStore, StoragePermutation
+from optimized.kv_store import KVStore
 
-__all__ = ["KVStore", "StoragePermutation", "copy_blocks", "swap_blocks", "swap_blocks_in_place"]
+__all__ = ["KVStore", "copy_blocks", "swap_blocks", "swap_blocks_in_place"]

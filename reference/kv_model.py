@@ -2,7 +2,7 @@
 
 No tensors here. A slot holds the token prefix (and extra key) whose last token's K and V a model
 wrote there, or nothing. The kernels become pure functions over this map, so the reference can
-say what every slot must hold after any sequence of copies and swaps, and the tests
+say what every slot must hold after any sequence of copies, swaps and exchanges, and the tests
 can compare that with the bytes in the torch store.
 """
 
@@ -25,7 +25,8 @@ class SlotContent:
 
 
 Slot = tuple[Device, int, int]
-"""(device, block id, slot within the block)."""
+"""(device, block, slot within the block). The block is where the data sits: with a defragmenter
+(``reference/defragmenter.py``), a GPU block's physical id, which the caller resolves."""
 
 KVModel = Map[Slot, SlotContent]
 
@@ -68,4 +69,14 @@ def copy_blocks(
     gathered = [_block(kv, source, s, block_size) for s, _ in pairs]
     for (_, d), contents in zip(pairs, gathered, strict=True):
         kv = _put(kv, destination, d, contents)
+    return kv
+
+
+def exchange_blocks(
+    kv: KVModel, pairs: Sequence[tuple[int, int]], block_size: int, device: Device
+) -> KVModel:
+    """The in-place exchange of defragmentation: each pair's two blocks trade their slots."""
+    for a, b in pairs:
+        first, second = _block(kv, device, a, block_size), _block(kv, device, b, block_size)
+        kv = _put(_put(kv, device, a, second), device, b, first)
     return kv

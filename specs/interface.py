@@ -1,14 +1,17 @@
-"""The block pool interface both implementations satisfy (the mutable face of the reference).
+"""The interfaces both implementations satisfy (the mutable face of the reference): the block
+pool, the block space manager and the defragmenter.
 
-See ``specs/block_pool.md`` for each operation's pre-conditions, post-conditions and errors.
+See ``specs/block_pool.md``, ``specs/block_manager.md`` and ``specs/defragmenter.md`` for each
+operation's pre-conditions, post-conditions and errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
 from specs.content_hash import Prefix
+from specs.defrag_view import DefragmenterView
 from specs.manager_view import ManagerView
 from specs.pool_view import BlockView, PoolView
 from specs.types import (
@@ -17,10 +20,12 @@ from specs.types import (
     BlockHash,
     BlockId,
     CopyPair,
+    DefragConfig,
     Device,
     ExtraKey,
     ManagerConfig,
     PoolConfig,
+    TableKey,
     Token,
 )
 
@@ -139,3 +144,24 @@ class BlockSpaceManager(Protocol):
 
 class BlockSpaceManagerFactory(Protocol):
     def __call__(self, config: ManagerConfig) -> BlockSpaceManager: ...
+
+
+class Defragmenter(Protocol):
+    """A logical -> physical map under one device's block tables (``specs/defragmenter.md``)."""
+
+    @property
+    def config(self) -> DefragConfig: ...
+
+    def update_state(
+        self, changed: Mapping[TableKey, Sequence[BlockId]], finished: Collection[TableKey]
+    ) -> None: ...
+
+    def defragment(self) -> list[CopyPair]: ...
+
+    def resolve(self, block: BlockId) -> BlockId: ...
+
+    def resolve_all(self, tables: Sequence[Sequence[BlockId]]) -> list[list[BlockId]]: ...
+
+    def unresolve(self, physical: BlockId) -> BlockId: ...
+
+    def view(self) -> DefragmenterView: ...

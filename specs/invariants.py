@@ -1,4 +1,5 @@
-"""Invariants I1-I3 of ``specs/invariants.md`` as predicates over a ``PoolView``.
+"""Invariants of ``specs/invariants.md`` as predicates: I1-I3 over a ``PoolView``, the
+defragmenter's part of I4 and I8 over ``DefragmenterView``s.
 
 Each returns the list of violations it found (empty when the invariant holds), so a failing test
 can print all of them at once.
@@ -6,10 +7,13 @@ can print all of them at once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
+from specs import defrag_rule
+from specs.defrag_view import DefragmenterView
 from specs.pool_view import BLANK, PoolView
-from specs.types import BlockId
+from specs.types import BlockId, TableKey
 
 
 def ref_counts(view: PoolView, held: Mapping[BlockId, int]) -> list[str]:
@@ -94,3 +98,77 @@ def hash_index(view: PoolView) -> list[str]:
 def pool_invariants(view: PoolView) -> list[str]:
     """I2 and I3, which need nothing but the pool."""
     return accounting(view) + hash_index(view)
+
+
+def defragmenter_state(
+    view: DefragmenterView, tables: Mapping[TableKey, Sequence[BlockId]]
+) -> list[str]:
+    """I4 for a defragmenter told about ``tables``: the forward and backward tables are inverse
+    permutations, reserved ids map to themselves, it holds exactly those tables, and each
+    physical id's ref count is the references they hold on it through ``forward``."""
+    problems = []
+    ids = range(view.config.num_blocks)
+    if sorted(view.forward) != list(ids) or sorted(view.backward) != list(ids):
+        problems.append("the forward or backward table is not a permutation of the ids")
+    elif any(view.backward[physical] != logical for logical, physical in enumerate(view.forward)):
+        problems.append("the forward and backward tables are not inverse permutations")
+    moved = [b for b in sorted(view.config.reserved) if view.forward[b] != b]
+    if moved:
+        problems.append(f"reserved ids {moved} have moved")
+    held = {key: tuple(table) for key, table in tables.items()}
+    if dict(view.tables) != held:
+        problems.append(
+            f"the defragmenter holds tables {dict(view.tables)}, the caller's are {held}"
+        )
+    if not problems:
+        expected = Counter(view.forward[b] for table in held.values() for b in table)
+        if dict(view.ref_counts) != dict(expected):
+            problems.append(
+                f"ref counts {dict(sorted(view.ref_counts.items()))}, the tables hold"
+                f" {dict(sorted(expected.items()))}"
+            )
+    return problems
+
+
+def defragmentation(
+    before: DefragmenterView, after: DefragmenterView, pairs: Sequence[tuple[BlockId, BlockId]]
+) -> list[str]:
+    """I8: one ``defragment()``. It acts exactly when the trigger says; each pair moves a used
+    block down into a free id (neither reserved, no id in two pairs); the used ids end
+    ``compacted`` with ``minimum_exchanges`` pairs; each logical id's data follows its pair."""
+    config = before.config
+    used = before.used
+    if not defrag_rule.triggered(config, used):
+        if pairs or after != before:
+            return [
+                f"not triggered (max used {max(used, default=None)}, {len(used)} used), yet it"
+                f" exchanged {list(pairs)}"
+            ]
+        return []
+    problems = []
+    seen: set[BlockId] = set()
+    for source, destination in pairs:
+        if source not in used or source in config.reserved:
+            problems.append(f"pair ({source}, {destination}): {source} is not a movable used id")
+        if destination in used or destination in config.reserved:
+            problems.append(f"pair ({source}, {destination}): {destination} is not a free id")
+        if destination >= source:
+            problems.append(f"pair ({source}, {destination}) moves a used block upward")
+        if source in seen or destination in seen:
+            problems.append(f"pair ({source}, {destination}) reuses an id of an earlier pair")
+        seen.update((source, destination))
+    wanted = defrag_rule.minimum_exchanges(config, used)
+    if len(pairs) != wanted:
+        problems.append(f"{len(pairs)} exchanges, the minimum that compacts is {wanted}")
+    if after.used != defrag_rule.compacted(config, used):
+        problems.append(
+            f"used ids {sorted(after.used)} after, as compact as the cap allows is"
+            f" {sorted(defrag_rule.compacted(config, used))}"
+        )
+    moved = dict(pairs) | {d: s for s, d in pairs}
+    expected_backward = tuple(before.backward[moved.get(p, p)] for p in range(config.num_blocks))
+    if after.backward != expected_backward:
+        problems.append(f"backward table {after.backward}, the pairs give {expected_backward}")
+    if after.tables != before.tables:
+        problems.append("a defragmentation changed the tables it was told about")
+    return problems

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -97,3 +98,32 @@ class ManagerConfig:
         return PoolConfig(
             self.num_cpu_blocks, self.block_size, self.enable_caching, self.num_gpu_blocks
         )
+
+
+DEFRAG_THRESHOLD: int = 32
+"""The default slack before a defragmenter acts (seed 003's ``VLLM_DEFRAG_THRESHOLD``)."""
+
+DEFRAG_PAD_SIZES: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512)
+"""The batch sizes an exchange is padded to; the largest caps the pairs of one defragmentation."""
+
+TableKey: TypeAlias = Hashable
+"""Whose block table the defragmenter is told about: a request, a sequence, a cross table."""
+
+
+@dataclass(frozen=True, slots=True)
+class DefragConfig:
+    """A defragmenter over the ids ``0 .. num_blocks - 1`` of one device (``defragmenter.md``).
+
+    ``reserved`` ids never move, in either direction: block 0 (the null block, or an engine's
+    padding block) by default.
+    """
+
+    num_blocks: int
+    threshold: int = DEFRAG_THRESHOLD
+    pad_sizes: tuple[int, ...] = DEFRAG_PAD_SIZES
+    reserved: frozenset[BlockId] = frozenset({0})
+
+    @property
+    def max_pairs(self) -> int:
+        """The cap on one defragmentation's exchanges: the largest padded batch."""
+        return max(self.pad_sizes)

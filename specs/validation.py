@@ -8,7 +8,7 @@ order of the checks and their messages are written once, here, for every impleme
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence, Set
 from typing import NamedTuple, TypeGuard, TypeVar
 
 from specs.content_hash import Prefix
@@ -26,10 +26,12 @@ from specs.types import (
     MAX_TOKEN,
     BlockHash,
     BlockId,
+    DefragConfig,
     Device,
     ExtraKey,
     ManagerConfig,
     PoolConfig,
+    TableKey,
     Token,
     is_time,
 )
@@ -87,17 +89,20 @@ def check_config_bounds(config: object) -> None:
         _check_bound(name, getattr(config, name, None))
 
 
+def _check_config_int(config: object, name: str, minimum: int) -> None:
+    value = getattr(config, name)
+    if not _is_int(value) or value < minimum:
+        raise ConfigurationError(f"{name} must be an int >= {minimum}, got {value!r}")
+    if name in CONFIG_BOUNDS:
+        _check_bound(name, value)
+
+
 def check_pool_config(config: PoolConfig) -> None:
     if not isinstance(config, PoolConfig):
         raise ConfigurationError(f"expected a PoolConfig, got {config!r}")
-    if not _is_int(config.num_blocks) or config.num_blocks < 1:
-        raise ConfigurationError(f"num_blocks must be an int >= 1, got {config.num_blocks!r}")
-    _check_bound("num_blocks", config.num_blocks)
-    if not _is_int(config.block_size) or config.block_size < 1:
-        raise ConfigurationError(f"block_size must be an int >= 1, got {config.block_size!r}")
-    _check_bound("block_size", config.block_size)
-    if not _is_int(config.first_id) or config.first_id < 0:
-        raise ConfigurationError(f"first_id must be an int >= 0, got {config.first_id!r}")
+    _check_config_int(config, "num_blocks", 1)
+    _check_config_int(config, "block_size", 1)
+    _check_config_int(config, "first_id", 0)
     if not isinstance(config.enable_caching, bool):
         raise ConfigurationError(f"enable_caching must be a bool, got {config.enable_caching!r}")
 
@@ -177,10 +182,7 @@ def check_manager_config(config: ManagerConfig) -> None:
     if not isinstance(config, ManagerConfig):
         raise ConfigurationError(f"expected a ManagerConfig, got {config!r}")
     for name in ("block_size", "num_gpu_blocks", "num_cpu_blocks"):
-        value = getattr(config, name)
-        if not _is_int(value) or value < 1:
-            raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
-        _check_bound(name, value)
+        _check_config_int(config, name, 1)
     watermark = config.watermark
     if (
         not isinstance(watermark, int | float)
@@ -345,3 +347,76 @@ def check_on_device(group_id: object, device: Device, expected: Device, action: 
         raise SequenceStateError(
             f"cannot {action} group {group_id}: its blocks are on the {device.value}"
         )
+
+
+# --- the defragmenter ---------------------------------------------------------------------------
+
+
+def check_defrag_config(config: DefragConfig) -> None:
+    if not isinstance(config, DefragConfig):
+        raise ConfigurationError(f"expected a DefragConfig, got {config!r}")
+    _check_config_int(config, "num_blocks", 1)
+    _check_config_int(config, "threshold", 0)
+    sizes = config.pad_sizes
+    if (
+        not isinstance(sizes, tuple)
+        or not sizes
+        or not all(_is_int(s) and s >= 1 for s in sizes)
+        or list(sizes) != sorted(set(sizes))
+    ):
+        raise ConfigurationError(
+            f"pad_sizes must be a non-empty increasing tuple of ints >= 1, got {sizes!r}"
+        )
+    reserved = config.reserved
+    if not isinstance(reserved, frozenset) or not all(
+        _is_int(b) and 0 <= b < config.num_blocks for b in reserved
+    ):
+        raise ConfigurationError(
+            f"reserved must be a frozenset of ids in 0..{config.num_blocks - 1}, got {reserved!r}"
+        )
+
+
+def check_defrag_id(config: DefragConfig, block: object, kind: str = "block") -> BlockId:
+    """A logical or physical id of the defragmented device: an int in ``0 .. num_blocks - 1``."""
+    if not _is_int(block):
+        raise InvalidArgumentError(f"{kind} id must be an int, got {block!r}")
+    assert isinstance(block, int)
+    if not 0 <= block < config.num_blocks:
+        raise ForeignBlockError(
+            f"{kind} {block} is not on the defragmented device (ids 0..{config.num_blocks - 1})"
+        )
+    return block
+
+
+def check_defrag_table(config: DefragConfig, table: object) -> list[BlockId]:
+    if not _is_sequence(table):
+        raise InvalidArgumentError(f"expected a block table (a sequence of ids), got {table!r}")
+    return [check_defrag_id(config, block, "logical block") for block in table]
+
+
+def check_defrag_tables(config: DefragConfig, tables: object) -> list[list[BlockId]]:
+    if not _is_sequence(tables):
+        raise InvalidArgumentError(f"expected a sequence of block tables, got {tables!r}")
+    return [check_defrag_table(config, table) for table in tables]
+
+
+def check_table_update(
+    config: DefragConfig, changed: object, finished: object, known: Collection[TableKey]
+) -> tuple[dict[TableKey, list[BlockId]], list[TableKey]]:
+    """``update_state``'s checks, in order: ``changed`` maps keys to tables of valid ids;
+    ``finished`` lists known keys, each once, none of them also in ``changed``."""
+    if not isinstance(changed, Mapping):
+        raise InvalidArgumentError(f"changed must map table keys to block tables, got {changed!r}")
+    tables = {key: check_defrag_table(config, table) for key, table in changed.items()}
+    if not _is_sequence(finished) and not isinstance(finished, Set):
+        raise InvalidArgumentError(f"finished must be a collection of table keys, got {finished!r}")
+    done: dict[TableKey, None] = {}
+    for key in finished:
+        if not isinstance(key, Hashable):
+            raise InvalidArgumentError(f"a table key must be hashable, got {key!r}")
+        if key in tables:
+            raise InvalidArgumentError(f"table {key!r} is both changed and finished")
+        if key not in known or key in done:
+            raise UnknownSequenceError(f"table {key!r} is not known to the defragmenter")
+        done[key] = None
+    return tables, list(done)

@@ -8,21 +8,25 @@ swap mappings the manager returned, then has the stand-in model write K and V fo
 scheduled token whose block is not already computed, through the slot mapping of
 ``specs/slots.py``. K and V are a deterministic function of the token prefix (and extra key), so
 the check can say what every slot must hold: every live sequence's KV, read through its block
-table, and every evictable cached block's KV. This file imports no torch.
+table, and every evictable cached block's KV. With a defragmenter, every GPU id is resolved
+through it first, on both sides. This file imports no torch.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reference import kv_model
+from reference.defrag_adapter import ReferenceDefragmenter
 from reference.kv_model import KVModel, SlotContent
 from specs.content_hash import ROOT, encode_block
+from specs.defrag_view import DefragmenterView
+from specs.interface import Defragmenter
 from specs.manager_view import ManagerView
 from specs.slots import slot_of
-from specs.types import BlockId, Device, ExtraKey, ManagerConfig, Token
+from specs.types import BlockId, DefragConfig, Device, ExtraKey, ManagerConfig, TableKey, Token
 
 CROSS = "cross-attention"
 
@@ -36,9 +40,44 @@ def kv_values(content: SlotContent) -> tuple[float, float]:
 @dataclass
 class KVSide:
     """One side's KV. Blocks are named by the manager's ids; ``run_*`` are the engine's kernel
-    calls, ``write`` the model's, ``holds`` the check's question."""
+    calls, ``write`` the model's, ``holds`` the check's question. With a ``defrag`` configuration
+    the side keeps a defragmenter (``placement``) under the GPU ids, and every GPU id is resolved
+    through it before a kernel or the model touches it (``specs/defragmenter.md`` §5)."""
 
     config: ManagerConfig
+    defrag: DefragConfig | None = None
+    placement: Defragmenter | None = field(init=False, default=None)
+
+    def gpu_position(self, block: BlockId) -> int:
+        """Where GPU block ``block``'s data sits: its physical id."""
+        return block if self.placement is None else self.placement.resolve(block)
+
+    def position(self, device: Device, block: BlockId) -> int:
+        """Where block ``block`` of ``device`` sits in that device's storage."""
+        raise NotImplementedError
+
+    def located(
+        self, pairs: Sequence[tuple[BlockId, BlockId]], source: Device, destination: Device
+    ) -> list[tuple[int, int]]:
+        """A manager's block pairs as the storage positions a kernel moves."""
+        return [(self.position(source, s), self.position(destination, d)) for s, d in pairs]
+
+    def update_tables(
+        self, changed: Mapping[TableKey, Sequence[BlockId]], finished: Sequence[TableKey]
+    ) -> None:
+        """The engine tells the defragmenter which GPU tables changed and which are gone."""
+        assert self.placement is not None
+        self.placement.update_state(changed, finished)
+
+    def defragment(self) -> list[tuple[BlockId, BlockId]]:
+        """The engine's ``defragment()`` and the exchange of its pairs; returns the pairs."""
+        assert self.placement is not None
+        pairs = self.placement.defragment()
+        self.run_exchanges(pairs)
+        return pairs
+
+    def defrag_view(self) -> DefragmenterView | None:
+        return None if self.placement is None else self.placement.view()
 
     def run_copies(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
         raise NotImplementedError
@@ -46,8 +85,8 @@ class KVSide:
     def run_swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
         raise NotImplementedError
 
-    def defragment(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
-        """Blocks trade storage in place; through their ids nothing may change."""
+    def run_exchanges(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+        """A defragmentation's exchanges, in physical ids."""
         raise NotImplementedError
 
     def write(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> None:
@@ -55,35 +94,40 @@ class KVSide:
 
     def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool:
         raise NotImplementedError
-
-    def problems(self) -> list[str]:
-        """Anything wrong with the side's own bookkeeping (its storage tables)."""
-        return []
 
 
 @dataclass
 class AbstractKV(KVSide):
-    """The reference's side: ``reference.kv_model`` keyed by block id. Storage positions are not
-    modelled, so a defragmentation is nothing here: that is what it must look like from outside."""
+    """The reference's side: ``reference.kv_model`` keyed by where the data sits, placed by the
+    reference defragmenter when there is one, so the model's KV is checked through it too."""
 
     kv: KVModel = kv_model.EMPTY
 
+    def __post_init__(self) -> None:
+        if self.defrag is not None:
+            self.placement = ReferenceDefragmenter(self.defrag)
+
+    def position(self, device: Device, block: BlockId) -> int:
+        return self.gpu_position(block) if device is Device.GPU else block
+
     def run_copies(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+        located = self.located(pairs, Device.GPU, Device.GPU)
         size = self.config.block_size
-        self.kv = kv_model.copy_blocks(self.kv, pairs, size, Device.GPU, Device.GPU)
+        self.kv = kv_model.copy_blocks(self.kv, located, size, Device.GPU, Device.GPU)
 
     def run_swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
         source = Device.CPU if to is Device.GPU else Device.GPU
-        self.kv = kv_model.copy_blocks(self.kv, pairs, self.config.block_size, source, to)
+        located = self.located(pairs, source, to)
+        self.kv = kv_model.copy_blocks(self.kv, located, self.config.block_size, source, to)
 
-    def defragment(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
-        del pairs
+    def run_exchanges(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+        self.kv = kv_model.exchange_blocks(self.kv, pairs, self.config.block_size, Device.GPU)
 
     def write(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> None:
-        self.kv = kv_model.write(self.kv, (device, block, slot), content)
+        self.kv = kv_model.write(self.kv, (device, self.position(device, block), slot), content)
 
     def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool:
-        return kv_model.read(self.kv, (device, block, slot)) == content
+        return kv_model.read(self.kv, (device, self.position(device, block), slot)) == content
 
 
 @dataclass
@@ -141,7 +185,7 @@ class CachedPrefixes:
 
 def kv_problems(side: KVSide, view: ManagerView, prefixes: CachedPrefixes) -> list[str]:
     """Invariant I5 on one side: live sequences, cross tables and evictable cached blocks."""
-    problems = side.problems()
+    problems = []
     size = view.config.block_size
     for seq_id, seq in view.seqs.items():
         group = view.groups[seq.group_id]
@@ -179,3 +223,31 @@ def kv_problems(side: KVSide, view: ManagerView, prefixes: CachedPrefixes) -> li
                     problems.append(f"evictable {device.value} block {block} lost its cached KV")
                     break
     return problems
+
+
+def gpu_tables(view: ManagerView) -> dict[TableKey, tuple[BlockId, ...]]:
+    """The tables an engine hands the model for groups on the GPU, as the defragmenter is told
+    of them: each sequence's (null and lookahead entries included) and each cross table."""
+    tables: dict[TableKey, tuple[BlockId, ...]] = {}
+    for seq_id, seq in view.seqs.items():
+        if view.groups[seq.group_id].device is Device.GPU:
+            tables[("seq", seq_id)] = seq.blocks
+    for group_id, group in view.groups.items():
+        if group.device is Device.GPU and group.cross_blocks:
+            tables[("cross", group_id)] = group.cross_blocks
+    return tables
+
+
+def table_changes(
+    held: Mapping[TableKey, Sequence[BlockId]], tables: Mapping[TableKey, Sequence[BlockId]]
+) -> tuple[dict[TableKey, tuple[BlockId, ...]], list[TableKey]]:
+    """``update_state``'s arguments that bring a defragmenter holding ``held`` to ``tables``:
+    what an engine passes after a scheduler step (new or changed tables; finished or swapped-out
+    ones)."""
+    changed = {
+        key: tuple(table)
+        for key, table in tables.items()
+        if key not in held or tuple(held[key]) != tuple(table)
+    }
+    finished = [key for key in held if key not in tables]
+    return changed, finished

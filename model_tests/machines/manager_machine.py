@@ -1,11 +1,14 @@
 """The block space manager lockstep machine: the reference and an implementation, step by step.
 
 Groups live in a bundle; a step picks the sequences it acts on among a group's live members.
-The configuration (block size, pool sizes, watermark, sliding window, caching) is drawn per run.
-After every step both managers must look the same (exact mode), and invariants I1-I4 of
-``specs/invariants.md`` must hold on both devices, I5 (KV data) on the model and on a target that
-has tensors; every ``can_*`` answer is held to its promise (I7), and a step that raises must leave
-both unchanged (I6).
+The configuration (block size, pool sizes, watermark, sliding window, caching) is drawn per run,
+and, in ``DefragmentingManagerLockstep``, whether a defragmenter sits under the GPU ids (and its
+threshold, cap and reserved ids). After every step both managers must look the same (exact
+mode), and invariants I1-I4 of ``specs/invariants.md`` must hold on both devices, I5
+(KV data) on the model and on a target that has tensors; every ``can_*`` answer is held to its
+promise (I7), and a step that raises must leave both unchanged (I6). The two defragmenters (the
+pure one under the model's KV, the optimized one under the target's tensors) run in lockstep: the
+same pairs, the same state, I4 after every step and I8 after every ``defragment()``.
 """
 
 from __future__ import annotations
@@ -35,14 +38,31 @@ from model_tests.lockstep.manager_session import (
     ManagerSession,
 )
 from model_tests.lockstep.safety_session import SafetySession
-from model_tests.machines.kv_harness import AbstractKV, CachedPrefixes, KVSide, Writer, kv_problems
+from model_tests.machines.kv_harness import (
+    AbstractKV,
+    CachedPrefixes,
+    KVSide,
+    Writer,
+    gpu_tables,
+    kv_problems,
+    table_changes,
+)
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from specs import invariants
 from specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
 from specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
 from specs.manager_view import ManagerView
 from specs.policy import PAGEDKV, Policy
-from specs.types import AllocStatus, BlockId, Device, ExtraKey, ManagerConfig, Token
+from specs.types import (
+    DEFRAG_PAD_SIZES,
+    AllocStatus,
+    BlockId,
+    DefragConfig,
+    Device,
+    ExtraKey,
+    ManagerConfig,
+    Token,
+)
 
 TEMPLATE: tuple[Token, ...] = (3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8)
 EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=2), ExtraKey(cache_salt="s"))
@@ -56,6 +76,23 @@ manager_configs = st.builds(
     sliding_window=st.sampled_from([None, None, 1, 2, 3, 5]),
     enable_caching=st.booleans(),
 )
+
+TABLE_CHANGING = frozenset({"allocate", "append_slots", "fork", "free", "swap_out", "swap_in"})
+"""The manager calls after which the engine tells the defragmenter of changed tables."""
+
+
+def defrag_configs(num_gpu_blocks: int) -> st.SearchStrategy[DefragConfig | None]:
+    """No defragmenter (a quarter of runs), or one with small thresholds and caps (the pools here
+    are small, so the seed's cap of 512 pairs would never bind), or the seed's buckets."""
+    small = st.builds(
+        DefragConfig,
+        num_blocks=st.just(num_gpu_blocks),
+        threshold=st.sampled_from([0, 0, 0, 1, 2]),
+        pad_sizes=st.sampled_from([(1,), (1, 2), (2, 4), (1, 2, 3, 4, 5, 6)]),
+        reserved=st.sampled_from([frozenset({0}), frozenset({0}), frozenset(), frozenset({0, 1})]),
+    )
+    seeds = st.just(DefragConfig(num_gpu_blocks, 0, DEFRAG_PAD_SIZES))
+    return st.one_of(st.none(), small, small, seeds)
 
 
 def held_references(view: ManagerView, device: Device) -> Counter[BlockId]:
@@ -135,7 +172,7 @@ class ManagerLockstep(RuleBasedStateMachine):
     make_target: ClassVar[BlockSpaceManagerFactory]
     mode: ClassVar[Mode] = "exact"
     policy: ClassVar[Policy] = PAGEDKV
-    target_kv: ClassVar[Callable[[ManagerConfig], KVSide] | None] = None
+    target_kv: ClassVar[Callable[[ManagerConfig, DefragConfig | None], KVSide] | None] = None
     """The target's KV (its tensors, moved by its kernels), when it has one to check."""
     last_run: ClassVar[capture.RunRecord | None] = None
     on_run_end: ClassVar[capture.RunHook | None] = None
@@ -154,7 +191,10 @@ class ManagerLockstep(RuleBasedStateMachine):
         self.ending_error: Any = None
 
     @initialize(config=manager_configs)
-    def create_managers(self, config: ManagerConfig) -> None:
+    def create_managers(self, config: ManagerConfig, data: st.DataObject | None = None) -> None:
+        """The managers and each side's KV; ``data`` draws whether a defragmenter sits under
+        the GPU ids. Only ``DefragmentingManagerLockstep`` passes it: the oracle's machine checks
+        a target's protocol, which has no defragmenter, so it draws nothing for one."""
         self.target = capture.build_target(self, config)
         self.config = config
         self.session: ManagerSession
@@ -166,11 +206,15 @@ class ManagerLockstep(RuleBasedStateMachine):
                 self.session = IsomorphicManagerSession(self.model, self.target)
             else:
                 self.session = ExactManagerSession(self.model, self.target)
-        self.model_kv: KVSide = AbstractKV(config)
+        self.defrag: DefragConfig | None = None
+        if data is not None and self.model is not None:
+            self.defrag = data.draw(defrag_configs(config.num_gpu_blocks), label="defragmenter")
+        self.model_kv: KVSide = AbstractKV(config, self.defrag)
         make_kv = type(self).target_kv
-        self.target_side: KVSide | None = None if make_kv is None else make_kv(config)
+        self.target_side: KVSide | None = None if make_kv is None else make_kv(config, self.defrag)
         self.prefixes = CachedPrefixes()
         event(f"config: caching={config.enable_caching}, window={config.sliding_window}")
+        event(f"config: defragmenter {'off' if self.defrag is None else 'on'}")
 
     @property
     def ledger(self) -> Ledger:
@@ -196,10 +240,22 @@ class ManagerLockstep(RuleBasedStateMachine):
         if self.session.ended:
             event("outcome: run ended by a call that failed midway")
             self.ending_error = outcome
+        elif self.defrag is not None and method in TABLE_CHANGING:
+            self.tell_defragmenters()
         return outcome
 
     def model_view(self) -> ManagerView | None:
         return None if self.model is None else self.model.view()
+
+    def tell_defragmenters(self) -> None:
+        """The engine's ``update_state``: the GPU tables that changed, and those that are gone."""
+        assert self.model is not None
+        held = self.model_kv.defrag_view()
+        assert held is not None
+        changed, finished = table_changes(held.tables, gpu_tables(self.model.view()))
+        if changed or finished:
+            for side in self.kv_sides():
+                side.update_tables(changed, finished)
 
     def sides(self) -> list[tuple[KVSide, ManagerView]]:
         """Each side's KV with the tables that place it (the target's, in exact mode)."""
@@ -298,6 +354,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         for group_id, group in sorted(self.ledger.groups.items()):
             if group.device is Device.GPU:
                 self.append_slots(group_id, data)
+        if self.defrag is not None:  # an engine defragments once per scheduler iteration
+            self.run_defragmenters()
 
     @rule(group=groups, data=st.data())
     def append_slots(self, group: int, data: st.DataObject) -> None:
@@ -402,19 +460,45 @@ class ManagerLockstep(RuleBasedStateMachine):
                 f"can_swap_in said OK with {lookahead} lookahead slots, then {result!r}"
             )
 
-    @precondition(lambda self: type(self).target_kv is not None)  # it moves the target's tensors
+    @precondition(lambda self: getattr(self, "defrag", None) is not None)
     @rule(data=st.data())
     def defragment(self, data: st.DataObject) -> None:
-        """Blocks trade storage by in-place exchange; block ids and tables stay as they are, so
-        every block's KV must still be found through the storage tables. A free block may
-        still hold cached KV, so a one-way copy would lose it."""
-        ids = list(range(self.config.num_gpu_blocks))
-        order = data.draw(st.permutations(ids), label="pairing")
-        count = data.draw(st.integers(1, max(1, len(ids) // 2)), label="pairs")
-        pairs = [(order[2 * i], order[2 * i + 1]) for i in range(min(count, len(ids) // 2))]
-        for side in self.kv_sides():
-            side.defragment(pairs)
-        event("outcome: defragmented")
+        """``defragment()`` at any point; sometimes a request on the GPU finishes first (all its
+        sequences freed), which is what leaves holes below live blocks in a serving engine."""
+        assert self.model is not None
+        view = self.model.view()
+        on_gpu = [g for g, group in sorted(view.groups.items()) if group.device is Device.GPU]
+        finishes = bool(on_gpu) and data.draw(st.booleans(), label="a request finishes")
+        if finishes:
+            group_id = data.draw(st.sampled_from(on_gpu), label="finished group")
+            for seq_id in self.ledger.members(group_id):
+                self.both("free", seq_id)
+        self.run_defragmenters()
+
+    def run_defragmenters(self) -> None:
+        """The engine's ``defragment()``: each side's defragmenter decides, remaps and exchanges
+        its KV; block ids and tables stay as they are, so every block's KV must still be found
+        through ``resolve`` (I5), evictable cached blocks' included."""
+        event("rule: defragment")
+        outcomes = []
+        for name, side in zip(("model", "target"), self.kv_sides(), strict=False):
+            before = side.defrag_view()
+            pairs = side.defragment()
+            after = side.defrag_view()
+            assert before is not None and after is not None
+            problems = invariants.defragmentation(before, after, pairs)
+            assert not problems, f"{name} defragmenter: " + "; ".join(problems)
+            outcomes.append((pairs, after))
+        pairs, after = outcomes[0]
+        for pairs_other, after_other in outcomes[1:]:
+            assert pairs_other == pairs, f"target exchanged {pairs_other}, the model {pairs}"
+            assert after_other == after, "the target's defragmenter differs from the model's"
+        event(f"outcome: defragmented, {'some' if pairs else 'no'} exchanges")
+        assert self.model is not None
+        evictable = self.model.view().gpu.evictable
+        if any(after.backward[used] in evictable for used, _ in pairs):
+            # the logical block that sat at the free id now sits where the used one was
+            event("outcome: an evictable cached block's KV exchanged away")
 
     # --- marks and queries --------------------------------------------------------------------
 
@@ -545,6 +629,22 @@ class ManagerLockstep(RuleBasedStateMachine):
             assert not problems, f"{name} KV: " + "; ".join(problems)
 
     @invariant()
+    def defragmenters_agree(self) -> None:
+        """I4 for each side's defragmenter: inverse tables, reserved ids in place, ref counts as
+        the GPU tables hold; and the target's equals the model's (exact mode)."""
+        if getattr(self, "defrag", None) is None or self.model is None:
+            return
+        tables = gpu_tables(self.model.view())
+        views = []
+        for name, side in zip(("model", "target"), self.kv_sides(), strict=False):
+            view = side.defrag_view()
+            assert view is not None
+            problems = invariants.defragmenter_state(view, tables)
+            assert not problems, f"{name} defragmenter: " + "; ".join(problems)
+            views.append(view)
+        assert all(view == views[0] for view in views), "the defragmenters differ"
+
+    @invariant()
     def invariants_hold(self) -> None:
         if self.model is None:
             return
@@ -561,20 +661,30 @@ class ManagerLockstep(RuleBasedStateMachine):
             assert not problems, f"{name}: " + "; ".join(problems)
 
 
+class DefragmentingManagerLockstep(ManagerLockstep):
+    """The machine where a run may draw a defragmenter under the GPU ids of each side's KV."""
+
+    @initialize(config=manager_configs, data=st.data())
+    def create_managers(self, config: ManagerConfig, data: st.DataObject | None = None) -> None:
+        super().create_managers(config, data)
+
+
 def manager_lockstep_case(
     factory: Any,
     *,
     mode: Mode = "exact",
     policy: Policy = PAGEDKV,
-    target_kv: Callable[[ManagerConfig], KVSide] | None = None,
+    target_kv: Callable[[ManagerConfig, DefragConfig | None], KVSide] | None = None,
+    defragmenter: bool = False,
 ) -> type[ManagerLockstep]:
     """A machine class checking ``factory``'s managers: against the reference under ``policy``
     in exact mode (same ids and state) or isomorphic mode (ids through a bijection, the protocol
     only), or against the safety tier alone (``mode="safety"``); with ``target_kv``, the target's
-    KV data is checked too."""
+    KV data is checked too; with ``defragmenter``, a run may put a defragmenter under each side's
+    GPU ids."""
     return type(
         f"ManagerLockstep_{getattr(factory, '__name__', 'target')}",
-        (ManagerLockstep,),
+        (DefragmentingManagerLockstep if defragmenter else ManagerLockstep,),
         {
             "make_target": staticmethod(factory),
             "mode": mode,

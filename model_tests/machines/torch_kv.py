@@ -1,6 +1,6 @@
 """The torch side of the KV harness: stores on the accelerator (or the CPU) and the CPU, moved by
-``optimized.kernels`` and written through ``KVStore.write``, with GPU blocks placed through a
-``StoragePermutation`` that a defragmentation step changes with in-place exchanges (seed 003).
+``optimized.kernels`` and written through ``KVStore.write``, with GPU blocks placed by an
+``OptimizedDefragmenter`` (seed 003) whose exchanges ``swap_blocks_in_place`` runs.
 
 Only a machine whose target has tensors (exact mode against ``optimized/``) uses this file; it
 is the one place of the machines that imports torch.
@@ -15,7 +15,8 @@ import torch
 
 from model_tests.machines.kv_harness import KVSide, kv_values
 from optimized import kernels
-from optimized.kv_store import KVStore, StoragePermutation
+from optimized.defragmenter import OptimizedDefragmenter
+from optimized.kv_store import KVStore
 from reference.kv_model import SlotContent
 from specs.types import BlockId, Device
 
@@ -34,7 +35,6 @@ class TorchKV(KVSide):
     """float32 stores; K of layer ``l`` is ``k + l`` and V is ``v + l`` for ``kv_values``."""
 
     stores: dict[Device, KVStore] = field(init=False)
-    placement: StoragePermutation = field(init=False)
 
     def __post_init__(self) -> None:
         sizes = {Device.GPU: self.config.num_gpu_blocks, Device.CPU: self.config.num_cpu_blocks}
@@ -51,29 +51,26 @@ class TorchKV(KVSide):
             )
             for device in Device
         }
-        self.placement = StoragePermutation(self.config.num_gpu_blocks)
+        if self.defrag is not None:
+            self.placement = OptimizedDefragmenter(self.defrag)
 
-    def _where(self, device: Device, block: BlockId) -> int:
-        if device is Device.GPU:
-            return self.placement.position(block)
-        return block - self.config.num_gpu_blocks
-
-    def _located(
-        self, pairs: Sequence[tuple[BlockId, BlockId]], source: Device, destination: Device
-    ) -> list[tuple[int, int]]:
-        return [(self._where(source, s), self._where(destination, d)) for s, d in pairs]
+    def position(self, device: Device, block: BlockId) -> int:
+        if device is Device.CPU:
+            return block - self.config.num_gpu_blocks
+        return self.gpu_position(block)
 
     def run_copies(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
-        located = self._located(pairs, Device.GPU, Device.GPU)
+        located = self.located(pairs, Device.GPU, Device.GPU)
         kernels.copy_blocks(self.stores[Device.GPU], located)
 
     def run_swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
         source = Device.CPU if to is Device.GPU else Device.GPU
-        located = self._located(pairs, source, to)
+        located = self.located(pairs, source, to)
         kernels.swap_blocks(self.stores[source], self.stores[to], located)
 
-    def defragment(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
-        kernels.swap_blocks_in_place(self.stores[Device.GPU], self.placement.exchange(pairs))
+    def run_exchanges(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+        assert self.defrag is not None
+        kernels.swap_blocks_in_place(self.stores[Device.GPU], pairs, self.defrag.pad_sizes)
 
     def _layers(self, content: SlotContent) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         k, v = kv_values(content)
@@ -84,15 +81,12 @@ class TorchKV(KVSide):
 
     def write(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> None:
         keys, values = self._layers(content)
-        self.stores[device].write([(self._where(device, block), slot)], keys, list(values))
+        self.stores[device].write([(self.position(device, block), slot)], keys, list(values))
 
     def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool:
         keys, values = self._layers(content)
-        read = self.stores[device].read([(self._where(device, block), slot)])
+        read = self.stores[device].read([(self.position(device, block), slot)])
         for (k, v), want_k, want_v in zip(read, keys, values, strict=True):
             if v is None or not torch.equal(k, want_k) or not torch.equal(v, want_v):
                 return False
         return True
-
-    def problems(self) -> list[str]:
-        return self.placement.problems()

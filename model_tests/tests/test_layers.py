@@ -39,6 +39,7 @@ TORCH_ALLOWED = {
     "optimized.kv_store",
     "optimized.kernels",
     "optimized.bench",
+    "optimized.defrag_bench",
     "model_tests.machines.torch_kv",
 }
 HYPOTHESIS_FROM_LAYER = 2

@@ -1,5 +1,6 @@
 """The block space manager machine, run against the optimized manager (exact mode), with the
-KV data moved by the torch kernels."""
+KV data moved by the torch kernels and, in some runs, a defragmenter under the GPU ids (the
+reference's and the optimized one, in lockstep)."""
 
 from __future__ import annotations
 
@@ -7,4 +8,6 @@ from model_tests.machines.manager_machine import manager_lockstep_case
 from model_tests.machines.torch_kv import TorchKV
 from optimized.block_manager import OptimizedBlockSpaceManager
 
-TestOptimizedManager = manager_lockstep_case(OptimizedBlockSpaceManager, target_kv=TorchKV).TestCase
+TestOptimizedManager = manager_lockstep_case(
+    OptimizedBlockSpaceManager, target_kv=TorchKV, defragmenter=True
+).TestCase
