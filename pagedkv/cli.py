@@ -195,6 +195,10 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     if args.steps < 1:
         raise UsageError("--steps must be at least 1")
     profile = _profile(args)
+    try:
+        profile.check_level(level)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     trace.check_writable(args.trace_out)
     factory = targets.check(args.target, level, args.timeout)
 

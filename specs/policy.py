@@ -474,10 +474,17 @@ PROFILES["nano-vllm"] = replace(
     ),
 )
 
-SAFETY = "safety"
-"""The profile that compares no policy: only the safety tier (``specs/safety.md``)."""
+PROFILE_LEVELS: dict[str, tuple[str, ...]] = {"vllm-v1": ("pool",)}
+"""Profiles of an engine whose allocator is checked at one level only (vLLM v1's ``BlockPool``
+has no block manager of the protocol's kind: its pool keeps a null block a manager knows nothing
+of). Every other profile serves both levels."""
 
-PROFILE_NAMES: tuple[str, ...] = (*PROFILES, SAFETY)
+SAFETY = "safety"
+"""The profile that compares no policy: only the safety tier (``specs/safety.md``). Written
+``safety:NAME``, the machine draws only what profile NAME's engine offers (its operations, its
+copy-on-write, groups, lookahead, encoder), and still compares nothing."""
+
+PROFILE_NAMES: tuple[str, ...] = (*PROFILES, SAFETY, *(f"{SAFETY}:{name}" for name in PROFILES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,22 +496,37 @@ class Profile:
     name: str
     policy: Policy = PAGEDKV
     safety: bool = False
+    levels: tuple[str, ...] = ("manager", "pool")
+
+    def check_level(self, level: str) -> None:
+        """ValueError with one line if the profile does not serve ``level``."""
+        if level not in self.levels:
+            raise ValueError(
+                f"profile {self.name} is for the {' and '.join(self.levels)} level only,"
+                f" not {level}"
+            )
 
     def describe(self) -> str:
         changed = self.policy.describe() if self.policy != PAGEDKV else ""
-        return f"{self.name} ({changed})" if changed and self.name not in PROFILES else self.name
+        named = self.name in PROFILE_NAMES
+        return f"{self.name} ({changed})" if changed and not named else self.name
 
 
 def profile(name: str, overrides: dict[str, str] | None = None) -> Profile:
-    """The named profile with ``--policy`` overrides applied; ValueError with one line."""
-    if name != SAFETY and name not in PROFILES:
+    """The named profile (``safety:NAME`` included) with ``--policy`` overrides applied;
+    ValueError with one line."""
+    tier, _, of = name.partition(":")
+    safety = tier == SAFETY
+    policy_name = of if safety and of else ("pagedkv" if safety else name)
+    if name not in PROFILE_NAMES or policy_name not in PROFILES:
         raise ValueError(f"unknown profile {name!r} (known: {', '.join(PROFILE_NAMES)})")
-    policy = PAGEDKV if name == SAFETY else PROFILES[name]
+    policy = PROFILES[policy_name]
+    levels = tuple(PROFILE_LEVELS.get(policy_name, ("manager", "pool")))
+    label = name
     if overrides:
         policy = policy.overridden(overrides)
         label = name + " " + " ".join(f"{k}={v}" for k, v in overrides.items())
-        return Profile(label, policy, name == SAFETY)
-    return Profile(name, policy, name == SAFETY)
+    return Profile(label, policy, safety, levels)
 
 
 def policy_json(policy: Policy) -> dict[str, object]:

@@ -12,13 +12,14 @@ from collections.abc import Callable, Sequence
 from model_tests.independent.manager import (
     IndependentManager,
     _Block,
+    _ceil_div,
     _Device,
     _Seq,
     _status,
 )
 from specs.content_hash import Prefix
-from specs.types import AllocStatus, CopyPair, Token
-from specs.validation import check_count
+from specs.types import NO_EXTRA_KEY, AllocStatus, CopyPair, Device, ExtraKey, Token
+from specs.validation import check_count, check_extra_key
 
 
 class _KeepsCowSource(_Device):
@@ -115,6 +116,76 @@ class BrokenCanSwapInForgetsLookahead(IndependentManager):
         super().can_swap_in(group_id, num_lookahead_slots)  # the checks, in order
         return super().can_swap_in(group_id, 0)
 
+
+# --- the safety tier's fixtures: bugs no policy allows (specs/safety.md) --------------------------
+
+
+class BrokenHashIgnoresExtraKey(IndependentManager):
+    """Content hashes leave out the extra key (LoRA adapter, cache salt), so one tenant's prompt
+    hits another's cached blocks: aliasing across extra keys (vLLM 0.6.3 hashes no extra key)."""
+
+    def allocate(
+        self,
+        group_id: int,
+        seq_ids: Sequence[int],
+        prompt: Sequence[Token],
+        extra_key: ExtraKey = NO_EXTRA_KEY,
+        encoder_prompt: Sequence[Token] | None = None,
+    ) -> None:
+        check_extra_key(extra_key)
+        super().allocate(group_id, seq_ids, prompt, NO_EXTRA_KEY, encoder_prompt)
+
+
+class BrokenFreeLeaksLastBlock(IndependentManager):
+    """``free`` never gives back the last block of the sequence's table: a leaked block."""
+
+    def free(self, seq_id: int) -> None:
+        seq = self._seq(seq_id)
+        held = self._held(seq.table)
+        if held:
+            dev = self._dev(self.groups[seq.group_id].device)
+            dev.hold(dev.blocks[held[-1]])  # a reference nobody will ever drop
+        super().free(seq_id)
+
+
+class BrokenCanAppendIgnoresCopies(IndependentManager):
+    """``can_append_slots`` counts only the blocks added past a table's end, not the copy a
+    shared last block needs: its yes is a promise the append may break."""
+
+    def can_append_slots(
+        self, group_id: int, num_new_tokens: int = 1, num_lookahead_slots: int = 0
+    ) -> bool:
+        group = self._group(group_id, Device.GPU)
+        n = check_count("num_new_tokens", num_new_tokens)
+        lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
+        need = 0
+        for seq_id in group.seq_ids:
+            seq = self.seqs[seq_id]
+            need += max(0, _ceil_div(len(seq.tokens) + n + lookahead, self.bs) - len(seq.table))
+        return need <= self.gpu.available()
+
+
+class BrokenWindowKeepsGivenBackBlock(IndependentManager):
+    """The sliding window gives its old blocks back but leaves their ids in the table: a table
+    holding a block the target has given back (and may hand to someone else)."""
+
+    def _release_window(self, seq: _Seq, window: int) -> None:
+        first_needed = len(seq.tokens) - window + 1
+        for i, bid in enumerate(seq.table):
+            if (i + 1) * self.bs > first_needed:
+                break
+            block = self.gpu.blocks[bid]
+            if bid != self.null and block.refs > 0:
+                self.gpu.drop(block)
+
+
+SAFETY_BROKEN: tuple[type[IndependentManager], ...] = (
+    BrokenHashIgnoresExtraKey,
+    BrokenFreeLeaksLastBlock,
+    BrokenCanAppendIgnoresCopies,
+    BrokenWindowKeepsGivenBackBlock,
+)
+"""Bugs of the kinds the safety tier exists for, each of which every policy forbids."""
 
 BROKEN: tuple[type[IndependentManager], ...] = (
     BrokenForgetsCowSource,

@@ -18,10 +18,13 @@ class Viewable(Protocol):
     def view(self) -> Any: ...
 
 
-DivergenceKind = Literal["result", "error", "untyped", "atomicity", "table", "choice", "count"]
+DivergenceKind = Literal[
+    "result", "error", "untyped", "atomicity", "table", "choice", "count", "promise"
+]
 """What a divergence is about: a result that differs; an error on one side only (or another
 class); an error that is not of ``specs.errors``; a failed call that changed state; block tables
-that disagree (or cannot be read); a choice the spec does not allow; a free count."""
+that disagree (or cannot be read); a choice the spec does not allow; a free count; a ``can_*``
+answer that a call acting on it broke."""
 
 
 class Divergence(AssertionError):

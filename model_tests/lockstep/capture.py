@@ -9,12 +9,15 @@ failure ``last_run`` is the minimal run: that is what becomes a trace.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import reject
+from hypothesis.errors import HypothesisException, StopTest
 
+from model_tests.lockstep.calls import TargetStopped
 from specs.errors import UnsupportedError
 from specs.operations import Level
 from specs.policy import PAGEDKV, Policy
@@ -39,6 +42,8 @@ class RunRecord:
     """The reference's policy in the run (under the safety tier: only what the target lacks)."""
     safety: bool = False
     """The run held the target to the safety tier alone; ``outcomes`` are then the target's."""
+    failed: bool = False
+    """The run ended on a failure: a divergence, a machine's own check, a crash, a hang."""
 
 
 RunHook = Callable[[RunRecord], None]
@@ -60,6 +65,16 @@ def build_target(machine: Any, config: Any) -> Any:
         reject()
 
 
+def _failing() -> bool:
+    """Whether teardown runs because the run is failing: Hypothesis calls it in a ``finally``,
+    where the exception on its way out is visible. Its own control flow (a rejected example,
+    the end of the data) is no failure."""
+    error = sys.exc_info()[1]
+    if error is None or isinstance(error, HypothesisException | StopTest):
+        return False
+    return isinstance(error, Exception | TargetStopped)
+
+
 def finish(machine: Any, level: Level) -> RunRecord:
     model = getattr(machine, "model", None)
     session = getattr(machine, "session", None)
@@ -78,6 +93,7 @@ def finish(machine: Any, level: Level) -> RunRecord:
         checking_config=getattr(machine, "checking_config", None),
         policy=getattr(machine, "policy", PAGEDKV),
         safety=getattr(machine, "mode", None) == "safety",
+        failed=_failing(),
     )
     cls = type(machine)
     release: ReleaseHook | None = getattr(cls, "release_target", None)

@@ -18,7 +18,9 @@ call, the session checks what it can see:
 - S6 typed errors, and no trace of a failed call when the target declares ``atomic = True``; a
   target that does not may leave anything after a failed call, so the run ends there.
 
-Promises (an OK kept, a NEVER final) are the machine's to check, as in every mode.
+- S7 promises: an OK (a yes) from a ``can_*`` question is kept by the calls that act on it
+  (``promises.py``); that a NEVER holds for an empty manager too is the machine's to check, as it
+  needs a fresh target.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any, Protocol
 from model_tests.lockstep.calls import Divergence, run_call
 from model_tests.lockstep.ledger import GroupRecord, Ledger
 from model_tests.lockstep.observation import Observation, observe
+from model_tests.lockstep.promises import Promises
 from model_tests.lockstep.step import Step
 from reference import kv_model
 from reference.kv_model import KVModel, SlotContent
@@ -90,6 +93,7 @@ class SafetySession:
         access = getattr(self.target, "get_kv_access", None)
         self.kv: KVAccess = access() if callable(access) else SimulatedKV(self.config.block_size)
         self.pending_prefill: set[int] = set()
+        self.promises = Promises()
         self.seen = self.observe()
 
     # --- what the target shows --------------------------------------------------------------------
@@ -114,6 +118,11 @@ class SafetySession:
             self._prefill(list(self.pending_prefill), skip_blocks=0)
         before = self.seen
         result, error = run_call(self.target, method, args, {})
+        broken = self.promises.after(
+            method, args, result if error is None else error, self.ledger.members
+        )
+        if broken is not None:
+            raise Divergence(broken, "promise")
         if error is not None:
             return self._failed(method, args, error, before)
         self.ledger.record(method, args)

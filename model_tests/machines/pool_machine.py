@@ -210,7 +210,8 @@ class PoolLockstep(RuleBasedStateMachine):
         """Every live chain grows by one operation, as in one iteration of a serving engine's
         scheduler: this is what fills the pool, so it is what makes eviction happen."""
         for chain in list(self.live):
-            if chain.blocks and data.draw(st.sampled_from([False] * 5 + [True]), label="sample"):
+            sample = chain.blocks and self.offers("fork")
+            if sample and data.draw(st.sampled_from([False] * 5 + [True]), label="sample"):
                 self.live.append(self._fork(chain))
             if isinstance(self._grow(chain, data), OutOfBlocksError):
                 self._preempt(chain)
@@ -222,6 +223,9 @@ class PoolLockstep(RuleBasedStateMachine):
             self.both("free", block)
         chain.blocks.clear()
         chain.contents.clear()
+
+    def offers(self, method: str) -> bool:
+        return method not in self.policy.unsupported
 
     def _model_view(self) -> PoolView | None:
         return None if self.model is None else self.model.view()
@@ -267,6 +271,7 @@ class PoolLockstep(RuleBasedStateMachine):
         chain.contents[-1] += tuple(tokens)
         return result
 
+    @precondition(lambda self: self.offers("fork"))
     @rule(target=chains, chain=chains)
     def fork(self, chain: Chain) -> Chain:
         child = self._fork(chain)

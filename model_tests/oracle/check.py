@@ -77,6 +77,9 @@ class CheckResult:
     profile: Profile = PAGEDKV_PROFILE
     runs: int = 0
     calls: int = 0
+    """Runs and calls made in all, shrinking included."""
+    found_after: tuple[int, int] | None = None
+    """(runs, calls) up to and including the first failing run: what finding the bug took."""
     failure: BaseException | None = None
     record: RunRecord | None = None
     message: str = ""
@@ -116,6 +119,7 @@ def run_check(
     environment's). On a failure, the shrunk run is minimized, written as a trace to
     ``trace_out`` (unless None; checked before the search) and replayed. ``adapt_case`` may
     derive the machine used from the standard one (the real peers narrow what they draw)."""
+    profile.check_level(level)
     if trace_out is not None:
         trace.check_writable(trace_out)
     seed = random.randrange(2**32) if seed is None else seed
@@ -132,7 +136,10 @@ def run_check(
             return  # declined before it began
         result.runs += 1
         result.calls += len(record.calls)
-        failing = failing or record.failed_call or record.checking_config is not None
+        failing = failing or record.failed or record.failed_call
+        failing = failing or record.checking_config is not None
+        if failing and result.found_after is None:
+            result.found_after = (result.runs, result.calls)
         if progress is not None:
             progress(result.runs, result.calls, failing)
 
@@ -177,6 +184,15 @@ def run_check(
     if result.trace is not None:
         _finish(result, factory, trace_out)
     return result
+
+
+def _effort(result: CheckResult) -> str:
+    """What finding the failure took, and what shrinking it took on top."""
+    if result.found_after is None:
+        return f"{result.runs} runs, {result.calls} calls"
+    runs, calls = result.found_after
+    shrinking = f"; shrinking: {result.runs - runs} runs more" if result.runs > runs else ""
+    return f"found after {calls} calls in {runs} runs{shrinking}"
 
 
 def _declined_lines(declined: dict[str, str]) -> list[str]:
@@ -349,9 +365,7 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
         else:
             how = f"diverges from the reference; shrunk to {steps}"
         deleted = f"; {result.shrunk_from} steps before deleting" if result.shrunk_from else ""
-        report.verdict = (
-            f"FAIL: the target {how} (found in {result.runs} runs, {result.calls} calls{deleted})"
-        )
+        report.verdict = f"FAIL: the target {how} ({_effort(result)}{deleted})"
         report.config = show_config(record.config)
         for number, (op, args) in enumerate(record.calls, 1):
             done = number <= len(record.outcomes)

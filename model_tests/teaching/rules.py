@@ -180,7 +180,7 @@ SAFETY = Rule(
 )
 
 _SAFETY_SHAPES: tuple[tuple[re.Pattern[str], Rule], ...] = (
-    (re.compile(r"said (OK|NEVER|yes)|NEVER swap|promised|lookahead slot"), S7),
+    (re.compile(r"said (OK|NEVER|yes)|NEVER swap|broken promise|NEVER is final"), S7),
     (re.compile(r"untyped|declares itself atomic|which declares"), S6),
     (re.compile(r"is shared by|held twice|in place while|nobody holds|still hold"), S1),
     (re.compile(r"free (gpu |cpu )?blocks, but|a block is leaked|counted free"), S2),
