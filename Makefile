@@ -3,7 +3,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PKGS    := specs reference optimized model_tests pagedkv
 
-.PHONY: setup test lint typecheck pytest wheel fuzz bench clean
+.PHONY: setup test lint typecheck pytest wheel fuzz bench crosshair exhaustive mutate clean
 
 setup:
 	$(PY) -m venv $(VENV)
@@ -31,6 +31,11 @@ wheel:
 # Long campaigns: the `fuzz` Hypothesis profile (see model_tests/machines/profiles.py).
 fuzz:
 	PAGEDKV_PROFILE=fuzz $(BIN)/pytest -q --hypothesis-show-statistics model_tests/tests/test_pool_lockstep.py model_tests/tests/test_manager_lockstep.py
+
+# CrossHair over the PEP 316 contracts of specs/ and reference/ and over each reference/optimized
+# pair (crosshair diffbehavior); pytest runs a short pass (model_tests/tests/test_formal.py).
+crosshair:
+	$(BIN)/python -m model_tests.formal.crosshair_check --timeout 20 --pair-timeout 60
 
 bench:
 	$(BIN)/python -m optimized.bench

@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "model_tests.lockstep": 2,
     "model_tests.machines": 3,
     "model_tests.oracle": 4,
+    "model_tests.formal": 4,  # development tools (CrossHair, mutation): nothing imports them
     "pagedkv": 5,
     "model_tests.tests": 6,
 }
