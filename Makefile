@@ -37,6 +37,11 @@ fuzz:
 crosshair:
 	$(BIN)/python -m model_tests.formal.crosshair_check --timeout 20 --pair-timeout 60
 
+# Breadth first over every step sequence of tiny managers, reference against optimized at every
+# state; prints states, transitions and the depth reached per configuration in a fixed time.
+exhaustive:
+	$(BIN)/python -m model_tests.machines.explorer --seconds 20
+
 bench:
 	$(BIN)/python -m optimized.bench
 
