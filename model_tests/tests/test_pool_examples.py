@@ -189,6 +189,29 @@ def test_errors_name_the_problem_and_change_nothing(
     assert pool.view().comparable() == before
 
 
+@pytest.mark.parametrize(
+    ("prefix", "says"),
+    [
+        ("not a prefix", "expected a Prefix"),
+        (Prefix(hash=b"short"), "32 bytes"),
+        (Prefix(num_tokens=1), "whole blocks of 2"),
+        (Prefix(num_tokens=-2), "prefix length"),
+        (Prefix(extra_key=ExtraKey(lora_id=-1)), "lora_id"),
+    ],
+)
+def test_append_tokens_refuses_a_malformed_prefix(
+    make: BlockPoolFactory, prefix: object, says: str
+) -> None:
+    """Checked before anything changes, in a live block with room (so only the prefix is wrong):
+    the same checks ``allocate_immutable`` makes."""
+    pool = make(PoolConfig(num_blocks=2, block_size=2))
+    block = pool.allocate_mutable()
+    before = pool.view().comparable()
+    with pytest.raises(errors.InvalidArgumentError, match=says):
+        pool.append_tokens(block, prefix, [1])  # type: ignore[arg-type]
+    assert pool.view().comparable() == before
+
+
 def test_exhausted_pool(make: BlockPoolFactory) -> None:
     pool = make(PoolConfig(num_blocks=2, block_size=2))
     pool.allocate_mutable()

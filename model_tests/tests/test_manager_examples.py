@@ -1,0 +1,40 @@
+"""Concrete manager cases on both managers, for what the machines reach only rarely."""
+
+from __future__ import annotations
+
+import pytest
+
+from optimized.block_manager import OptimizedBlockSpaceManager
+from reference.manager_adapter import ReferenceBlockSpaceManager
+from specs.errors import SequenceStateError
+from specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
+from specs.types import AllocStatus, ManagerConfig
+
+FACTORIES: list[BlockSpaceManagerFactory] = [
+    ReferenceBlockSpaceManager,
+    OptimizedBlockSpaceManager,
+]
+
+
+@pytest.fixture(params=FACTORIES, ids=lambda f: f.__name__)
+def manager(request: pytest.FixtureRequest) -> BlockSpaceManager:
+    factory: BlockSpaceManagerFactory = request.param
+    return factory(ManagerConfig(block_size=2, num_gpu_blocks=4, num_cpu_blocks=4, watermark=0.0))
+
+
+def test_a_group_swapped_out_cannot_be_appended_to(manager: BlockSpaceManager) -> None:
+    """Its blocks are CPU blocks: an append would write KV where the model cannot read it.
+    (The ``ci`` profile reaches this in under 1 % of examples.)"""
+    manager.allocate(1, [10, 11], [5, 6, 7])
+    assert manager.can_swap_out(1) is AllocStatus.OK
+    manager.swap_out(1)
+    before = manager.view().comparable()
+    with pytest.raises(SequenceStateError, match="group 1: its blocks are on the cpu"):
+        manager.append_slots(10, [8])
+    with pytest.raises(SequenceStateError, match="group 1"):
+        manager.append_slots(11, [], 1)
+    with pytest.raises(SequenceStateError, match="group 1"):
+        manager.can_append_slots(1)
+    assert manager.view().comparable() == before
+    manager.swap_in(1)
+    assert len(manager.append_slots(10, [8])) == 1  # back on the GPU: the shared block is copied
