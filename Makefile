@@ -42,6 +42,12 @@ crosshair:
 exhaustive:
 	$(BIN)/python -m model_tests.machines.explorer --seconds 20
 
+# The mutation score over optimized/ and reference/: SAMPLE mutants per file (0: every mutant,
+# hours on two cores), each run against the fast killer tests under the `mutate` profile.
+SAMPLE ?= 10
+mutate:
+	$(BIN)/python -m model_tests.formal.mutate --sample $(SAMPLE)
+
 bench:
 	$(BIN)/python -m optimized.bench
 
