@@ -38,3 +38,32 @@ def test_a_group_swapped_out_cannot_be_appended_to(manager: BlockSpaceManager) -
     assert manager.view().comparable() == before
     manager.swap_in(1)
     assert len(manager.append_slots(10, [8])) == 1  # back on the GPU: the shared block is copied
+
+
+@pytest.mark.parametrize("factory", FACTORIES, ids=lambda f: f.__name__)
+def test_cached_tokens_stop_at_a_released_block_on_either_device(
+    factory: BlockSpaceManagerFactory,
+) -> None:
+    """With a sliding window the leading entries name the null block (a GPU block, which a
+    swapped-out table's CPU pool does not hold): the run of computed blocks ends there, before
+    the computed blocks after it, on the GPU and after a swap out alike."""
+    config = ManagerConfig(
+        block_size=1,
+        num_gpu_blocks=6,
+        num_cpu_blocks=6,
+        watermark=0.0,
+        sliding_window=1,
+        enable_caching=True,
+    )
+    manager = factory(config)
+    manager.allocate(1, [10], [1, 2])
+    manager.mark_blocks_as_computed(1)
+    assert manager.get_num_cached_tokens(10) == 2
+    manager.append_slots(10, [3])
+    manager.mark_blocks_as_computed(1)
+    null_block = manager.view().null_block
+    assert manager.get_block_table(10)[0] == null_block
+    assert manager.get_num_cached_tokens(10) == 0
+    manager.swap_out(1)
+    assert manager.get_block_table(10)[0] == null_block
+    assert manager.get_num_cached_tokens(10) == 0
