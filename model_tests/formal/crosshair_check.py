@@ -4,7 +4,8 @@
 Prints every condition with its outcome (confirmed over all paths, not refuted within the
 per-condition timeout, or refuted with CrossHair's counterexample) and every pair with CrossHair's
 verdict; exits 1 on any counterexample, on any difference, or when a target yields no condition at
-all (a check that ran nothing must not pass).
+all (a check that ran nothing must not pass). CrossHair counts its timeouts in CPU time, so a
+loaded machine takes longer in wall time but checks as much.
 
     python -m model_tests.formal.crosshair_check [--timeout S] [--pair-timeout S] [--jobs N]
 """
@@ -159,8 +160,8 @@ def check_pair(name: str, stem: str, helpers: str, timeout: float) -> PairOutcom
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--timeout", type=float, default=20.0, help="seconds per condition")
-    parser.add_argument("--pair-timeout", type=float, default=60.0, help="seconds per pair")
+    parser.add_argument("--timeout", type=float, default=20.0, help="CPU seconds per condition")
+    parser.add_argument("--pair-timeout", type=float, default=60.0, help="CPU seconds per pair")
     parser.add_argument("--jobs", type=int, default=2, help="CrossHair processes at once")
     args = parser.parse_args(argv)
 
@@ -171,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pair_runs = [pool.submit(check_pair, *pair, args.pair_timeout) for pair in PAIRS]
 
     failed = False
-    print(f"CrossHair contracts (per-condition timeout {args.timeout:g} s)")
+    print(f"CrossHair contracts (per-condition timeout {args.timeout:g} CPU seconds)")
     counts = {"confirmed": 0, "not refuted": 0, "refuted": 0}
     for target, (outcomes, other) in zip(CONTRACT_TARGETS, contract_runs, strict=True):
         print(f"  {target}")
@@ -192,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"  {total} conditions: {counts['confirmed']} confirmed over all paths,"
         f" {counts['not refuted']} not refuted within the timeout, {counts['refuted']} refuted"
     )
-    print(f"diffbehavior pairs (per-condition timeout {args.pair_timeout:g} s)")
+    print(f"diffbehavior pairs (per-condition timeout {args.pair_timeout:g} CPU seconds)")
     for pair in (run.result() for run in pair_runs):
         verdict = "DIFFERENT" if pair.differs else "same"
         summary = " ".join(pair.text.split())
