@@ -176,6 +176,11 @@ def test_reset_only_when_nothing_is_used(make: BlockPoolFactory) -> None:
         (lambda p: p.allocate_immutable(Prefix(), [1, 2, 3]), errors.TooManyTokensError),
         (lambda p: p.allocate_immutable(Prefix(), [1]), errors.InvalidArgumentError),
         (lambda p: p.mark_accessed([], float("nan")), errors.InvalidArgumentError),
+        # a free block has no contents to mark or share
+        (lambda p: p.mark_accessed([0], 1.0), errors.UnallocatedBlockError),
+        (lambda p: p.mark_computed([1]), errors.UnallocatedBlockError),
+        (lambda p: p.fork([0]), errors.UnallocatedBlockError),
+        (lambda p: p.common_computed_prefix([[1]]), errors.UnallocatedBlockError),
     ],
 )
 def test_errors_name_the_problem_and_change_nothing(
