@@ -348,7 +348,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--mutant", action="append", default=[], help="FILE:INDEX, only these (repeatable)"
     )
+    parser.add_argument(
+        "--rescore",
+        nargs="+",
+        help="score earlier runs' outputs instead; a later file's line for a mutant wins",
+    )
     args = parser.parse_args(argv)
+    if args.rescore:
+        merged: dict[tuple[str, int, str], Result] = {}
+        for log in args.rescore:
+            for result in read_results(Path(log).read_text(encoding="utf-8")):
+                mutant = result.mutant
+                merged[(mutant.file, mutant.line, mutant.description)] = result
+        return report(list(merged.values()))
 
     status, seconds = run_one(None, KILLERS, args.timeout)
     print(f"baseline: the killers {'pass' if status == 'survived' else 'FAIL'} ({seconds:.0f} s)")
@@ -372,6 +384,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(Result(mutant, status, seconds))
             print(f"  {status:<8} {mutant.file}:{mutant.line} {mutant.description}", flush=True)
     return report(results)
+
+
+def read_results(output: str) -> list[Result]:
+    """The results an earlier run printed (``  killed   FILE:LINE DESCRIPTION``), so that its
+    survivors can be scored again once they are classified."""
+    results = []
+    for line in output.splitlines():
+        status, _, rest = line.strip().partition(" ")
+        if status not in ("killed", "survived", "timeout") or ":" not in rest:
+            continue
+        place, _, description = rest.strip().partition(" ")
+        file, _, number = place.rpartition(":")
+        results.append(Result(Mutant(file, -1, int(number), description), status, 0.0))
+    return results
 
 
 def report(results: Sequence[Result]) -> int:
