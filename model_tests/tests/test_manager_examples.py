@@ -6,7 +6,7 @@ import pytest
 
 from optimized.block_manager import OptimizedBlockSpaceManager
 from reference.manager_adapter import ReferenceBlockSpaceManager
-from specs.errors import SequenceStateError
+from specs.errors import DuplicateSequenceError, SequenceStateError
 from specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
 from specs.types import AllocStatus, ManagerConfig
 
@@ -67,3 +67,22 @@ def test_cached_tokens_stop_at_a_released_block_on_either_device(
     manager.swap_out(1)
     assert manager.get_block_table(10)[0] == null_block
     assert manager.get_num_cached_tokens(10) == 0
+
+
+@pytest.mark.parametrize(
+    ("group_id", "seq_ids", "says"),
+    [
+        (1, [20], "group 1 already exists"),
+        (2, [10], "sequence 10 already exists"),
+        (2, [20, 21, 20], "sequence 20 already exists"),
+    ],
+)
+def test_allocate_refuses_a_group_or_sequence_id_in_use(
+    manager: BlockSpaceManager, group_id: int, seq_ids: list[int], says: str
+) -> None:
+    """A live group's id, a live sequence's id, or one id twice in the call."""
+    manager.allocate(1, [10], [5, 6, 7])
+    before = manager.view().comparable()
+    with pytest.raises(DuplicateSequenceError, match=says):
+        manager.allocate(group_id, seq_ids, [1])
+    assert manager.view().comparable() == before
