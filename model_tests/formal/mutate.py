@@ -85,6 +85,11 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "Mult -> FloorDiv",
     ): _COMPACTION,
     ("optimized/evictor.py", "_SLACK = 32", "32 -> 33"): _COMPACTION,
+    (
+        "reference/swap.py",
+        "if view.content_hash is not None and view.prefix is not None:",
+        "And -> Or",
+    ): ("a block view's prefix is set exactly when its hash is (I3), so either test is both"),
     ("optimized/free_list.py", "heapq.heapify(self._heap)", "delete the call"): (
         "every pool builds its free list from config.block_ids, a rising range: already a heap"
     ),
