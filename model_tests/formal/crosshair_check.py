@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from model_tests.machines.explorer import positive
+
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = Path(__file__).with_name("crosshair_plugin.py")
 CROSSHAIR = [sys.executable, "-m", "crosshair"]
@@ -160,9 +162,10 @@ def check_pair(name: str, stem: str, helpers: str, timeout: float) -> PairOutcom
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--timeout", type=float, default=20.0, help="CPU seconds per condition")
-    parser.add_argument("--pair-timeout", type=float, default=60.0, help="CPU seconds per pair")
-    parser.add_argument("--jobs", type=int, default=2, help="CrossHair processes at once")
+    number = positive(float)
+    parser.add_argument("--timeout", type=number, default=20.0, help="CPU seconds per condition")
+    parser.add_argument("--pair-timeout", type=number, default=60.0, help="CPU seconds per pair")
+    parser.add_argument("--jobs", type=positive(int), default=2, help="CrossHair processes at once")
     args = parser.parse_args(argv)
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

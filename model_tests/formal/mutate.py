@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from model_tests.machines.explorer import positive
+
 ROOT = Path(__file__).resolve().parents[2]
 
 FILES = (
@@ -348,8 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("files", nargs="*", default=list(FILES))
     parser.add_argument("--sample", type=int, default=0, help="mutants per file (0: all)")
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
+    parser.add_argument("--jobs", type=positive(int), default=2)
+    parser.add_argument("--timeout", type=positive(float), default=600.0, help="seconds per mutant")
     parser.add_argument(
         "--mutant", action="append", default=[], help="FILE:INDEX, only these (repeatable)"
     )
@@ -362,16 +364,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rescore:
         merged: dict[tuple[str, int, str], Result] = {}
         for log in args.rescore:
+            if not Path(log).is_file():
+                parser.error(f"no such file: {log}")
             for result in read_results(Path(log).read_text(encoding="utf-8")):
                 mutant = result.mutant
                 merged[(mutant.file, mutant.line, mutant.description)] = result
         return report(list(merged.values()))
 
+    named = [named_mutant(parser, spec) for spec in args.mutant]
     status, seconds = run_one(None, KILLERS, args.timeout)
     print(f"baseline: the killers {'pass' if status == 'survived' else 'FAIL'} ({seconds:.0f} s)")
     if status != "survived":
         return 1
-    chosen = [mutants_of(f)[int(i)] for f, i in (m.rsplit(":", 1) for m in args.mutant)]
+    chosen = named
     for file in [] if args.mutant else args.files:
         every = mutants_of(file)
         picked = (
@@ -391,6 +396,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return report(results)
 
 
+def named_mutant(parser: argparse.ArgumentParser, spec: str) -> Mutant:
+    file, _, index = spec.rpartition(":")
+    if not (ROOT / file).is_file() or not index.isdigit():
+        parser.error(f"--mutant takes FILE:INDEX with FILE under {ROOT}, got {spec!r}")
+    every = mutants_of(file)
+    if int(index) >= len(every):
+        parser.error(f"{file} has {len(every)} mutants (0..{len(every) - 1}), got {index}")
+    return every[int(index)]
+
+
 def read_results(output: str) -> list[Result]:
     """The results an earlier run printed (``  killed   FILE:LINE DESCRIPTION``), so that its
     survivors can be scored again once they are classified."""
@@ -406,6 +421,9 @@ def read_results(output: str) -> list[Result]:
 
 
 def report(results: Sequence[Result]) -> int:
+    if not results:
+        print("no mutant was run: no score")
+        return 1
     print(f"\n{'file':<30} {'mutants':>7} {'killed':>6} {'equiv.':>6} {'gaps':>5} {'score':>7}")
     worst = 100.0
     for file in dict.fromkeys(r.mutant.file for r in results):

@@ -418,6 +418,18 @@ def run(
     )
 
 
+def positive(kind: Callable[[str], float]) -> Callable[[str], Any]:
+    """An argparse type for a number > 0 (a budget of 0 would check nothing and pass)."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    return parse
+
+
 def describe(config: ManagerConfig) -> str:
     window = "-" if config.sliding_window is None else str(config.sliding_window)
     return (
@@ -428,8 +440,10 @@ def describe(config: ManagerConfig) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="exhaustive small-scope check")
-    parser.add_argument("--seconds", type=float, default=20.0, help="time per configuration")
-    parser.add_argument("--max-depth", type=int, default=None)
+    parser.add_argument(
+        "--seconds", type=positive(float), default=20.0, help="time per configuration"
+    )
+    parser.add_argument("--max-depth", type=positive(int), default=None)
     parser.add_argument("--scope", choices=["full", "quick"], default="full")
     parser.add_argument("--exact-ids", action="store_true", help="no renaming of block ids")
     args = parser.parse_args(argv)
