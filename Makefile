@@ -3,7 +3,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PKGS    := specs reference optimized model_tests pagedkv
 
-.PHONY: setup browser test lint typecheck pytest wheel fuzz bench clean peers peers-fetch
+.PHONY: setup browser test lint typecheck pytest wheel fuzz bench crosshair exhaustive mutate clean peers peers-fetch
 
 setup:
 	$(PY) -m venv $(VENV)
@@ -46,6 +46,22 @@ wheel:
 # Long campaigns: the `fuzz` Hypothesis profile (see model_tests/machines/profiles.py).
 fuzz:
 	PAGEDKV_PROFILE=fuzz $(BIN)/pytest -q --hypothesis-show-statistics model_tests/tests/test_pool_lockstep.py model_tests/tests/test_manager_lockstep.py
+
+# CrossHair over the PEP 316 contracts of specs/ and reference/ and over each reference/optimized
+# pair (crosshair diffbehavior); pytest runs a short pass (model_tests/tests/test_formal.py).
+crosshair:
+	$(BIN)/python -m model_tests.formal.crosshair_check --timeout 20 --pair-timeout 60
+
+# Breadth first over every step sequence of tiny managers, reference against optimized at every
+# state; prints states, transitions and the depth reached per configuration in a fixed time.
+exhaustive:
+	$(BIN)/python -m model_tests.machines.explorer --seconds 20
+
+# The mutation score over optimized/ and reference/: SAMPLE mutants per file (0: every mutant,
+# hours on two cores), each run against the fast killer tests under the `mutate` profile.
+SAMPLE ?= 10
+mutate:
+	$(BIN)/python -m model_tests.formal.mutate --sample $(SAMPLE)
 
 bench:
 	$(BIN)/python -m optimized.bench

@@ -29,6 +29,12 @@ def next_prefix(prefix: Prefix, block_tokens: Sequence[Token], caching: bool) ->
     return Prefix(prefix.hash, prefix.num_tokens + len(block_tokens), prefix.extra_key)
 
 
+def num_out_of_window(num_tokens: int, window: int, block_size: int, num_blocks: int) -> int:
+    """How many leading blocks no token from ``num_tokens`` on attends to: those wholly before
+    ``num_tokens - window + 1`` (``reference.block_table.out_of_window`` lists them)."""
+    return max(0, min((num_tokens - window + 1) // block_size, num_blocks))
+
+
 @dataclass(slots=True)
 class BlockTable:
     """A sequence's tokens, its physical blocks (lookahead slots past the last token included),
@@ -93,8 +99,9 @@ class BlockTable:
         """Before appending: release every block whose tokens all precede the oldest position the
         new tokens attend to (``len(tokens) - window + 1``) and point its entry at the null
         block. Only the blocks not released before are looked at."""
-        first_needed = len(self.tokens) - window + 1
-        num_out = min(first_needed // pool.config.block_size, len(self.blocks))
+        num_out = num_out_of_window(
+            len(self.tokens), window, pool.config.block_size, len(self.blocks)
+        )
         for index in range(self.num_released, num_out):
             if self.blocks[index] != null_block:
                 pool.free(self.blocks[index])

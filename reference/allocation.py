@@ -8,14 +8,14 @@ also accepts an explicit pick, which it checks is one of the allowed ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from immutables import Map
 
 from reference.hash_index import unindex_block
 from reference.pool_state import PoolState, evictable_ids, free_ids, with_block
-from specs.errors import InvalidArgumentError, OutOfBlocksError
+from specs.errors import ForeignBlockError, InvalidArgumentError, OutOfBlocksError  # noqa: F401
 from specs.pool_view import BLANK, BlockView
 from specs.types import BlockId
 from specs.validation import check_block_id
@@ -31,26 +31,57 @@ def lowest_id(_: PoolState) -> BlockId | None:
 
 
 def eviction_rank(view: BlockView) -> tuple[float, int]:
-    """Smaller ranks are evicted first."""
+    """Smaller ranks are evicted first: the oldest access, then the most hashed tokens.
+
+    post: _ == (view.last_accessed, -view.num_hashed_tokens)
+    """
     return (view.last_accessed, -view.num_hashed_tokens)
 
 
+def first_to_evict(views: Mapping[BlockId, BlockView]) -> frozenset[BlockId]:
+    """The evictable blocks (``views``) that rank first, all of them where several tie.
+
+    post: _ <= views.keys() and bool(_) == bool(views)
+    pre: all(-1 <= view.last_accessed < float("inf") for view in views.values())
+    post: all(eviction_rank(views[b]) <= eviction_rank(v) for b in _ for v in views.values())
+    post: all(eviction_rank(views[b]) == eviction_rank(views[c]) for b in _ for c in _)
+    """
+    if not views:
+        return frozenset()
+    best = min(eviction_rank(view) for view in views.values())
+    return frozenset(b for b, view in views.items() if eviction_rank(view) == best)
+
+
 def allowed_choices(state: PoolState) -> frozenset[BlockId]:
-    """Every block the spec allows the next allocation to take."""
+    """Every block the spec allows the next allocation to take: any free block; only when none
+    is left, the evictable blocks that rank first.
+
+    pre: all(-1 <= view.last_accessed < float("inf") for view in state.blocks.values())
+    post: _ == free_ids(state) or not free_ids(state) and _ <= evictable_ids(state)
+    post: bool(_) == bool(free_ids(state) or evictable_ids(state))
+    """
     free = free_ids(state)
     if free:
         return free
     evictable = evictable_ids(state)
-    if not evictable:
-        return frozenset()
-    if state.policy.eviction == "release_order":
+    if state.policy.eviction == "release_order" and evictable:
         return frozenset({min(evictable, key=lambda b: state.released[b])})
-    best = min(eviction_rank(state.blocks[b]) for b in evictable)
-    return frozenset(b for b in evictable if eviction_rank(state.blocks[b]) == best)
+    return first_to_evict({b: state.blocks[b] for b in evictable})
 
 
 def take_block(state: PoolState, choice: BlockId | None = None) -> tuple[PoolState, BlockId]:
-    """Allocate one block with ref count 1, evicting a cached block if the free list is empty."""
+    """Allocate one block with ref count 1, evicting a cached block if the free list is empty.
+
+    pre: state.config.num_blocks >= 1 and state.config.first_id >= 0
+    pre: set(state.blocks) == set(state.config.block_ids)
+    pre: all(-1 <= view.last_accessed < float("inf") for view in state.blocks.values())
+    pre: all(state.cached.get(v.content_hash) == b for b, v in state.blocks.items() if v.prefix)
+    pre: all((v.content_hash is None) == (v.prefix is None) for v in state.blocks.values())
+    raises: OutOfBlocksError, InvalidArgumentError, ForeignBlockError
+    post: _[1] in allowed_choices(state)
+    post: choice is not None or _[1] == min(allowed_choices(state))
+    post: _[0].blocks[_[1]] == replace(BLANK, ref_count=1) and _[1] not in _[0].cached.values()
+    """
     allowed = allowed_choices(state)
     if not allowed:
         raise OutOfBlocksError(

@@ -43,7 +43,6 @@ from specs.accounting import (
     blocks_touched_by_append,
     computed_blocks_release_end,
     token_chunks,
-    token_exact_release_end,
 )
 from specs.errors import DuplicateSequenceError, OutOfBlocksError, UnsupportedError
 from specs.manager_view import GroupView, SeqView
@@ -224,7 +223,7 @@ def _release_out_of_window(
     if state.policy.window_release == "computed_blocks":
         end = computed_blocks_release_end(len(table.tokens), size, window)
     elif num_new:
-        end = token_exact_release_end(len(table.tokens), size, window)
+        end = len(block_table.out_of_window(len(table.blocks), len(table.tokens), window, size))
     else:
         return state.gpu, table.blocks
     return block_table.release_blocks(state.gpu, table.blocks, end, null_block)

@@ -298,7 +298,11 @@ def num_free_blocks(state: PoolState) -> int:
 
 
 def hit_rate(state: PoolState) -> float:
-    """Hits over lookups of ``allocate_immutable``; 0.0 before any, -1.0 without caching."""
+    """Hits over lookups of ``allocate_immutable``; 0.0 before any, -1.0 without caching.
+
+    pre: 0 <= state.hits <= state.queries
+    post: _ == -1.0 or 0.0 <= _ <= 1.0
+    """
     if not state.config.enable_caching:
         return -1.0
     return state.hits / state.queries if state.queries else 0.0

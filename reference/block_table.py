@@ -14,12 +14,17 @@ from collections.abc import Sequence
 from reference import block_pool as pool_ops
 from reference.allocation import Picker, lowest_id
 from reference.pool_state import PoolState, is_computed
-from specs.content_hash import Prefix
-from specs.types import BlockId, ExtraKey, Token
+from specs.content_hash import Prefix, encodable  # noqa: F401  (read by the contracts)
+from specs.types import MAX_TOKEN, BlockId, ExtraKey, Token  # noqa: F401
 
 
 def prefix_at(tokens: Sequence[Token], index: int, block_size: int, key: ExtraKey) -> Prefix:
-    """The prefix of logical block ``index``: the chained hash of all full blocks before it."""
+    """The prefix of logical block ``index``: the chained hash of all full blocks before it.
+
+    pre: block_size >= 1 and 0 <= index and index * block_size <= len(tokens) and len(tokens) < 5
+    pre: all(0 <= token <= MAX_TOKEN for token in tokens) and encodable(key)
+    post: _.num_tokens == index * block_size and _.extra_key == key
+    """
     prefix = Prefix(extra_key=key)
     for start in range(0, index * block_size, block_size):
         prefix = prefix.extend(tokens[start : start + block_size])
@@ -51,6 +56,21 @@ def allocate_prompt(
             prefix = prefix.extend(chunk)
         blocks.append(block)
     return pool, tuple(blocks), leading_hits
+
+
+def out_of_window(
+    num_blocks: int, first_new_position: int, window: int, block_size: int
+) -> list[int]:
+    """The logical blocks whose tokens all precede ``first_new_position - window + 1``, the
+    oldest position the new tokens attend to. They are always a leading run of the table.
+
+    pre: num_blocks >= 0 and first_new_position >= 0 and window >= 1 and block_size >= 1
+    post: all((index + 1) * block_size <= first_new_position - window + 1 for index in _)
+    post: _ == list(range(len(_))) and len(_) <= num_blocks
+    post: len(_) == num_blocks or (len(_) + 1) * block_size > first_new_position - window + 1
+    """
+    first_needed = first_new_position - window + 1
+    return [index for index in range(num_blocks) if (index + 1) * block_size <= first_needed]
 
 
 def release_blocks(

@@ -1,5 +1,9 @@
 """The block arithmetic every implementation must agree on: how many blocks a request needs,
-the worst case of an append, and the AllocStatus rule with the watermark."""
+the worst case of an append, and the AllocStatus rule with the watermark.
+
+The docstrings carry PEP 316 contracts (``pre:`` / ``post:``), which ``make crosshair`` checks
+over all paths with CrossHair.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,13 @@ from specs.types import AllocStatus
 
 
 def blocks_for(num_slots: int, block_size: int) -> int:
+    """The fewest blocks that hold ``num_slots`` slots.
+
+    pre: num_slots >= 0
+    pre: block_size >= 1
+    post: _ * block_size >= num_slots
+    post: _ == 0 or (_ - 1) * block_size < num_slots
+    """
     return -(-num_slots // block_size)
 
 
@@ -14,7 +25,13 @@ def blocks_touched_by_append(
     num_tokens: int, num_blocks: int, block_size: int, num_new: int, lookahead: int
 ) -> int:
     """The worst case of blocks an append takes from the pool: every existing block that
-    receives a token may need a copy, and every block past the table's end is new."""
+    receives a token may need a copy, and every block past the table's end is new.
+
+    pre: block_size >= 1
+    pre: num_tokens >= 0 and num_new >= 0 and lookahead >= 0
+    pre: num_tokens <= num_blocks * block_size
+    post: _ == _worst_case_slot_by_slot(num_tokens, num_blocks, block_size, num_new, lookahead)
+    """
     first = num_tokens // block_size
     end = blocks_for(num_tokens + num_new, block_size)
     existing_touched = max(0, min(end, num_blocks) - first) if num_new else 0
@@ -22,9 +39,28 @@ def blocks_touched_by_append(
     return existing_touched + new_blocks
 
 
+def _worst_case_slot_by_slot(
+    num_tokens: int, num_blocks: int, block_size: int, num_new: int, lookahead: int
+) -> int:
+    """The contract of ``blocks_touched_by_append``, counted slot by slot: the table's blocks a
+    new token lands in, plus every block past the table's end that a new token or a lookahead
+    slot lands in."""
+    table = set(range(num_blocks))
+    receiving = {p // block_size for p in range(num_tokens, num_tokens + num_new)}
+    past_end = {p // block_size for p in range(num_tokens, num_tokens + num_new + lookahead)}
+    return len(receiving & table) + len(past_end - table)
+
+
 def alloc_status(needed: int, free: int, capacity: int, watermark: int) -> AllocStatus:
     """NEVER when even an empty device (``capacity`` free blocks) cannot keep the watermark;
-    OK when it fits now with the watermark kept; else LATER."""
+    OK when it fits now with the watermark kept; else LATER. A NEVER is final: any other
+    answer would be OK on the empty device.
+
+    pre: 0 <= free <= capacity and needed >= 0 and watermark >= 0
+    post: (_ is AllocStatus.NEVER) == (capacity - needed < watermark)
+    post: (_ is AllocStatus.OK) == (free - needed >= watermark)
+    post: _ is AllocStatus.NEVER or alloc_status(needed, capacity, capacity, watermark).name == "OK"
+    """
     if capacity - needed < watermark:
         return AllocStatus.NEVER
     if free - needed >= watermark:
@@ -39,12 +75,6 @@ def token_chunks(num_tokens: int, block_size: int, num_new: int, lookahead: int)
     last block counts even when nothing is appended."""
     first_chunk = block_size - num_tokens % block_size
     return 1 + -(-(num_new + lookahead - first_chunk) // block_size)
-
-
-def token_exact_release_end(num_tokens: int, block_size: int, window: int) -> int:
-    """How many leading blocks hold only positions before ``num_tokens - window + 1``, the oldest
-    position the next token attends to: those a window releases (manager §4.4)."""
-    return max(0, (num_tokens - window + 1) // block_size)
 
 
 def computed_blocks_release_end(num_computed: int, block_size: int, window: int) -> int:

@@ -14,15 +14,41 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specs.types import BlockHash, ExtraKey, Token
+from specs.types import MAX_TOKEN, BlockHash, ExtraKey, Token
 
 BLOCK_DOMAIN: bytes = b"pagedkv/block/v1\x00"
 ROOT: BlockHash = hashlib.sha256(b"pagedkv/root/v1").digest()
 """The parent hash of a sequence's first block."""
 
 
+def utf8_encodable(text: str) -> bool:
+    """Every code point but the surrogates has a UTF-8 encoding. (Said with code points rather
+    than by trying ``str.encode``, which CrossHair's symbolic strings run without the error.)"""
+    return not any(0xD800 <= ord(char) <= 0xDFFF for char in text)
+
+
+def encodable(extra_key: ExtraKey) -> bool:
+    """The keys the encoding is defined for; ``specs.validation.check_extra_key`` admits exactly
+    these (its contract says so)."""
+    lora, salt = extra_key.lora_id, extra_key.cache_salt
+    if lora is not None and (type(lora) is not int or not 0 <= lora <= MAX_TOKEN):
+        return False
+    return salt is None or (type(salt) is str and utf8_encodable(salt))
+
+
 def encode_extra_key(extra_key: ExtraKey) -> bytes:
-    """``lora``: 0x00, or 0x01 + u64 LE; ``salt``: 0x00, or 0x01 + u32 LE byte length + UTF-8."""
+    """``lora``: 0x00, or 0x01 + u64 LE; ``salt``: 0x00, or 0x01 + u32 LE byte length + UTF-8.
+
+    The conditions say the bytes decode back to the key, so two keys never share an encoding.
+
+    pre: encodable(extra_key)
+    post: _[0] == (extra_key.lora_id is not None)
+    post: extra_key.lora_id is None or int.from_bytes(_[1:9], "little") == extra_key.lora_id
+    post: _[8 * _[0] + 1] == (extra_key.cache_salt is not None)
+    post: extra_key.cache_salt is not None or len(_) == 2 + 8 * _[0]
+    post: extra_key.cache_salt is None or _[8 * _[0] + 6 :].decode() == extra_key.cache_salt
+    post: extra_key.cache_salt is None or _[8*_[0]+2:][:4] == (len(_)-6-8*_[0]).to_bytes(4,"little")
+    """
     out = bytearray()
     if extra_key.lora_id is None:
         out += b"\x00"
@@ -37,7 +63,19 @@ def encode_extra_key(extra_key: ExtraKey) -> bytes:
 
 
 def encode_block(parent: BlockHash, tokens: Sequence[Token], extra_key: ExtraKey) -> bytes:
-    """``BLOCK_DOMAIN | parent (32 bytes) | u32 LE count | u64 LE per token | extra key``."""
+    """``BLOCK_DOMAIN | parent (32 bytes) | u32 LE count | u64 LE per token | extra key``.
+
+    The conditions decode each field back, so the encoding is injective. (Stated as equality of
+    two encodings, CrossHair mis-runs ``struct.pack`` over a symbolic list and reports a spurious
+    ``([], [])``; ``test_contracts`` pins that case.)
+
+    pre: len(parent) == 32 and encodable(extra_key)
+    pre: all(0 <= token <= MAX_TOKEN for token in tokens) and len(tokens) < 2**32
+    post: _[: len(BLOCK_DOMAIN)] == BLOCK_DOMAIN and _[len(BLOCK_DOMAIN) :][:32] == parent
+    post: int.from_bytes(_[49:53], "little") == len(tokens)
+    post: [int.from_bytes(_[53 + 8 * i :][:8], "little") for i in range(len(tokens))] == [*tokens]
+    post: _[53 + 8 * len(tokens) :] == encode_extra_key(extra_key)
+    """
     return b"".join(
         (
             BLOCK_DOMAIN,
@@ -49,6 +87,11 @@ def encode_block(parent: BlockHash, tokens: Sequence[Token], extra_key: ExtraKey
 
 
 def block_hash(parent: BlockHash, tokens: Sequence[Token], extra_key: ExtraKey) -> BlockHash:
+    """
+    pre: len(parent) == 32 and encodable(extra_key)
+    pre: all(0 <= token <= MAX_TOKEN for token in tokens)
+    post: len(_) == 32
+    """
     return hashlib.sha256(encode_block(parent, tokens, extra_key)).digest()
 
 
@@ -69,5 +112,11 @@ class Prefix:
         return block_hash(self.hash, tokens, self.extra_key)
 
     def extend(self, tokens: Sequence[Token]) -> Prefix:
-        """The prefix of the block after a full block holding ``tokens``."""
+        """The prefix of the block after a full block holding ``tokens``.
+
+        pre: len(self.hash) == 32 and encodable(self.extra_key)
+        pre: all(0 <= token <= MAX_TOKEN for token in tokens)
+        post: _.num_tokens == self.num_tokens + len(tokens) and _.extra_key == self.extra_key
+        post: _.hash == block_hash(self.hash, tokens, self.extra_key)
+        """
         return Prefix(self.child_hash(tokens), self.num_tokens + len(tokens), self.extra_key)

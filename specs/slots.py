@@ -22,12 +22,20 @@ class Slot(NamedTuple):
 
 
 def logical_slot(position: int, block_size: int) -> tuple[int, int]:
-    """(logical block index, slot within it) of a position in a sequence."""
+    """(logical block index, slot within it) of a position in a sequence.
+
+    pre: position >= 0 and block_size >= 1
+    post: _[0] * block_size + _[1] == position and 0 <= _[1] < block_size
+    """
     return divmod(position, block_size)
 
 
 def slot_of(table: Sequence[BlockId], position: int, block_size: int) -> Slot:
-    """The physical slot of ``position`` through a block table."""
+    """The physical slot of ``position`` through a block table.
+
+    pre: block_size >= 1 and 0 <= position < len(table) * block_size
+    post: _.block == table[position // block_size] and _.offset == position % block_size
+    """
     index, offset = logical_slot(position, block_size)
     return Slot(table[index], offset)
 
@@ -38,5 +46,9 @@ def slot_mapping(table: Sequence[BlockId], positions: Iterable[int], block_size:
 
 
 def flat_slot(slot: Slot, block_size: int) -> int:
-    """vLLM's flat slot index: ``block * block_size + offset``."""
+    """vLLM's flat slot index: ``block * block_size + offset``. Distinct slots never share one.
+
+    pre: slot.block >= 0 and block_size >= 1 and 0 <= slot.offset < block_size
+    post: divmod(_, block_size) == (slot.block, slot.offset)
+    """
     return slot.block * block_size + slot.offset

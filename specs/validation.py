@@ -1,6 +1,8 @@
 """Input checks shared by every implementation, so both sides reject bad input the same way.
 
 Each check raises the typed error of ``specs.errors`` with a message naming the offending value.
+The PEP 316 contracts in the docstrings say what a check lets through, and that it raises nothing
+but the typed errors it declares (``make crosshair`` checks them).
 Checks that need an implementation's state take the few facts they read (a block's ref count,
 whether it is hashed, how many tokens it holds; a sequence table) from the caller, so that the
 order of the checks and their messages are written once, here, for every implementation.
@@ -11,7 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence, Set
 from typing import NamedTuple, TypeGuard, TypeVar
 
-from specs.content_hash import Prefix
+from specs.content_hash import (  # encodable: read by the contracts
+    Prefix,
+    encodable,  # noqa: F401
+    utf8_encodable,
+)
 from specs.errors import (
     ConfigurationError,
     ForeignBlockError,
@@ -39,14 +45,6 @@ from specs.types import (
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _is_sequence(value: object) -> TypeGuard[Sequence[object]]:
@@ -98,6 +96,10 @@ def _check_config_int(config: object, name: str, minimum: int) -> None:
 
 
 def check_pool_config(config: PoolConfig) -> None:
+    """
+    raises: ConfigurationError
+    post: config.num_blocks >= 1 and config.block_size >= 1 and config.first_id >= 0
+    """
     if not isinstance(config, PoolConfig):
         raise ConfigurationError(f"expected a PoolConfig, got {config!r}")
     _check_config_int(config, "num_blocks", 1)
@@ -108,6 +110,11 @@ def check_pool_config(config: PoolConfig) -> None:
 
 
 def check_block_id(config: PoolConfig, block: object) -> BlockId:
+    """
+    pre: config.num_blocks >= 1 and config.first_id >= 0
+    raises: InvalidArgumentError, ForeignBlockError
+    post: _ in config.block_ids
+    """
     if not _is_int(block):
         raise InvalidArgumentError(f"block id must be an int, got {block!r}")
     assert isinstance(block, int)
@@ -120,18 +127,33 @@ def check_block_id(config: PoolConfig, block: object) -> BlockId:
 
 
 def check_chains(config: PoolConfig, chains: object) -> list[list[BlockId]]:
+    """
+    pre: config.num_blocks >= 1 and config.first_id >= 0
+    raises: InvalidArgumentError, ForeignBlockError
+    post: all(block in config.block_ids for chain in _ for block in chain)
+    """
     if not _is_sequence(chains):
         raise InvalidArgumentError(f"expected a sequence of chains, got {chains!r}")
     return [check_block_ids(config, chain) for chain in chains]
 
 
 def check_block_ids(config: PoolConfig, blocks: object) -> list[BlockId]:
+    """
+    pre: config.num_blocks >= 1 and config.first_id >= 0
+    raises: InvalidArgumentError, ForeignBlockError
+    post: _ == list(blocks) and all(block in config.block_ids for block in _)
+    """
     if not _is_sequence(blocks):
         raise InvalidArgumentError(f"expected a sequence of block ids, got {blocks!r}")
     return [check_block_id(config, block) for block in blocks]
 
 
 def check_tokens(tokens: object, *, allow_empty: bool = False) -> list[Token]:
+    """
+    raises: InvalidArgumentError
+    post: _ == list(tokens) and all(0 <= token <= MAX_TOKEN for token in _)
+    post: allow_empty or _
+    """
     if not _is_sequence(tokens):
         raise InvalidArgumentError(f"expected a sequence of token ids, got {tokens!r}")
     checked: list[Token] = []
@@ -145,18 +167,27 @@ def check_tokens(tokens: object, *, allow_empty: bool = False) -> list[Token]:
 
 
 def check_extra_key(extra_key: object) -> ExtraKey:
+    """
+    raises: InvalidArgumentError
+    post: encodable(_)
+    """
     if not isinstance(extra_key, ExtraKey):
         raise InvalidArgumentError(f"expected an ExtraKey, got {extra_key!r}")
     lora = extra_key.lora_id
     if lora is not None and (not _is_int(lora) or not 0 <= lora <= MAX_TOKEN):
         raise InvalidArgumentError(f"lora_id must be None or an int in [0, 2**63), got {lora!r}")
     salt = extra_key.cache_salt
-    if salt is not None and (not isinstance(salt, str) or not _encodes(salt)):
+    if salt is not None and (not isinstance(salt, str) or not utf8_encodable(salt)):
         raise InvalidArgumentError(f"cache_salt must be None or a UTF-8 str, got {salt!r}")
     return extra_key
 
 
 def check_prefix(prefix: object, block_size: int) -> Prefix:
+    """
+    pre: block_size >= 1
+    raises: InvalidArgumentError
+    post: len(_.hash) == 32 and _.num_tokens % block_size == 0 and encodable(_.extra_key)
+    """
     if not isinstance(prefix, Prefix):
         raise InvalidArgumentError(f"expected a Prefix, got {prefix!r}")
     if not isinstance(prefix.hash, bytes) or len(prefix.hash) != 32:
@@ -172,6 +203,10 @@ def check_prefix(prefix: object, block_size: int) -> Prefix:
 
 
 def check_time(now: object) -> float:
+    """
+    raises: InvalidArgumentError
+    post: 0 <= _ < float("inf")
+    """
     if not is_time(now):
         raise InvalidArgumentError(f"now must be a finite number >= 0, got {now!r}")
     assert isinstance(now, int | float)
@@ -179,6 +214,11 @@ def check_time(now: object) -> float:
 
 
 def check_manager_config(config: ManagerConfig) -> None:
+    """
+    raises: ConfigurationError
+    post: 0 <= config.watermark < 1 and config.num_cpu_blocks >= 1
+    post: config.sliding_window is None or config.num_gpu_blocks >= 2
+    """
     if not isinstance(config, ManagerConfig):
         raise ConfigurationError(f"expected a ManagerConfig, got {config!r}")
     for name in ("block_size", "num_gpu_blocks", "num_cpu_blocks"):
@@ -211,12 +251,20 @@ def check_content_hash(content_hash: object) -> BlockHash:
 
 
 def check_device(device: object) -> Device:
+    """
+    raises: InvalidArgumentError
+    post: _ in (Device.GPU, Device.CPU)
+    """
     if not isinstance(device, Device):
         raise InvalidArgumentError(f"expected a Device, got {device!r}")
     return device
 
 
 def check_id(kind: str, value: object) -> int:
+    """
+    raises: InvalidArgumentError
+    post: _ == value
+    """
     if not _is_int(value):
         raise InvalidArgumentError(f"{kind} id must be an int, got {value!r}")
     assert isinstance(value, int)
@@ -224,6 +272,11 @@ def check_id(kind: str, value: object) -> int:
 
 
 def check_seq_ids(value: object, *, non_empty: bool = False) -> list[int]:
+    """
+    raises: InvalidArgumentError
+    post: _ == list(value)
+    post: _ or not non_empty
+    """
     if not _is_sequence(value) or (non_empty and not value):
         what = "a non-empty sequence" if non_empty else "a sequence"
         raise InvalidArgumentError(f"expected {what} of sequence ids, got {value!r}")
@@ -231,13 +284,21 @@ def check_seq_ids(value: object, *, non_empty: bool = False) -> list[int]:
 
 
 def check_count(kind: str, value: object) -> int:
+    """
+    raises: InvalidArgumentError
+    post: _ == value >= 0
+    """
     if not _is_int(value) or not isinstance(value, int) or value < 0:
         raise InvalidArgumentError(f"{kind} must be an int >= 0, got {value!r}")
     return value
 
 
 def check_encoder_support(config: ManagerConfig, encoder: object) -> list[Token] | None:
-    """Cross-attention tables are plain: caching and sliding windows are refused for them."""
+    """Cross-attention tables are plain: caching and sliding windows are refused for them.
+
+    raises: InvalidArgumentError, UnsupportedError
+    post: _ is None or (not config.enable_caching and config.sliding_window is None)
+    """
     if encoder is None:
         return None
     tokens = check_tokens(encoder)
@@ -261,20 +322,33 @@ class BlockFacts(NamedTuple):
 
 
 def check_live(block: BlockId, facts: BlockFacts) -> None:
-    """``live(b)``: somebody holds the block; a free or merely cached block is an error here."""
+    """``live(b)``: somebody holds the block; a free or merely cached block is an error here.
+
+    raises: UnallocatedBlockError
+    post: facts.ref_count != 0
+    """
     if facts.ref_count == 0:
         where = "cached but unused" if facts.hashed else "free"
         raise UnallocatedBlockError(f"block {block} is {where}, not allocated")
 
 
 def check_known(block: BlockId, facts: BlockFacts) -> None:
-    """``known(b)``: the block is held or cached (both have meaningful contents)."""
+    """``known(b)``: the block is held or cached (both have meaningful contents).
+
+    raises: UnallocatedBlockError
+    post: facts.ref_count != 0 or facts.hashed
+    """
     if facts.ref_count == 0 and not facts.hashed:
         raise UnallocatedBlockError(f"block {block} is free, not allocated or cached")
 
 
 def check_full_block(tokens: object, block_size: int) -> list[Token]:
-    """The tokens of an immutable block: exactly ``block_size`` of them."""
+    """The tokens of an immutable block: exactly ``block_size`` of them.
+
+    pre: block_size >= 1
+    raises: InvalidArgumentError, TooManyTokensError
+    post: len(_) == block_size
+    """
     checked = check_tokens(tokens)
     if len(checked) > block_size:
         raise TooManyTokensError(f"{len(checked)} tokens do not fit a block of {block_size}")
@@ -292,7 +366,12 @@ def check_append(
     tokens: object,
     facts_of: Callable[[BlockId], BlockFacts],
 ) -> tuple[BlockId, list[Token]]:
-    """``append_tokens``'s checks, in order: id, live, tokens, prefix, room in the block."""
+    """``append_tokens``'s checks, in order: id, live, tokens, prefix, room in the block.
+
+    pre: config.num_blocks >= 1 and config.block_size >= 1 and config.first_id >= 0
+    raises: InvalidArgumentError, ForeignBlockError, UnallocatedBlockError, TooManyTokensError
+    post: _[0] in config.block_ids and 1 <= len(_[1])
+    """
     checked_block = check_block_id(config, block)
     facts = facts_of(checked_block)
     check_live(checked_block, facts)
@@ -309,7 +388,12 @@ def check_append(
 def check_appendable(
     config: PoolConfig, block: object, facts_of: Callable[[BlockId], BlockFacts]
 ) -> BlockId:
-    """``cow_if_not_appendable``'s checks, in order: id, live, not already full."""
+    """``cow_if_not_appendable``'s checks, in order: id, live, not already full.
+
+    pre: config.num_blocks >= 1 and config.block_size >= 1 and config.first_id >= 0
+    raises: InvalidArgumentError, ForeignBlockError, UnallocatedBlockError, TooManyTokensError
+    post: _ in config.block_ids
+    """
     checked_block = check_block_id(config, block)
     facts = facts_of(checked_block)
     check_live(checked_block, facts)
@@ -332,17 +416,29 @@ def _lookup(kind: str, found_in: Mapping[int, Found], value: object) -> Found:
 
 
 def lookup_sequence(seqs: Mapping[int, Found], seq_id: object) -> Found:
-    """``seq(x)``: an int naming a live sequence."""
+    """``seq(x)``: an int naming a live sequence.
+
+    raises: InvalidArgumentError, UnknownSequenceError
+    post: _ is seqs[seq_id]
+    """
     return _lookup("sequence", seqs, seq_id)
 
 
 def lookup_group(groups: Mapping[int, Found], group_id: object) -> Found:
-    """``group(x)``: an int naming a live group."""
+    """``group(x)``: an int naming a live group.
+
+    raises: InvalidArgumentError, UnknownSequenceError
+    post: _ is groups[group_id]
+    """
     return _lookup("group", groups, group_id)
 
 
 def check_on_device(group_id: object, device: Device, expected: Device, action: str) -> None:
-    """``on(g, D)``: the group's blocks are on ``expected``."""
+    """``on(g, D)``: the group's blocks are on ``expected``.
+
+    raises: SequenceStateError
+    post: device is expected
+    """
     if device is not expected:
         raise SequenceStateError(
             f"cannot {action} group {group_id}: its blocks are on the {device.value}"

@@ -1,9 +1,9 @@
-"""The project's Hypothesis profiles: ``dev`` (default), ``ci`` and ``fuzz``.
+"""The project's Hypothesis profiles: ``dev`` (default), ``ci``, ``fuzz`` and ``mutate``.
 
 Hypothesis loads a built-in ``ci`` profile by itself when ``CI=true``; registering our own under
 that name and loading it explicitly keeps the budget ours and stated. ``deadline=None`` everywhere:
 a stateful step's time depends on the pool, and a deadline only adds flaky failures.
-Select one with ``PAGEDKV_PROFILE=dev|ci|fuzz``.
+Select one with ``PAGEDKV_PROFILE=dev|ci|fuzz|mutate``.
 
 **Order independence.** Under the derandomized ``ci`` profile each test's seed comes from the test
 itself, yet a machine's coverage still changed with the tests collected or run before it. The
@@ -37,11 +37,17 @@ settings.register_profile(
     "ci", COMMON, max_examples=300, stateful_step_count=80, derandomize=True, database=None
 )
 settings.register_profile("fuzz", COMMON, max_examples=20_000, stateful_step_count=200)
-PROFILES = ("dev", "ci", "fuzz")
+PROFILES = ("dev", "ci", "fuzz", "mutate")
 
 
 class ProfileError(ValueError):
     """An unknown ``PAGEDKV_PROFILE`` (the message is one line)."""
+
+
+# ``make mutate``: one run of the killers per mutant, so a fixed seed and a modest budget
+settings.register_profile(
+    "mutate", COMMON, max_examples=60, stateful_step_count=60, derandomize=True, database=None
+)
 
 
 def active_profile() -> str:

@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "model_tests.oracle": 4,
     "model_tests.teaching": 5,
     "model_tests.peers": 5,  # real engines' adapters and `make peers`: above the oracle they drive
+    "model_tests.formal": 5,  # development tools (CrossHair, mutation): nothing imports them
     "pagedkv": 6,
     "model_tests.tests": 7,
 }

@@ -176,6 +176,11 @@ def test_reset_only_when_nothing_is_used(make: BlockPoolFactory) -> None:
         (lambda p: p.allocate_immutable(Prefix(), [1, 2, 3]), errors.TooManyTokensError),
         (lambda p: p.allocate_immutable(Prefix(), [1]), errors.InvalidArgumentError),
         (lambda p: p.mark_accessed([], float("nan")), errors.InvalidArgumentError),
+        # a free block has no contents to mark or share
+        (lambda p: p.mark_accessed([0], 1.0), errors.UnallocatedBlockError),
+        (lambda p: p.mark_computed([1]), errors.UnallocatedBlockError),
+        (lambda p: p.fork([0]), errors.UnallocatedBlockError),
+        (lambda p: p.common_computed_prefix([[1]]), errors.UnallocatedBlockError),
     ],
 )
 def test_errors_name_the_problem_and_change_nothing(
@@ -186,6 +191,29 @@ def test_errors_name_the_problem_and_change_nothing(
     with pytest.raises(error) as raised:
         call(pool)  # type: ignore[operator]
     assert str(raised.value)
+    assert pool.view().comparable() == before
+
+
+@pytest.mark.parametrize(
+    ("prefix", "says"),
+    [
+        ("not a prefix", "expected a Prefix"),
+        (Prefix(hash=b"short"), "32 bytes"),
+        (Prefix(num_tokens=1), "whole blocks of 2"),
+        (Prefix(num_tokens=-2), "prefix length"),
+        (Prefix(extra_key=ExtraKey(lora_id=-1)), "lora_id"),
+    ],
+)
+def test_append_tokens_refuses_a_malformed_prefix(
+    make: BlockPoolFactory, prefix: object, says: str
+) -> None:
+    """Checked before anything changes, in a live block with room (so only the prefix is wrong):
+    the same checks ``allocate_immutable`` makes."""
+    pool = make(PoolConfig(num_blocks=2, block_size=2))
+    block = pool.allocate_mutable()
+    before = pool.view().comparable()
+    with pytest.raises(errors.InvalidArgumentError, match=says):
+        pool.append_tokens(block, prefix, [1])  # type: ignore[arg-type]
     assert pool.view().comparable() == before
 
 

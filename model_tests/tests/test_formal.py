@@ -1,0 +1,90 @@
+"""The formal checks: CrossHair's short pass over every contract and every reference/optimized
+pair (``make crosshair`` is the long one), proof that the pass can fail, and the cases CrossHair
+mis-runs, pinned by plain tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from model_tests.formal import crosshair_check
+from specs.content_hash import ROOT, encode_block, utf8_encodable
+from specs.errors import InvalidArgumentError
+from specs.types import MAX_TOKEN, ExtraKey
+from specs.validation import check_extra_key
+
+tokens = st.lists(st.integers(0, MAX_TOKEN), max_size=4)
+
+
+def test_crosshair_short_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every contract and every pair, about a second per condition: nothing refuted."""
+    code = crosshair_check.main(["--timeout", "1", "--pair-timeout", "5"])
+    report = capsys.readouterr().out
+    assert code == 0, report
+    assert " 0 refuted" in report
+    assert report.count(" same ") == len(crosshair_check.PAIRS), report
+
+
+def test_a_wrong_contract_is_refuted(tmp_path: Path) -> None:
+    planted = tmp_path / "planted_contract.py"
+    planted.write_text(
+        'def grow(n: int) -> int:\n    """\n    pre: n >= 0\n    post: _ > n\n    """\n'
+        "    return n if n == 7 else n + 1\n"
+    )
+    outcomes, _ = crosshair_check.check_contracts(str(planted), 10)
+    assert [(o.function, o.status) for o in outcomes] == [("grow", "refuted")]
+    assert "grow(7)" in outcomes[0].detail
+
+
+def test_a_planted_off_by_one_in_window_release_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "planted_window.py").write_text(
+        "from model_tests.formal.pairs import _window_inputs\n\n"
+        "def off_by_one(num_tokens: int, window: int, block_size: int, num_blocks: int)"
+        " -> list[int] | None:\n"
+        "    if not _window_inputs(num_tokens, window, block_size, num_blocks):\n"
+        "        return None\n"
+        "    return list(range(max(0, min((num_tokens - window) // block_size, num_blocks))))\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    differs, text = crosshair_check.diff_pair(
+        "model_tests.formal.pairs.reference_window_release", "planted_window.off_by_one", 60
+    )
+    assert differs and "Given:" in text, text
+
+
+# --- what CrossHair mis-runs, pinned ------------------------------------------------------------
+
+
+def test_equal_blocks_encode_equally() -> None:
+    """CrossHair reports ``([], [])`` as a counterexample to the injectivity of
+    ``encode_block`` (its ``struct.pack`` over a symbolic list); run for real, it is not one."""
+    assert encode_block(ROOT, [], ExtraKey()) == encode_block(ROOT, [], ExtraKey())
+
+
+@given(tokens, tokens, st.sampled_from([ExtraKey(), ExtraKey(lora_id=0), ExtraKey(None, "")]))
+def test_encode_block_is_injective(a: list[int], b: list[int], key: ExtraKey) -> None:
+    assert (encode_block(ROOT, a, key) == encode_block(ROOT, b, key)) == (a == b)
+
+
+@given(st.text(st.characters(codec=None, exclude_categories=())))
+def test_utf8_encodable_agrees_with_str_encode(text: str) -> None:
+    """CrossHair's symbolic ``str.encode`` accepts lone surrogates, so the spec says encodable
+    with code points; the real ``encode`` must agree."""
+    try:
+        text.encode("utf-8")
+        encodes = True
+    except UnicodeEncodeError:
+        encodes = False
+    assert utf8_encodable(text) == encodes
+
+
+@pytest.mark.parametrize("salt", ["\ud800", "a\udfff", "\ud800\U00040000\x80"])
+def test_a_salt_with_a_lone_surrogate_is_refused(salt: str) -> None:
+    """The counterexample CrossHair gave while ``check_extra_key`` tried ``str.encode``."""
+    with pytest.raises(InvalidArgumentError, match="cache_salt"):
+        check_extra_key(ExtraKey(None, salt))
