@@ -12,6 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Literal, get_args
 
+from specs.operations import OPERATIONS
+
+OPERATION_NAMES: frozenset[str] = frozenset(name for level in OPERATIONS.values() for name in level)
+"""What policy ``unsupported`` may name: the operations of both protocols."""
+
 NullBlockWhen = Literal["at_creation", "at_first_append"]
 WindowRelease = Literal["token_exact", "computed_blocks"]
 AppendWorstCase = Literal["touched_blocks", "token_chunks", "new_blocks"]
@@ -108,6 +113,12 @@ class Option:
     def parse(self, text: str) -> object:
         if self.name == "unsupported":
             names = frozenset(t for t in text.split(",") if t)
+            unknown = sorted(names - OPERATION_NAMES)
+            if unknown:
+                raise ValueError(
+                    f"policy option unsupported: {', '.join(unknown)} is not an operation"
+                    " of either protocol"
+                )
             return names
         if self.values == ("true", "false"):
             if text.lower() not in self.values:
