@@ -261,13 +261,15 @@ OPTIONS: dict[str, Option] = {
                 "data": "pagedkv: exactly the full blocks `mark_computed` named; a hit or a"
                 " dedup leaves the mark as it was (pool §8); a swap carries the marks",
                 "promoted_batch": "vLLM 0.6.3: `mark_computed` ignores its blocks and marks every"
-                " block promoted since the previous call that is still held; a hit or dedup that"
+                " block promoted since the previous call that is still held (the manager's mark,"
+                " whatever group it names, marks the GPU pool's); a hit or dedup that"
                 " takes a block back from the evictor makes it computed (vLLM counts every"
                 " evictable block as computed: only this shows it); a swap's copies are promoted"
                 " blocks, computed at the next mark",
             },
             rule=(
                 "reference/block_pool.py: mark_computed",
+                "reference/block_manager.py: mark_blocks_as_computed",
                 "reference/block_pool.py: _take_cached",
                 "reference/swap.py: _take_copy",
             ),

@@ -551,7 +551,8 @@ def test_computed_marks() -> None:
     """``mark_computed`` of one of two blocks promoted since the last mark marks that one, or
     both; a hit that revives a cached block nobody marked leaves it uncomputed, or makes it
     computed; a swap carries the marks of a group's blocks, or its copies are promoted blocks
-    that wait for the next mark."""
+    that wait for the next mark; marking a swapped-out group marks its own blocks, or what the
+    GPU promoted since the last mark."""
 
     def scenario(policy: Policy) -> tuple[object, ...]:
         p = pool(policy)
@@ -563,15 +564,18 @@ def test_computed_marks() -> None:
         p.free(unmarked)
         p.mark_computed([])
         p.allocate_immutable(ROOT, [3])
-        m = manager(policy, enable_caching=True)
+        m = manager(policy, enable_caching=True, num_gpu_blocks=5)
         m.allocate(1, [1], [1, 2, 3])
         m.mark_blocks_as_computed(1)
         m.swap_out(1)
-        return marked, p.block(unmarked).computed, m.get_num_cached_tokens(1)
+        m.allocate(2, [2], [4, 5])
+        m.mark_blocks_as_computed(1)
+        swapped = (m.get_num_cached_tokens(1), m.get_common_computed_block_ids([2]))
+        return marked, p.block(unmarked).computed, swapped
 
     assert under_each_value("computed_marks", scenario) == {
-        "data": ((True, False), False, 3),
-        "promoted_batch": ((True, True), True, 0),
+        "data": ((True, False), False, (3, [])),
+        "promoted_batch": ((True, True), True, (0, [3])),
     }
 
 
