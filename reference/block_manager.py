@@ -411,8 +411,12 @@ def access_all_blocks_in_seq(state: ManagerState, seq_id: int, now: float) -> Ma
 
 
 def mark_blocks_as_computed(state: ManagerState, group_id: int) -> ManagerState:
-    """After the model ran: every full block of the group's sequences holds its KV now."""
+    """After the model ran: every full block of the group's sequences holds its KV now. Under
+    ``computed_marks=promoted_batch`` the mark names no block: the GPU pool marks what it promoted
+    since the last mark, wherever the group is (vLLM 0.6.3 marks only on the GPU)."""
     found = group(state, group_id)
+    if state.policy.computed_marks == "promoted_batch":
+        return with_pool(state, Device.GPU, pool_ops.mark_computed(state.gpu, []))
     device_pool = pool_ops.mark_computed(pool(state, found.device), distinct_blocks(state, found))
     return with_pool(state, found.device, device_pool)
 

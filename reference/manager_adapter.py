@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from functools import wraps
-from typing import Concatenate, ParamSpec, TypeVar, cast
+from collections.abc import Sequence
 
 from reference import block_manager as ops
 from reference.manager_state import DevicePicker, ManagerState, lowest_ids, to_manager_view
-from specs.errors import UnsupportedError
+from reference.offered import offered
 from specs.manager_view import ManagerView
 from specs.policy import PAGEDKV, Policy
 from specs.types import (
@@ -21,26 +19,6 @@ from specs.types import (
     ManagerConfig,
     Token,
 )
-
-Params = ParamSpec("Params")
-Result = TypeVar("Result")
-
-
-def offered(
-    method: Callable[Concatenate[ReferenceBlockSpaceManager, Params], Result],
-) -> Callable[Concatenate[ReferenceBlockSpaceManager, Params], Result]:
-    """An operation the policy may declare the engine does not have (``Policy.unsupported``)."""
-
-    def checked(
-        self: ReferenceBlockSpaceManager, *args: Params.args, **kwargs: Params.kwargs
-    ) -> Result:
-        if method.__name__ in self.state.policy.unsupported:
-            raise UnsupportedError(f"{method.__name__} is not offered under this policy")
-        return method(self, *args, **kwargs)
-
-    return cast(
-        "Callable[Concatenate[ReferenceBlockSpaceManager, Params], Result]", wraps(method)(checked)
-    )
 
 
 class ReferenceBlockSpaceManager:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reference import block_pool as ops
+from reference.offered import offered
 from reference.pool_state import PoolState, to_view
 from specs.content_hash import Prefix
 from specs.policy import PAGEDKV, Policy
@@ -29,20 +30,27 @@ class ReferenceBlockPool:
     def config(self) -> PoolConfig:
         return self.state.config
 
+    @property
+    def policy(self) -> Policy:
+        return self.state.policy
+
     def get_null_block(self) -> BlockId | None:
         """The block the pool keeps for itself (policy ``pool_null_block``), if any."""
         return self.state.null_block
 
+    @offered
     def allocate_mutable(self, choice: BlockId | None = None) -> BlockId:
         self.state, block = ops.allocate_mutable(self.state, choice)
         return block
 
+    @offered
     def allocate_immutable(
         self, prefix: Prefix, tokens: Sequence[Token], choice: BlockId | None = None
     ) -> BlockId:
         self.state, block = ops.allocate_immutable(self.state, prefix, tokens, choice)
         return block
 
+    @offered
     def append_tokens(
         self,
         block: BlockId,
@@ -53,36 +61,46 @@ class ReferenceBlockPool:
         self.state, block = ops.append_tokens(self.state, block, prefix, tokens, choice)
         return block
 
+    @offered
     def free(self, block: BlockId) -> None:
         self.state = ops.free(self.state, block)
 
+    @offered
     def fork(self, chain: Sequence[BlockId]) -> list[BlockId]:
         self.state, blocks = ops.fork(self.state, chain)
         return blocks
 
+    @offered
     def cow_if_not_appendable(self, block: BlockId, choice: BlockId | None = None) -> BlockId:
         self.state, block = ops.cow_if_not_appendable(self.state, block, choice)
         return block
 
+    @offered
     def clear_copy_on_writes(self) -> list[CopyPair]:
         self.state, pairs = ops.clear_copy_on_writes(self.state)
         return pairs
 
+    @offered
     def mark_accessed(self, blocks: Sequence[BlockId], now: float) -> None:
         self.state = ops.mark_accessed(self.state, blocks, now)
 
+    @offered
     def mark_computed(self, blocks: Sequence[BlockId]) -> None:
         self.state = ops.mark_computed(self.state, blocks)
 
+    @offered
     def common_computed_prefix(self, chains: Sequence[Sequence[BlockId]]) -> list[BlockId]:
         return ops.common_computed_prefix(self.state, chains)
 
+    @offered
     def num_free_blocks(self) -> int:
         return ops.num_free_blocks(self.state)
 
+    @offered
     def hit_rate(self) -> float:
         return ops.hit_rate(self.state)
 
+    @offered
     def reset_prefix_cache(self) -> bool:
         self.state, done = ops.reset_prefix_cache(self.state)
         return done

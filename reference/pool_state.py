@@ -52,11 +52,10 @@ def is_evictable(view: BlockView) -> bool:
 
 
 def is_computed(state: PoolState, block: BlockId) -> bool:
-    """Whether the block's KV counts as written (policy ``computed_marks``)."""
-    view = state.blocks[block]
-    if state.policy.computed_marks == "promoted_batch" and is_evictable(view):
-        return True
-    return view.computed
+    """Whether the block's KV counts as written: its mark (pool §8). vLLM 0.6.3 also counts
+    every evictable block as computed (policy ``computed_marks=promoted_batch``), but only held
+    blocks are ever asked about, and a hit that takes one back marks it (``_take_cached``)."""
+    return state.blocks[block].computed
 
 
 def free_ids(state: PoolState) -> frozenset[BlockId]:

@@ -12,6 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Literal, get_args
 
+from specs.operations import OPERATIONS
+
+OPERATION_NAMES: frozenset[str] = frozenset(name for level in OPERATIONS.values() for name in level)
+"""What policy ``unsupported`` may name: the operations of both protocols."""
+
 NullBlockWhen = Literal["at_creation", "at_first_append"]
 WindowRelease = Literal["token_exact", "computed_blocks"]
 AppendWorstCase = Literal["touched_blocks", "token_chunks", "new_blocks"]
@@ -89,11 +94,17 @@ class Policy:
 
     def describe(self) -> str:
         """``name=value`` for every option that differs from pagedkv's own policy."""
-        shown = []
-        for name, (mine, _) in self.differences(PAGEDKV).items():
-            value = ",".join(sorted(mine)) if isinstance(mine, frozenset) else str(mine).lower()
-            shown.append(f"{name}={value}")
+        shown = [
+            f"{name}={value_text(mine)}" for name, (mine, _) in self.differences(PAGEDKV).items()
+        ]
         return " ".join(shown) or "(pagedkv's own)"
+
+
+def value_text(value: object) -> str:
+    """An option's value as ``--policy`` spells it: a set as sorted comma-separated names."""
+    if isinstance(value, frozenset):
+        return ",".join(sorted(value))
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +115,19 @@ class Option:
     values: tuple[str, ...]
     what: str
     meaning: dict[str, str]
+    rule: tuple[str, ...]
+    """Where the reference implements it: ``path: function`` for each place (a test holds every
+    citation to the file)."""
 
     def parse(self, text: str) -> object:
         if self.name == "unsupported":
             names = frozenset(t for t in text.split(",") if t)
+            unknown = sorted(names - OPERATION_NAMES)
+            if unknown:
+                raise ValueError(
+                    f"policy option unsupported: {', '.join(unknown)} is not an operation"
+                    " of either protocol"
+                )
             return names
         if self.values == ("true", "false"):
             if text.lower() not in self.values:
@@ -135,6 +155,11 @@ OPTIONS: dict[str, Option] = {
                 "at_creation": "pagedkv: block 0, pinned when the manager is made",
                 "at_first_append": "vLLM 0.6.3: the first append of a windowed table takes it",
             },
+            rule=(
+                "reference/manager_state.py: new_manager",
+                "reference/manager_state.py: take_null_block",
+                "reference/block_manager.py: append_slots",
+            ),
         ),
         Option(
             "window_release",
@@ -146,6 +171,11 @@ OPTIONS: dict[str, Option] = {
                 "computed_blocks": "vLLM 0.6.3: at every append, the first `T // bs - (W // bs"
                 " + 2)` blocks (T: tokens computed before it)",
             },
+            rule=(
+                "reference/block_manager.py: _release_out_of_window",
+                "reference/block_table.py: out_of_window",
+                "specs/accounting.py: computed_blocks_release_end",
+            ),
         ),
         Option(
             "append_worst_case",
@@ -159,6 +189,11 @@ OPTIONS: dict[str, Option] = {
                 "new_blocks": "nano-vllm: only the blocks added (a block it writes is never"
                 " shared, so it is never copied)",
             },
+            rule=(
+                "reference/block_manager.py: _touched",
+                "specs/accounting.py: blocks_touched_by_append",
+                "specs/accounting.py: token_chunks",
+            ),
         ),
         Option(
             "swap_pairs",
@@ -167,8 +202,16 @@ OPTIONS: dict[str, Option] = {
             {
                 "copies": "pagedkv: each distinct block once, only real copies (no cache hit,"
                 " no empty block)",
-                "every_entry": "vLLM 0.6.3: every entry of every table, sequence by sequence",
+                "every_entry": "vLLM 0.6.3: every entry of every table but the null block's,"
+                " sequence by sequence: a block two tables share is released and taken once per"
+                " table (a hit the second time when it is hashed); an atomic swap counts every"
+                " entry up front",
             },
+            rule=(
+                "reference/swap.py: move_group",
+                "reference/swap.py: move_table_by_table",
+                "reference/swap.py: blocks_to_move",
+            ),
         ),
         Option(
             "common_prefix",
@@ -178,6 +221,10 @@ OPTIONS: dict[str, Option] = {
                 "every_run": "pagedkv: an empty run makes the common prefix empty",
                 "nonempty_runs": "vLLM 0.6.3: empty runs are dropped before the common prefix",
             },
+            rule=(
+                "reference/block_pool.py: common_computed_prefix",
+                "reference/block_manager.py: common_of_kept_lists",
+            ),
         ),
         Option(
             "cow_pairs",
@@ -188,6 +235,10 @@ OPTIONS: dict[str, Option] = {
                 " copy reads that copy's source",
                 "as_recorded": "vLLM 0.6.3: kept as recorded",
             },
+            rule=(
+                "reference/block_pool.py: _record_copy",
+                "reference/allocation.py: discard_pending_copies",
+            ),
         ),
         Option(
             "promotion",
@@ -200,6 +251,7 @@ OPTIONS: dict[str, Option] = {
                 "keep": "append-only (vLLM v1, nano-vllm): the filled block keeps its id and"
                 " is cached too (policy `duplicates` says which of the two a lookup finds)",
             },
+            rule=("reference/block_pool.py: append_tokens",),
         ),
         Option(
             "computed_marks",
@@ -207,11 +259,20 @@ OPTIONS: dict[str, Option] = {
             "which blocks count as computed (their KV written)",
             {
                 "data": "pagedkv: exactly the full blocks `mark_computed` named; a hit or a"
-                " dedup leaves the mark as it was (pool §8)",
+                " dedup leaves the mark as it was (pool §8); a swap carries the marks",
                 "promoted_batch": "vLLM 0.6.3: `mark_computed` ignores its blocks and marks every"
-                " block promoted since the previous call; evictable blocks count as computed; a"
-                " hit or dedup that revives an evictable block makes it computed",
+                " block promoted since the previous call that is still held (the manager's mark,"
+                " whatever group it names, marks the GPU pool's); a hit or dedup that"
+                " takes a block back from the evictor makes it computed (vLLM counts every"
+                " evictable block as computed: only this shows it); a swap's copies are promoted"
+                " blocks, computed at the next mark",
             },
+            rule=(
+                "reference/block_pool.py: mark_computed",
+                "reference/block_manager.py: mark_blocks_as_computed",
+                "reference/block_pool.py: _take_cached",
+                "reference/swap.py: _take_copy",
+            ),
         ),
         Option(
             "revival_access",
@@ -221,6 +282,7 @@ OPTIONS: dict[str, Option] = {
                 "kept": "pagedkv: kept (per physical block)",
                 "reset": "vLLM 0.6.3: reset to never accessed (its block tracker starts over)",
             },
+            rule=("reference/block_pool.py: _take_cached",),
         ),
         Option(
             "access_time",
@@ -231,6 +293,10 @@ OPTIONS: dict[str, Option] = {
                 "at_free": "vLLM 0.6.3: with caching only, one time kept per sequence and given"
                 " to its blocks when the sequence is freed",
             },
+            rule=(
+                "reference/block_manager.py: access_all_blocks_in_seq",
+                "reference/block_manager.py: free",
+            ),
         ),
         Option(
             "computed_list",
@@ -240,8 +306,15 @@ OPTIONS: dict[str, Option] = {
                 "recomputed": "pagedkv: the leading computed run of the table, every time",
                 "cached_per_sequence": "vLLM 0.6.3: a list kept per sequence and only extended;"
                 " once a block past it is not computed the list stops growing until the sequence"
-                " is freed; one sequence's list is its answer",
+                " is freed (vLLM's also takes computed blocks past the gap, which is no prefix:"
+                " the reference stops at it); a window release of its head empties it; one"
+                " sequence's list is its answer",
             },
+            rule=(
+                "reference/block_manager.py: get_common_computed_block_ids",
+                "reference/block_manager.py: extend_computed_list",
+                "reference/block_manager.py: _released_from_computed_list",
+            ),
         ),
         Option(
             "swap_worst_case",
@@ -253,6 +326,10 @@ OPTIONS: dict[str, Option] = {
                 " of its lookahead, plus every table entry but full blocks the destination holds"
                 " already",
             },
+            rule=(
+                "reference/block_manager.py: _swap_worst_case",
+                "reference/block_manager.py: _entry_cost",
+            ),
         ),
         Option(
             "swap_never",
@@ -264,6 +341,7 @@ OPTIONS: dict[str, Option] = {
                 "without_watermark": "vLLM 0.6.3: only when it exceeds the device's capacity"
                 " (what fits only by eating the watermark waits as LATER)",
             },
+            rule=("reference/block_manager.py: _swap_status",),
         ),
         Option(
             "swap_out_answer",
@@ -273,6 +351,7 @@ OPTIONS: dict[str, Option] = {
                 "status": "pagedkv: OK, LATER or NEVER",
                 "ok_or_later": "vLLM 0.6.3: a bool, so NEVER is answered LATER",
             },
+            rule=("reference/block_manager.py: can_swap_out",),
         ),
         Option(
             "swap_cross_tables",
@@ -282,6 +361,11 @@ OPTIONS: dict[str, Option] = {
                 "moved": "pagedkv: with the group",
                 "kept_on_gpu": "vLLM 0.6.3: never; it stays on the GPU while the group is away",
             },
+            rule=(
+                "reference/swap.py: move_group",
+                "reference/swap.py: move_table_by_table",
+                "reference/block_manager.py: _swap_worst_case",
+            ),
         ),
         Option(
             "append_order",
@@ -292,6 +376,7 @@ OPTIONS: dict[str, Option] = {
                 "slots_first": "vLLM 0.6.3: all of them (tokens' and lookahead's) first, empty,"
                 " then the tokens are written",
             },
+            rule=("reference/block_table.py: append",),
         ),
         Option(
             "eviction",
@@ -304,6 +389,11 @@ OPTIONS: dict[str, Option] = {
                 " the one given back first, whatever its accesses; a sequence gives its blocks"
                 " back tail first",
             },
+            rule=(
+                "reference/allocation.py: allowed_choices",
+                "reference/block_pool.py: _release",
+                "reference/block_manager.py: free",
+            ),
         ),
         Option(
             "duplicates",
@@ -315,6 +405,10 @@ OPTIONS: dict[str, Option] = {
                 "latest_replaces": "nano-vllm: the block cached last; the earlier one is no"
                 " longer found",
             },
+            rule=(
+                "reference/hash_index.py: index_block",
+                "reference/hash_index.py: unindex_block",
+            ),
         ),
         Option(
             "copy_on_write",
@@ -325,6 +419,7 @@ OPTIONS: dict[str, Option] = {
                 "false": "append-only: never (blocks are shared only when full); such an"
                 " append, and `cow_if_not_appendable`, raise UnsupportedError",
             },
+            rule=("reference/block_pool.py: cow_if_not_appendable",),
         ),
         Option(
             "pool_null_block",
@@ -334,6 +429,11 @@ OPTIONS: dict[str, Option] = {
                 "false": "pagedkv: a pool gives every block; the manager takes a null block",
                 "true": "vLLM v1: `BlockPool` takes its first block as the null block when made",
             },
+            rule=(
+                "reference/block_pool.py: _with_own_null_block",
+                "reference/pool_state.py: callers_count",
+                "reference/block_pool.py: reset_prefix_cache",
+            ),
         ),
         Option(
             "keep_freed_cache",
@@ -343,6 +443,7 @@ OPTIONS: dict[str, Option] = {
                 "true": "pagedkv: it waits, evictable, for a later hit",
                 "false": "nano-vllm (the published fork): its hash is dropped when freed",
             },
+            rule=("reference/block_pool.py: _release",),
         ),
         Option(
             "groups",
@@ -352,6 +453,7 @@ OPTIONS: dict[str, Option] = {
                 "many_sequences": "pagedkv: a group's sequences share the prompt's blocks",
                 "one_sequence": "nano-vllm: one (parallel samples are separate requests)",
             },
+            rule=("reference/block_manager.py: allocate",),
         ),
         Option(
             "lookup",
@@ -362,6 +464,7 @@ OPTIONS: dict[str, Option] = {
                 "stop_at_first_miss": "nano-vllm: after the first miss, every later block is a"
                 " miss",
             },
+            rule=("reference/block_table.py: allocate_prompt",),
         ),
         Option(
             "admission",
@@ -372,6 +475,7 @@ OPTIONS: dict[str, Option] = {
                 "free_blocks": "nano-vllm: OK when the prompt's blocks are free, else LATER;"
                 " no watermark, no NEVER",
             },
+            rule=("reference/block_manager.py: can_allocate",),
         ),
         Option(
             "cached_tokens",
@@ -382,18 +486,31 @@ OPTIONS: dict[str, Option] = {
                 "hits_at_allocate": "nano-vllm: the tokens of the prompt's leading cache hits"
                 " when it was allocated",
             },
+            rule=(
+                "reference/block_manager.py: allocate",
+                "reference/block_manager.py: get_num_cached_tokens",
+            ),
         ),
         Option(
             "lookahead",
             ("true", "false"),
             "whether lookahead slots are offered",
-            {"true": "pagedkv", "false": "nano-vllm: a lookahead is UnsupportedError"},
+            {
+                "true": "pagedkv: `num_lookahead_slots` empty slots follow the tokens (never"
+                " hashed)",
+                "false": "nano-vllm: a lookahead is UnsupportedError",
+            },
+            rule=("reference/block_manager.py: _offered_lookahead",),
         ),
         Option(
             "encoder",
             ("true", "false"),
             "whether encoder prompts (cross-attention tables) are offered",
-            {"true": "pagedkv", "false": "nano-vllm: an encoder prompt is UnsupportedError"},
+            {
+                "true": "pagedkv: a group with an encoder prompt gets a cross-attention table",
+                "false": "nano-vllm: an encoder prompt is UnsupportedError",
+            },
+            rule=("reference/block_manager.py: _prompt_blocks",),
         ),
         Option(
             "atomic",
@@ -401,15 +518,25 @@ OPTIONS: dict[str, Option] = {
             "whether a call that fails is refused before it changes anything",
             {
                 "true": "pagedkv: every operation checks its worst case up front",
-                "false": "vLLM 0.6.3: only the `can_*` promise protects a call; without it a"
-                " call may fail midway, and the run ends there",
+                "false": "vLLM 0.6.3, nano-vllm: only the `can_*` promise protects a call;"
+                " without it a call may fail midway, and the run ends there (the reference, pure,"
+                " changes nothing, but a target's state is then undefined)",
             },
+            rule=(
+                "reference/block_manager.py: allocate",
+                "reference/block_manager.py: append_slots",
+                "reference/swap.py: check_room",
+            ),
         ),
         Option(
             "unsupported",
             (),
             "operations the engine does not offer (comma-separated)",
-            {"": "the reference raises UnsupportedError for them"},
+            {
+                "": "the reference raises UnsupportedError for them, at either level, before"
+                " it reads an argument"
+            },
+            rule=("reference/offered.py: offered",),
         ),
     )
 }
@@ -507,9 +634,8 @@ class Profile:
             )
 
     def describe(self) -> str:
-        changed = self.policy.describe() if self.policy != PAGEDKV else ""
-        named = self.name in PROFILE_NAMES
-        return f"{self.name} ({changed})" if changed and not named else self.name
+        """The profile's name, followed by the ``--policy`` overrides it was given, once each."""
+        return self.name
 
 
 def profile(name: str, overrides: dict[str, str] | None = None) -> Profile:
@@ -527,6 +653,64 @@ def profile(name: str, overrides: dict[str, str] | None = None) -> Profile:
         policy = policy.overridden(overrides)
         label = name + " " + " ".join(f"{k}={v}" for k, v in overrides.items())
     return Profile(label, policy, safety, levels)
+
+
+POLICY_TESTS = "model_tests/tests/test_policy.py"
+"""Where each option's test lives: ``test_<option>``, one per option."""
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, frozenset):
+        return ", ".join(f"`{name}`" for name in sorted(value)) or "none"
+    return f"`{value_text(value)}`"
+
+
+def _capitalized(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def markdown_table() -> str:
+    """The options as ``specs/policy.md``'s table: what each changes, each profile's value, where
+    the reference implements it and the test that holds it there."""
+    profiles = [
+        f"`{name}`" + (" (default)" if PROFILES[name] == PAGEDKV else "") for name in PROFILES
+    ]
+    header = ["option", "what it changes", *profiles, "rule", "test"]
+    rows = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for option in OPTIONS.values():
+        cells = [
+            f"`{option.name}`",
+            _capitalized(option.what),
+            *(_shown(getattr(policy, option.name)) for policy in PROFILES.values()),
+            "<br>".join(f"`{citation}`" for citation in option.rule),
+            f"`test_{option.name}`",
+        ]
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(rows)
+
+
+def markdown_values() -> str:
+    """Each option's values, what each means and the profiles that choose it, as
+    ``specs/policy.md`` shows them below the table."""
+    sections = []
+    for option in OPTIONS.values():
+        lines = [f"### `{option.name}`", "", _capitalized(option.what) + "."]
+        if option.values:
+            lines.append("")
+        else:  # a set of names: the meaning is one, the value per profile
+            lines[-1] += f" {_capitalized(option.meaning[''])}."
+            lines += [
+                "",
+                *(f"- `{n}`: {_shown(getattr(p, option.name))}." for n, p in PROFILES.items()),
+            ]
+        for value in option.values:
+            chosen = [
+                n for n, p in PROFILES.items() if value_text(getattr(p, option.name)) == value
+            ]
+            profiles = ", ".join(f"`{name}`" for name in chosen) or "none"
+            lines.append(f"- `{value}` — {option.meaning[value]}. Profiles: {profiles}.")
+        sections.append("\n".join(lines))
+    return "\n\n".join(sections)
 
 
 def policy_json(policy: Policy) -> dict[str, object]:
