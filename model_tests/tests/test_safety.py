@@ -142,3 +142,25 @@ def test_correct_allocators_pass_the_safety_tier(level: Level, factory: Any) -> 
     result = run_check(factory, level, steps=600, seed=5, trace_out=None, profile=SAFETY)
     assert result.passed, result.message
     assert result.runs >= budget(600)[0]  # every run the budget asks for
+
+
+class WithoutNullBlockHook(IndependentManager):
+    """A correct windowed manager that does not name its null block."""
+
+    get_null_block = None  # type: ignore[assignment]
+
+
+class LeaksWithoutNullBlockHook(broken.BrokenFreeLeaksLastBlock):
+    get_null_block = None  # type: ignore[assignment]
+
+
+def test_a_target_without_the_null_block_hook_is_still_held_to_its_counts() -> None:
+    """Without ``get_null_block()`` the GPU free count is bounded rather than known (an entry
+    past the window may be the null block or a block not yet released): a correct target passes,
+    and a leak still shows."""
+    passing = run_check(WithoutNullBlockHook, "manager", steps=600, seed=5, trace_out=None,
+                        profile=SAFETY)  # fmt: skip
+    assert passing.passed, passing.message
+    leaking = run_check(LeaksWithoutNullBlockHook, "manager", seed=2, trace_out=None,
+                        profile=SAFETY)  # fmt: skip
+    assert not leaking.passed and "a block is leaked" in leaking.message, leaking.message
