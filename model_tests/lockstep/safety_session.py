@@ -9,8 +9,9 @@ call, the session checks what it can see:
 - S2 accounting: on each device, the free count is the total minus the distinct blocks the tables
   hold (and the null block, where the target names it);
 - S3 placement: every table has a slot for every token, on its group's device;
-- S4 mappings: copy-on-write pairs land in the sequence's own table, no destination twice; a
-  swap's pairs run from the group's old blocks to its new ones, no destination from two sources;
+- S4 mappings: copy-on-write pairs land in the sequence's own table or in a block no table holds
+  (a copy the target then dropped), no destination twice; a swap's pairs run from the group's old
+  blocks to its new ones, no destination from two sources;
 - S5 KV data: the oracle plays the engine: it runs the target's pairs through a KV store (the
   target's own, when it offers ``get_kv_access()``; else an abstract one in the target's ids),
   writes each scheduled token's KV (skipping the prefix the target reports as computed), and
@@ -213,11 +214,20 @@ class SafetySession:
             destinations = [d for _, d in result]
             if len(set(destinations)) != len(destinations):
                 raise Divergence(f"append_slots{args}: a block is copied into twice: {result}")
-            stray = [d for d in destinations if d not in table]
+            others = {
+                block
+                for seq_id, blocks in after.tables.items()
+                if seq_id != args[0]
+                for block in blocks
+            } | {block for cross in after.cross.values() for block in cross}
+            # a copy into a block nobody holds any more (vLLM 0.6.3 copies, then dedups the
+            # filled copy onto its cached twin) writes nothing anyone reads
+            stray = [d for d in destinations if d not in table and d in others]
             if stray:
                 raise Divergence(
-                    f"append_slots{args}: copies into {stray}, which the sequence's table"
-                    f" {after.tables[args[0]]} does not hold"
+                    f"append_slots{args}: copies into {stray}, which other tables hold and"
+                    f" the sequence's table {after.tables[args[0]]} does not: their data would"
+                    " be overwritten"
                 )
         elif method in ("swap_out", "swap_in"):
             self._check_swap(method, args[0], result, before, after)

@@ -20,8 +20,9 @@ and maps each call onto the block manager's own:
 
 Lacked (``UnsupportedError``): the swaps, ``fork``, ``get_common_computed_block_ids``, the hit
 rate, ``reset_prefix_cache``; lookahead slots and encoder prompts are refused the same way.
-``SERVES`` is the configurations it can run: prefix caching on, no window, block size >= 2 (its
-own config demands multiples of 256; its append rule ``len % block_size == 1`` breaks at 1).
+``serves`` is the configurations it can run: prefix caching on, no window, block size >= 2 (its
+own config demands multiples of 256; its append rule ``len % block_size == 1`` breaks at 1); any
+other is declined with ``UnsupportedError`` when the manager is made.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from model_tests.peers import sources
 from model_tests.peers.admission import new_ids
@@ -48,7 +49,6 @@ from specs.types import (
 )
 from specs.validation import (
     check_count,
-    check_device,
     check_extra_key,
     check_manager_config,
     check_time,
@@ -90,19 +90,9 @@ class Switches:
 
 
 class NanoVllmManager:
-    LACKS: ClassVar[frozenset[str]] = frozenset(
-        {
-            "can_swap_out",
-            "can_swap_in",
-            "swap_out",
-            "swap_in",
-            "fork",
-            "get_common_computed_block_ids",
-            "get_prefix_cache_hit_rate",
-            "reset_prefix_cache",
-        }
-    )
-    SERVES: ClassVar[Callable[[ManagerConfig], bool]] = staticmethod(serves)
+    """The lacked operations raise ``UnsupportedError`` (the ``nano-vllm`` profile names them in
+    ``unsupported``); a configuration nano-vllm does not serve is declined the same way, when the
+    manager is made (a declared limit: the check draws another)."""
 
     def __init__(self, config: ManagerConfig, switches: Switches | None = None) -> None:
         check_manager_config(config)
@@ -259,7 +249,6 @@ class NanoVllmManager:
         return int(self._seq(seq_id).num_cached_tokens)
 
     def get_prefix_cache_hit_rate(self, device: Device) -> float:
-        check_device(device)
         raise _unsupported("prefix-cache hit rate")
 
     def reset_prefix_cache(self, device: Device | None = None) -> bool:

@@ -1,16 +1,25 @@
-"""``make peers``: hold each real peer to the reference and print one line per peer.
+"""``make peers``: hold each real peer to the reference under its engine's profile, and to the
+safety tier, and print one table.
 
     python -m model_tests.peers.run fetch
     python -m model_tests.peers.run check [--peer NAME ...] [--steps N] [--seed S]
-                                          [--switch NAME ...] [--traces DIR]
+                                          [--switch NAME ...] [--policy NAME=VALUE ...]
+                                          [--traces DIR]
 
-``check`` runs ``pagedkv check``'s machine (``run_check``) on each peer at its level, with the
-operations its engine lacks left out (``lacking.py``), and prints a table: the peer, its level,
-the verdict, how many calls ran before the first divergence, the shrunk trace's length and the
-divergence itself. Each shrunk trace is written to ``DIR/<peer>.jsonl`` (default
-``.peers/traces``); ``pagedkv replay`` replays it. ``--switch`` turns on adapter switches (each
-papers over one known difference, ``specs/peers.md``). Exit code 0 when every peer ran (whatever
-its verdict), 2 when a peer's files are not fetched or a name is unknown.
+``check`` runs ``pagedkv check``'s search (``run_check``) on each peer at its level: under
+its profile (``vllm-v0``, ``vllm-v1``, ``nano-vllm``; ``specs/policy.md``), where the reference
+makes the engine's choices, and under ``safety:<profile>`` (``specs/safety.md``), where nothing is
+compared and only hazards count; then, for an engine with known defects, both again with the
+switches that paper over them on, to show what lies behind. The profile names the operations the
+engine lacks (never
+called) and the adapter declines the configurations it does not serve (``UnsupportedError`` from
+its factory: the search draws another), so nothing needs masking. The table gives, per peer and
+tier: the verdict, the calls it took to find the first failure, the shrunk trace's length and
+the finding. Each trace is written to ``DIR/<peer>.<tier>.jsonl`` (default ``.peers/traces``);
+``pagedkv replay`` replays it. ``--switch`` turns on adapter switches (each papers over one known
+defect, ``specs/peers.md``), ``--policy`` overrides an option of every peer's profile. Exit code
+0 when every peer ran (whatever its verdict), 2 when a peer's files are not fetched or an argument
+is wrong.
 """
 
 from __future__ import annotations
@@ -25,23 +34,41 @@ from typing import Any
 
 from model_tests.oracle.check import CheckResult, run_check
 from model_tests.oracle.codec import Level
-from model_tests.peers import lacking, sources
+from model_tests.peers import sources
 from model_tests.peers.nano_vllm_manager import NanoVllmManager
 from model_tests.peers.nano_vllm_manager import Switches as NanoSwitches
 from model_tests.peers.vllm_v0_manager import Switches as V0ManagerSwitches
 from model_tests.peers.vllm_v0_manager import VllmV0Manager
 from model_tests.peers.vllm_v1_pool import Switches as V1PoolSwitches
 from model_tests.peers.vllm_v1_pool import VllmV1Pool
+from specs.policy import SAFETY, Profile, profile
 
 
 @dataclass(frozen=True)
 class Peer:
     name: str
     level: Level
+    profile: str
+    """The profile of the engine's choices (``specs.policy.PROFILES``)."""
     adapter: Any
     switches: Any
     """The adapter's ``Switches`` class (all off by default), or None."""
     source: sources.Source
+    defects: tuple[tuple[str, str], ...] = ()
+    """(defect, switch): the switches that paper over the engine's known defects, named as in
+    ``specs/peers.md``. A second round runs with them on, to find what lies behind."""
+
+    def rounds(self, switched: Sequence[str]) -> list[tuple[str, ...]]:
+        """The switch sets to check with: as the engine is, then past its known defects (or
+        just the switches asked for)."""
+        if switched:
+            return [tuple(switched)]
+        past = tuple(switch for _, switch in self.defects)
+        return [(), past] if past else [()]
+
+    def label(self, switches: Sequence[str]) -> str:
+        names = dict((switch, defect) for defect, switch in self.defects)
+        return " ".join(names.get(switch, switch) for switch in switches) or "-"
 
     def factory(self, switched: Sequence[str] = ()) -> Callable[[Any], Any]:
         if self.switches is None:
@@ -50,84 +77,135 @@ class Peer:
         chosen = replace(self.switches(), **{n: True for n in switched if n in names})
         return functools.partial(self.adapter, switches=chosen)
 
+    def profiles(self, overrides: dict[str, str]) -> list[Profile]:
+        """Its engine's profile, then the safety tier drawing what the engine offers."""
+        return [profile(self.profile, overrides), profile(f"{SAFETY}:{self.profile}", overrides)]
+
 
 PEERS = (
-    Peer("vllm-0.6.3-manager", "manager", VllmV0Manager, V0ManagerSwitches, sources.VLLM_V0),
-    Peer("vllm-v1-pool", "pool", VllmV1Pool, V1PoolSwitches, sources.VLLM_V1),
-    Peer("nano-vllm-manager", "manager", NanoVllmManager, NanoSwitches, sources.NANO_VLLM),
+    Peer(
+        "vllm-0.6.3-manager",
+        "manager",
+        "vllm-v0",
+        VllmV0Manager,
+        V0ManagerSwitches,
+        sources.VLLM_V0,
+        (
+            ("D1", "never_without_null"),
+            ("D2", "no_window_cap"),
+            ("D4", "hash_extra_key"),
+            ("D8", "forget_cpu_access"),
+        ),
+    ),
+    Peer("vllm-v1-pool", "pool", "vllm-v1", VllmV1Pool, V1PoolSwitches, sources.VLLM_V1),
+    Peer(
+        "nano-vllm-manager",
+        "manager",
+        "nano-vllm",
+        NanoVllmManager,
+        NanoSwitches,
+        sources.NANO_VLLM,
+        (("D6", "hash_extra_key"),),
+    ),
 )
 
 
 @dataclass
 class Row:
     peer: Peer
+    switched: tuple[str, ...]
     result: CheckResult
-    first_divergence_after: int | None
-    """Calls run before the first failing run ended (None: none failed)."""
+
+    @property
+    def tier(self) -> str:
+        return "safety" if self.result.profile.safety else "profile"
 
     @property
     def verdict(self) -> str:
-        return "pass" if self.result.passed else "DIVERGES"
+        return "pass" if self.result.passed else "FAIL"
 
     @property
-    def shrunk_steps(self) -> int | None:
-        record = self.result.record
-        return None if record is None else len(record.calls)
+    def found_after(self) -> str:
+        found = self.result.found_after
+        return "-" if found is None else str(found[1])
+
+    @property
+    def shrunk_steps(self) -> str:
+        trace = self.result.trace
+        return "-" if trace is None or self.result.passed else str(len(trace.ops))
 
 
 def check_peer(
-    peer: Peer, steps: int, seed: int, switched: Sequence[str], traces: Path | None
-) -> Row:
-    first: list[int] = []
-
-    def progress(runs: int, calls: int, failing: bool) -> None:
-        if failing and not first:
-            first.append(calls)
-
-    trace_out = None if traces is None else traces / f"{peer.name}.jsonl"
-    if trace_out is not None:
-        trace_out.parent.mkdir(parents=True, exist_ok=True)
-    factory = peer.factory(switched)
-    lacks: frozenset[str] = getattr(peer.adapter, "LACKS", frozenset())
-    serves = getattr(peer.adapter, "SERVES", None)
-    result = run_check(
-        factory,
-        peer.level,
-        steps=steps,
-        seed=seed,
-        trace_out=trace_out,
-        progress=progress,
-        adapt_case=lambda case: lacking.without(case, lacks, serves),
-    )
-    return Row(peer, result, first[0] if first else None)
+    peer: Peer,
+    steps: int,
+    seed: int,
+    switched: Sequence[str],
+    overrides: dict[str, str],
+    traces: Path | None,
+) -> list[Row]:
+    rows = []
+    for switches in peer.rounds(switched):
+        for chosen in peer.profiles(overrides):
+            tier = "safety" if chosen.safety else "profile"
+            name = ".".join([peer.name, tier, *(["switched"] if switches else [])])
+            trace_out = None if traces is None else traces / f"{name}.jsonl"
+            if trace_out is not None:
+                trace_out.parent.mkdir(parents=True, exist_ok=True)
+            result = run_check(
+                peer.factory(switches),
+                peer.level,
+                steps=steps,
+                seed=seed,
+                trace_out=trace_out,
+                profile=chosen,
+            )
+            rows.append(Row(peer, switches, result))
+    return rows
 
 
 def table(rows: Sequence[Row]) -> str:
-    head = ("peer", "level", "verdict", "calls to 1st", "shrunk", "divergence")
+    head = ("peer", "past defects", "checked under", "verdict", "found after", "shrunk", "finding")
     lines = [head]
     for row in rows:
-        after = "-" if row.first_divergence_after is None else str(row.first_divergence_after)
-        shrunk = "-" if row.shrunk_steps is None or row.result.passed else str(row.shrunk_steps)
         lines.append(
-            (row.peer.name, row.peer.level, row.verdict, after, shrunk, row.result.message or "")
+            (
+                row.peer.name,
+                row.peer.label(row.switched),
+                row.result.profile.describe(),
+                row.verdict,
+                row.found_after,
+                row.shrunk_steps,
+                row.result.message or "",
+            )
         )
-    widths = [max(len(line[i]) for line in lines) for i in range(5)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
     out = []
     for line in lines:
-        cells = [cell.ljust(width) for cell, width in zip(line[:5], widths, strict=True)]
-        out.append("  ".join([*cells, line[5]]).rstrip())
+        cells = [cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=True)]
+        out.append("  ".join([*cells, line[-1]]).rstrip())
     return "\n".join(out)
+
+
+def _overrides(assignments: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for assignment in assignments:
+        name, equals, value = assignment.partition("=")
+        if not equals or not name:
+            raise ValueError(f"--policy takes name=value, got {assignment!r}")
+        out[name] = value
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model_tests.peers.run")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("fetch", help="download the peers' wheels and unpack their files")
-    check = commands.add_parser("check", help="check every peer against the reference")
+    check = commands.add_parser("check", help="check every peer: its profile, then safety")
     check.add_argument("--peer", action="append", default=[], help="only this peer (repeatable)")
     check.add_argument("--steps", type=int, default=2000)
     check.add_argument("--seed", type=int, default=0)
     check.add_argument("--switch", action="append", default=[], help="an adapter switch")
+    check.add_argument("--policy", action="append", default=[], help="NAME=VALUE, every profile")
     check.add_argument("--traces", type=Path, default=sources.cache_root() / "traces")
     args = parser.parse_args(argv)
     if args.command == "fetch":
@@ -149,18 +227,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     chosen = [known[name] for name in args.peer] if args.peer else list(PEERS)
+    try:
+        overrides = _overrides(args.policy)
+        for peer in chosen:
+            peer.profiles(overrides)
+    except ValueError as error:
+        print(f"peers: error: {error}", file=sys.stderr)
+        return 2
     missing = [peer.source.name for peer in chosen if not peer.source.fetched]
     if missing:
         print(f"peers: error: {missing[0]} is not fetched: run make peers-fetch", file=sys.stderr)
         return 2
-    rows = []
+    rows: list[Row] = []
     for peer in chosen:
-        rows.append(check_peer(peer, args.steps, args.seed, args.switch, args.traces))
-        print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+        found = check_peer(peer, args.steps, args.seed, args.switch, overrides, args.traces)
+        for row in found:
+            what = f"{row.peer.name} ({row.peer.label(row.switched)}, {row.result.profile.name})"
+            print(f"peers: {what}: {row.verdict}", file=sys.stderr, flush=True)
+        rows += found
     print(table(rows))
     for row in rows:
         if row.result.trace_path is not None:
-            print(f"{row.peer.name}: trace {row.result.trace_path}")
+            print(f"{row.peer.name} ({row.tier}): trace {row.result.trace_path}")
     return 0
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from model_tests.peers import vllm_v0
 from model_tests.peers.admission import new_ids
@@ -103,8 +103,10 @@ class _Group:
 
 
 class VllmV0Manager:
-    LACKS: ClassVar[frozenset[str]] = frozenset({"get_num_cached_tokens", "reset_prefix_cache"})
-    """Protocol operations with no counterpart in this engine (they raise UnsupportedError)."""
+    """Operations with no counterpart in this engine (``get_num_cached_tokens``,
+    ``reset_prefix_cache``) raise ``UnsupportedError``; the ``vllm-v0`` profile names them in
+    ``unsupported``, so a check never calls them. Not ``atomic``: vLLM's calls fail midway
+    unless the matching ``can_*`` said OK first."""
 
     def __init__(self, config: ManagerConfig, switches: Switches | None = None) -> None:
         # vLLM validates its configuration in its engine config, not in the block manager
@@ -384,6 +386,11 @@ class VllmV0Manager:
             )
         ids = vllm_v0.call(self._vllm.get_common_computed_block_ids, seqs)
         return [int(b) for b in ids]
+
+    def get_null_block(self) -> BlockId | None:
+        """The sliding window's null block, once vLLM has taken it (at the first append)."""
+        null = self._vllm.block_allocator._null_block
+        return None if null is None else int(null.block_id)
 
     def get_num_cached_tokens(self, seq_id: int) -> int:
         raise UnsupportedError(

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType, SimpleNamespace
-from typing import Any, ClassVar
+from typing import Any
 
 from model_tests.peers import sources
 from model_tests.peers.standins import vllm_v1
@@ -79,9 +79,12 @@ class Switches:
 
 
 class VllmV1Pool:
-    LACKS: ClassVar[frozenset[str]] = frozenset(
-        {"cow_if_not_appendable", "common_computed_prefix", "hit_rate"}
-    )
+    """The lacked operations raise ``UnsupportedError``; the ``vllm-v1`` profile names them in
+    ``unsupported``, so a check never calls them."""
+
+    atomic = True
+    """Each operation takes at most one block, and v1's ``get_new_blocks`` checks the free count
+    before it changes anything (the safety tier holds the adapter to this)."""
 
     def __init__(self, config: PoolConfig, switches: Switches | None = None) -> None:
         check_pool_config(config)
@@ -98,6 +101,11 @@ class VllmV1Pool:
     @property
     def config(self) -> PoolConfig:
         return self._config
+
+    def get_null_block(self) -> BlockId | None:
+        """v1's null block (its id 0, taken at construction), when it is one of the configured
+        blocks (not with the ``extra_null_block`` switch)."""
+        return None if self.switches.extra_null_block else self._offset
 
     # --- ids and facts -------------------------------------------------------------------------
 

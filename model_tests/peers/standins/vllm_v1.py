@@ -27,6 +27,11 @@ def _unused(name: str) -> Any:
     return refuse
 
 
+logging.getLogger("pagedkv.peers").addHandler(logging.NullHandler())
+"""The engine's warnings (a refused prefix-cache reset, ...) are answers the oracle reads, not
+news for the terminal."""
+
+
 def init_logger(name: str) -> logging.Logger:
     return logging.getLogger(f"pagedkv.peers.{name}")
 
