@@ -427,10 +427,10 @@ class OptimizedBlockSpaceManager:
     # --- the observable state -------------------------------------------------------------------
 
     def view(self) -> ManagerView:
-        """Pending accesses are given to their blocks first: what they would hold had every
-        access been written at once."""
+        """Accesses the tables keep aside show as if every one had been written at once."""
+        untouched: dict[Device, dict[BlockId, tuple[int, float]]] = {d: {} for d in Device}
         for table in self._tables.values():
-            table.settle(self._pool(table.group.device))
+            table.untouched(untouched[table.group.device])
         seqs = {
             seq_id: SeqView(table.group.group_id, tuple(table.tokens), tuple(table.blocks))
             for seq_id, table in self._tables.items()
@@ -446,7 +446,12 @@ class OptimizedBlockSpaceManager:
             for group_id, group in self._groups.items()
         }
         return ManagerView(
-            self._config, self._gpu.view(), self._cpu.view(), seqs, groups, self._null_block
+            self._config,
+            self._gpu.view(untouched[Device.GPU]),
+            self._cpu.view(untouched[Device.CPU]),
+            seqs,
+            groups,
+            self._null_block,
         )
 
 

@@ -15,7 +15,7 @@ The core takes content hashes from its caller, who computes each one once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from optimized.evictor import Evictor
 from optimized.free_list import FreeList
@@ -423,14 +423,14 @@ class OptimizedBlockPool:
 
     # --- the observable state ------------------------------------------------------------------
 
-    def _render(self, index: int) -> BlockView:
+    def _render(self, index: int, last_accessed: float | None = None) -> BlockView:
         return BlockView(
             ref_count=self._ref_counts[index],
             tokens=self._tokens[index],
             content_hash=self._hashes[index],
             prefix=self._prefixes[index],
             computed=self._computed[index],
-            last_accessed=self._last_accessed[index],
+            last_accessed=self._last_accessed[index] if last_accessed is None else last_accessed,
         )
 
     def block(self, block: BlockId) -> BlockView:
@@ -439,12 +439,19 @@ class OptimizedBlockPool:
     def lookup(self, content_hash: BlockHash) -> BlockId | None:
         return self._cached.get(content_hash)
 
-    def view(self) -> PoolView:
-        """Free blocks render from their (blank) fields, so the invariants check the blanking."""
+    def view(self, untouched: Mapping[BlockId, tuple[int, float]] | None = None) -> PoolView:
+        """Free blocks render from their (blank) fields, so the invariants check the blanking.
+        ``untouched`` maps held blocks to accesses a caller keeps aside, (stamp, time): each
+        shows as it will once ``touch`` gives it to the block."""
         first_id = self._first_id
+        blocks = {block: self._render(block - first_id) for block in self._config.block_ids}
+        for block, (stamp, now) in (untouched or {}).items():
+            index = block - first_id
+            if stamp > self._access_stamps[index]:
+                blocks[block] = self._render(index, now)
         return PoolView(
             config=self._config,
-            blocks={block: self._render(block - first_id) for block in self._config.block_ids},
+            blocks=blocks,
             free=self._free.blocks(),
             evictable=self._evictor.blocks(),
             cached=dict(self._cached),

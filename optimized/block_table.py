@@ -12,9 +12,9 @@ questions a scheduler asks of every running sequence at every step cost O(1) amo
 - a pending access (``access_time``, ``access_stamp``, ``access_end``): the last
   ``access_all_blocks_in_seq`` is kept here instead of being written into every block, and is
   written into a block (``pool.touch``) only when the table stops holding it there: before a
-  release, an append that may replace the block, a swap, or when the state is observed. Blocks
-  only ever read their access time once nobody holds them (the eviction order), so the observable
-  state is the same.
+  release, an append that may replace the block, or a swap. A block's access time is only ever
+  read once nobody holds it (the eviction order), and ``view`` shows the pending access as if it
+  had been written, so the observable state is the same.
 - ``marked``: the entries whose blocks the table's last ``mark_blocks_as_computed`` found full;
   a mark looks only at blocks filled since.
 - ``computed_run``: how many leading entries are known computed. A full block is never written
@@ -111,6 +111,16 @@ class BlockTable:
         self.access_time = now
         self.access_stamp = stamp
         self.access_end = len(self.blocks)
+
+    def untouched(self, into: dict[BlockId, tuple[int, float]]) -> None:
+        """Add the blocks still waiting for the pending access to ``into`` (block -> (stamp,
+        time)), keeping the later access of a block two tables share: what the state would
+        show had the access been given to every block at once."""
+        stamp, now = self.access_stamp, self.access_time
+        for block in self.blocks[self.num_released : self.access_end]:
+            known = into.get(block)
+            if known is None or known[0] < stamp:
+                into[block] = (stamp, now)
 
     def settle(self, pool: OptimizedBlockPool, start: int = 0) -> None:
         """Give the pending access to the blocks of entries ``start ..`` that still wait for it;
