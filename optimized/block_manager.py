@@ -428,7 +428,7 @@ class OptimizedBlockSpaceManager:
 
     def view(self) -> ManagerView:
         """Accesses the tables keep aside show as if every one had been written at once."""
-        untouched: dict[Device, dict[BlockId, tuple[int, float]]] = {d: {} for d in Device}
+        untouched: dict[Device, dict[BlockId, tuple[int, float]]] = {Device.GPU: {}, Device.CPU: {}}
         for table in self._tables.values():
             table.untouched(untouched[table.group.device])
         seqs = {
