@@ -359,12 +359,13 @@ class ManagerLockstep(RuleBasedStateMachine):
             )
 
     @precondition(lambda self: type(self).target_kv is not None)  # it moves the target's tensors
-    @rule(seed=st.integers(0, 2**16), count=st.integers(1, 6))
-    def defragment(self, seed: int, count: int) -> None:
+    @rule(data=st.data())
+    def defragment(self, data: st.DataObject) -> None:
         """Blocks trade storage by in-place exchange; block ids and tables stay as they are, so
         every block's KV must still be found through the storage tables. A free block may
         still hold cached KV, so a one-way copy would lose it. (Which blocks pair up comes from
         one drawn seed: a choice that cannot change what the manager does needs no shrinking.)"""
+        seed, count = data.draw(st.tuples(st.integers(0, 2**16), st.integers(1, 6)), label="pairs")
         ids = list(range(self.model.config.num_gpu_blocks))
         order = random.Random(seed).sample(ids, len(ids))
         pairs = [(order[2 * i], order[2 * i + 1]) for i in range(min(count, len(ids) // 2))]
