@@ -4,10 +4,13 @@ conformance traces.
     pagedkv check  --target T [--level manager|pool] [--steps N] [--seed S] [--trace-out PATH]
     pagedkv record [--level manager|pool|all] [--out DIR] [--runs N] [--seed S]
     pagedkv replay TRACE [TRACE ...] --target T
+    pagedkv bench  [--baseline REV] [--target T ...] [--kernels] [--json PATH] [--plot PATH] ...
+    pagedkv soak   [--target T] [--steps N] [--seed S] [--trace-out PATH]
 
 T is ``package.module:factory`` or ``exec:./program [args]`` (see ``specs/oracle.md``).
-Exit codes: 0 pass; 1 a divergence (``check``, ``replay``) or an incomplete corpus (``record``);
-2 bad usage, a target that cannot be loaded or built, a trace that cannot be read or is stale.
+Exit codes: 0 pass; 1 a divergence (``check``, ``replay``, ``soak``) or an incomplete corpus
+(``record``); 2 bad usage, a target that cannot be loaded or built, a trace that cannot be read or
+is stale. ``bench`` measures and prints; it exits 0 unless it cannot run.
 Output uses rich on a terminal and plain text otherwise; bad input is one line on stderr.
 """
 
@@ -27,6 +30,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from model_tests.bench.report import Section, cell
+from model_tests.bench.runner import REFERENCE_CALLS, BenchError, resolve_targets
+from model_tests.bench.runner import run as run_bench
+from model_tests.bench.sections import Options as BenchOptions
 from model_tests.oracle import codec, targets, trace
 from model_tests.oracle.check import (
     DEFAULT_STEPS,
@@ -99,6 +106,33 @@ class Output:
             self.console.print(Text(report.detail, style="yellow"))
         for note in report.notes:
             self.console.print(Text(note, style="cyan"))
+
+    def section(self, section: Section) -> None:
+        """A benchmark section: its tables, then their notes."""
+        for found in section.tables:
+            cells = [[cell(value) for value in row] for row in found.rows]
+            if self.console is None:
+                widths = [
+                    max([len(name)] + [len(row[i]) for row in cells])
+                    for i, name in enumerate(found.columns)
+                ]
+                print(found.title, file=self.stream)
+                for row in [found.columns, ["-" * w for w in widths], *cells]:
+                    line = "  ".join(
+                        c.rjust(w) if i else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(row, widths, strict=True))
+                    )
+                    print(line.rstrip(), file=self.stream)
+            else:
+                table = Table(title=found.title, title_justify="left")
+                for name in found.columns:
+                    table.add_column(name, justify="left" if name == found.columns[0] else "right")
+                for row in cells:
+                    table.add_row(*row)
+                self.console.print(table)
+            for note in found.notes:
+                self.line(f"  {note}", "dim")
+            self.line()
 
     @contextmanager
     def status(self, text: str) -> Iterator[Callable[[str], None]]:
@@ -218,6 +252,47 @@ def cmd_record(args: argparse.Namespace, out: Output) -> int:
     return EXIT_PASS if complete else EXIT_FAIL
 
 
+def cmd_bench(args: argparse.Namespace, out: Output) -> int:
+    if args.reps < 1:
+        raise UsageError("--reps must be at least 1")
+    sizes = tuple(_positive_ints(args.scaling, "--scaling")) if args.scaling else ()
+    if args.scaling_calls < 1:
+        raise UsageError("--scaling-calls must be at least 1")
+    if args.reference_calls is not None and args.reference_calls < 0:
+        raise UsageError("--reference-calls must be 0 (the whole stream) or more")
+    reference_calls = None if args.no_reference else args.reference_calls
+    try:
+        found = resolve_targets(args.target, args.baseline, reference_calls)
+    except BenchError as error:
+        raise UsageError(str(error)) from None
+    options = BenchOptions(
+        seed=args.seed,
+        repetitions=1 if args.quick else args.reps,
+        targets=found,
+        quick=args.quick,
+        scaling=sizes,
+        scaling_calls=args.scaling_calls,
+        kernels=args.kernels,
+        trace_out=None if args.trace_out is None else Path(args.trace_out),
+    )
+    json_out = None if args.json is None else Path(args.json)
+    plot_out = None if args.plot is None else Path(args.plot)
+    run_bench(options, out.section, json_out, plot_out)
+    if json_out is not None:
+        out.line(f"figures: {json_out}")
+    return EXIT_PASS
+
+
+def _positive_ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} takes comma-separated block counts, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise UsageError(f"{flag} takes comma-separated block counts >= 1, got {text!r}")
+    return values
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 
@@ -248,6 +323,47 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--level", default=None, choices=["manager", "pool"], help="replay only this level's"
     )
+    bench = commands.add_parser(
+        "bench", help="replay a serving workload on the managers and time it (never asserts)"
+    )
+    bench.add_argument("--seed", type=int, default=0, help="the workload's seed (0)")
+    bench.add_argument("--reps", type=int, default=5, help="interleaved repetitions (5)")
+    bench.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        help="also replay on package.module:factory or exec:PROGRAM (repeatable)",
+    )
+    bench.add_argument(
+        "--baseline",
+        metavar="REV",
+        default=None,
+        help="also replay on the optimized manager of git revision REV (in a checkout)",
+    )
+    bench.add_argument(
+        "--reference-calls",
+        type=int,
+        default=REFERENCE_CALLS,
+        help=f"replay the reference on the first N calls (0: all; {REFERENCE_CALLS})",
+    )
+    bench.add_argument("--no-reference", action="store_true", help="leave the reference out")
+    bench.add_argument(
+        "--scaling",
+        default="1024,16384,131072,1048576",
+        help="GPU block counts of the growth section, comma-separated ('' to skip)",
+    )
+    bench.add_argument(
+        "--scaling-calls", type=int, default=400_000, help="calls per size in it (400000)"
+    )
+    bench.add_argument("--kernels", action="store_true", help="time the torch kernels too")
+    bench.add_argument(
+        "--quick", action="store_true", help="a tiny smoke run (no figure means much)"
+    )
+    bench.add_argument("--json", default=None, help="write every figure here")
+    bench.add_argument("--plot", default=None, help="draw a PNG here (needs matplotlib)")
+    bench.add_argument(
+        "--trace-out", default=None, help="also write the workload as a pagedkv trace (slow)"
+    )
     return top
 
 
@@ -255,6 +371,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "check": cmd_check,
     "record": cmd_record,
     "replay": cmd_replay,
+    "bench": cmd_bench,
 }
 
 

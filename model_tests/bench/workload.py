@@ -47,7 +47,7 @@ class WorkloadSpec:
     def scaled(self, num_gpu_blocks: int, max_calls: int | None = None) -> WorkloadSpec:
         """The same shape for a pool of ``num_gpu_blocks``: requests, concurrency, CPU blocks and
         the arrival window grow with it, so the pool is as full and as contended."""
-        factor = num_gpu_blocks / REFERENCE_GPU_BLOCKS
+        factor = num_gpu_blocks / self.num_gpu_blocks
         shape = replace(
             self.shape,
             num_requests=max(8, round(self.shape.num_requests * factor)),

@@ -1,7 +1,7 @@
 """The layers import one way (``specs/README.md``, "The layers of the code"):
 
     specs  <-  reference, optimized, model_tests.independent  <-  model_tests.lockstep
-           <-  model_tests.machines  <-  model_tests.oracle  <-  pagedkv
+           <-  model_tests.machines  <-  model_tests.oracle  <-  model_tests.bench  <-  pagedkv
 
 Each module is parsed with ``ast`` (nothing is imported), and every import of a project module is
 checked against that order: no arrow from a lower layer to a higher one, no import between the
@@ -29,13 +29,14 @@ LAYERS: dict[str, int] = {
     "model_tests.lockstep": 2,
     "model_tests.machines": 3,
     "model_tests.oracle": 4,
-    "pagedkv": 5,
-    "model_tests.tests": 6,
+    "model_tests.bench": 5,
+    "pagedkv": 6,
+    "model_tests.tests": 7,
 }
 TORCH_ALLOWED = {
     "optimized.kv_store",
     "optimized.kernels",
-    "optimized.bench",
+    "model_tests.bench.kernels",
     "model_tests.machines.torch_kv",
 }
 HYPOTHESIS_FROM_LAYER = 2
