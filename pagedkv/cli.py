@@ -108,9 +108,13 @@ class Output:
             self.console.print(Text(note, style="cyan"))
 
     def section(self, section: Section) -> None:
-        """A benchmark section: its tables, then their notes."""
+        """A benchmark section: its tables (numbers right-aligned), then their notes."""
         for found in section.tables:
             cells = [[cell(value) for value in row] for row in found.rows]
+            numeric = [
+                all(isinstance(row[i], int | float) for row in found.rows if i < len(row))
+                for i in range(len(found.columns))
+            ]
             if self.console is None:
                 widths = [
                     max([len(name)] + [len(row[i]) for row in cells])
@@ -118,15 +122,15 @@ class Output:
                 ]
                 print(found.title, file=self.stream)
                 for row in [found.columns, ["-" * w for w in widths], *cells]:
-                    line = "  ".join(
-                        c.rjust(w) if i else c.ljust(w)
-                        for i, (c, w) in enumerate(zip(row, widths, strict=True))
-                    )
-                    print(line.rstrip(), file=self.stream)
+                    aligned = [
+                        text.rjust(width) if right else text.ljust(width)
+                        for text, width, right in zip(row, widths, numeric, strict=True)
+                    ]
+                    print("  ".join(aligned).rstrip(), file=self.stream)
             else:
                 table = Table(title=found.title, title_justify="left")
-                for name in found.columns:
-                    table.add_column(name, justify="left" if name == found.columns[0] else "right")
+                for name, right in zip(found.columns, numeric, strict=True):
+                    table.add_column(name, justify="right" if right else "left")
                 for row in cells:
                     table.add_row(*row)
                 self.console.print(table)

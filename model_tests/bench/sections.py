@@ -146,7 +146,8 @@ def check_section(context: Context) -> Section:
     for target in [optimized, *context.options.targets]:
         calls = _calls(context, target)
         try:
-            manager = replay.check(target.factory, stream.config, calls, stream.outcomes)
+            outcomes = stream.outcomes[: len(calls)]
+            manager = replay.check(target.factory, stream.config, calls, outcomes)
         except replay.ReplayError as error:
             table.rows.append([target.name, len(calls), f"DIFFER: {error}", "-"])
             data[target.name] = {"calls": len(calls), "error": str(error)}
