@@ -17,6 +17,8 @@ Output uses rich on a terminal and plain text otherwise; bad input is one line o
 from __future__ import annotations
 
 import argparse
+import os
+import random
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -39,12 +41,15 @@ from model_tests.oracle.check import (
     DEFAULT_STEPS,
     DEFAULT_TRACE,
     Report,
+    StepLine,
     check_report,
     replay_report,
     run_check,
+    show_config,
 )
 from model_tests.oracle.codec import Level
 from model_tests.oracle.record import record_level
+from model_tests.oracle.soak import CHECKPOINT, soak
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 
@@ -256,6 +261,67 @@ def cmd_record(args: argparse.Namespace, out: Output) -> int:
     return EXIT_PASS if complete else EXIT_FAIL
 
 
+def cmd_soak(args: argparse.Namespace, out: Output) -> int:
+    if args.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    factory = targets.check(args.target, "manager")
+    exact = args.exact or args.target == "optimized"
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    with out.status(f"soaking {args.target} ...") as update:
+        result = soak(
+            factory,
+            args.steps,
+            seed,
+            exact=exact,
+            trace_out=args.trace_out,
+            progress=lambda steps: update(f"soaking {args.target}: {steps} steps"),
+        )
+    mode = "exact" if exact else "isomorphic"
+    title = f"pagedkv soak {args.target} (manager level, {mode} mode, seed {seed})"
+    rate = result.steps / result.seconds if result.seconds else 0.0
+    cpu_rate = result.steps / result.cpu_seconds if result.cpu_seconds else 0.0
+    if result.passed:
+        verdict = (
+            f"PASS: {result.steps} steps in {result.episodes} episodes, {rate:,.0f} steps/s"
+            f" ({cpu_rate:,.0f} per CPU second, load average {os.getloadavg()[0]:.1f});"
+            f" results compared at every step, the whole state and the invariants every"
+            f" {CHECKPOINT} steps ({result.checkpoints} times)"
+        )
+        out.report(Report(True, title, verdict))
+        return EXIT_PASS
+    report = Report(
+        False,
+        title,
+        f"FAIL after {result.steps} steps: shrunk from {result.unshrunk} calls to"
+        f" {len(result.calls)}",
+        show_config(result.config),
+        [
+            StepLine(
+                number,
+                codec.show_call(op.op, op.args),
+                trace.show_expect("manager", op.op, op.expect),
+                number == len(result.calls),
+            )
+            for number, op in enumerate(result.trace.ops if result.trace else [], 1)
+        ],
+        f"diverges: {result.failure}",
+    )
+    if result.trace_path is not None:
+        report.notes.append(f"trace: {result.trace_path}")
+        report.notes.append(
+            f"replay: pagedkv replay {shlex.quote(str(result.trace_path))}"
+            f" --target {shlex.quote(args.target)}"
+            + (
+                ""
+                if result.replays
+                else "  (exact-mode divergence: replay compares isomorphically"
+                " and does not show it)"
+            )
+        )
+    out.report(report)
+    return EXIT_FAIL
+
+
 def cmd_bench(args: argparse.Namespace, out: Output) -> int:
     if args.reps < 1:
         raise UsageError("--reps must be at least 1")
@@ -327,6 +393,23 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--level", default=None, choices=["manager", "pool"], help="replay only this level's"
     )
+    soak_ = commands.add_parser(
+        "soak", help="a long seeded random walk in lockstep with the reference (no Hypothesis)"
+    )
+    soak_.add_argument("--target", default="optimized", help="optimized (default) or any target")
+    soak_.add_argument("--steps", type=int, default=100_000, help="calls on each side (100000)")
+    soak_.add_argument("--seed", type=int, default=None, help="make the walk reproducible")
+    soak_.add_argument(
+        "--exact",
+        action="store_true",
+        help="compare whole states (view()) as for optimized, not through the protocol",
+    )
+    soak_.add_argument(
+        "--trace-out",
+        default=DEFAULT_TRACE,
+        help=f"where a divergence's shrunk trace goes ({DEFAULT_TRACE})",
+    )
+
     bench = commands.add_parser(
         "bench", help="replay a serving workload on the managers and time it (never asserts)"
     )
@@ -376,6 +459,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "record": cmd_record,
     "replay": cmd_replay,
     "bench": cmd_bench,
+    "soak": cmd_soak,
 }
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model_tests.lockstep.calls import Divergence, comparable, run_call, shared_error
+from model_tests.lockstep.calls import Divergence, run_call, shared_error
 from model_tests.lockstep.capture import Call
 from model_tests.lockstep.manager_session import IsomorphicManagerSession
 from model_tests.machines.manager_machine import held_references, mapping_problems
@@ -52,12 +52,15 @@ class SoakResult:
     steps: int = 0
     episodes: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     checkpoints: int = 0
     failure: str | None = None
     config: ManagerConfig | None = None
     calls: list[Call] = field(default_factory=list)
     """The failing episode's calls, shrunk (the failing one last)."""
     unshrunk: int = 0
+    trace: trace.Trace | None = None
+    """The shrunk calls with the reference's outcome of each."""
     trace_path: Path | None = None
     replays: bool | None = None
     """Whether ``pagedkv replay`` of the written trace reproduces the divergence."""
@@ -99,12 +102,41 @@ class Lockstep:
         """The whole state (exact mode) and invariants I1-I4 of the model's."""
         view = self.model.view()
         if self.exact:
-            mine, theirs = view.comparable(), comparable(self.target)
-            if mine != theirs:
-                raise Divergence(f"{when}: the target's state differs from the reference's")
+            theirs = self.target.view()
+            if view.comparable() != theirs.comparable():
+                raise Divergence(f"{when}: {difference(view, theirs)}")
         problems = state_problems(view)
         if problems:
             raise Divergence(f"{when}: invariants: " + "; ".join(problems))
+
+
+def difference(mine: ManagerView, theirs: ManagerView) -> str:
+    """The first part of the two states that differs, said plainly."""
+    for device in (Device.GPU, Device.CPU):
+        ours, their = mine.pool(device), theirs.pool(device)
+        for block, view in ours.blocks.items():
+            if their.blocks.get(block) != view:
+                return (
+                    f"{device.value} block {block}: the reference has {view},"
+                    f" the target {their.blocks.get(block)}"
+                )
+        for part in ("free", "evictable", "cached", "pending_cows", "hits", "queries"):
+            if getattr(ours, part) != getattr(their, part):
+                return (
+                    f"{device.value} pool {part}: the reference has {getattr(ours, part)!r},"
+                    f" the target {getattr(their, part)!r}"
+                )
+    for part in ("seqs", "groups", "null_block"):
+        if dict_or_value(getattr(mine, part)) != dict_or_value(getattr(theirs, part)):
+            return (
+                f"{part}: the reference has {getattr(mine, part)!r},"
+                f" the target {getattr(theirs, part)!r}"
+            )
+    return "the target's state differs from the reference's"
+
+
+def dict_or_value(value: Any) -> Any:
+    return dict(value) if hasattr(value, "items") else value
 
 
 def state_problems(view: ManagerView) -> list[str]:
@@ -293,7 +325,7 @@ def soak(
     """About ``steps`` calls in lockstep; on the first divergence, the shrunk trace."""
     rng = random.Random(seed)
     result = SoakResult()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     while result.steps < steps and result.passed:
         config = random_config(rng)
         side = Lockstep(factory, config, exact)
@@ -317,6 +349,7 @@ def soak(
         if progress is not None:
             progress(result.steps)
     result.seconds = time.perf_counter() - start
+    result.cpu_seconds = time.process_time() - cpu
     if result.failure is not None and result.config is not None:
         _shrink_and_write(result, factory, exact, trace_out)
     return result
@@ -368,7 +401,7 @@ def _shrink_and_write(
     message = diverges(factory, result.config, result.calls, exact)
     if message is not None:
         result.failure = message
-    found = trace.trace_of_calls("manager", result.config, result.calls)
+    found = result.trace = trace.trace_of_calls("manager", result.config, result.calls)
     if trace_out is not None:
         result.trace_path = trace.write(found, trace_out)
     result.replays = not trace.replay(found, factory).ok
