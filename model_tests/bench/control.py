@@ -41,6 +41,13 @@ class ControlLoop:
         """What the last question read (kept so that reading it is not optimized away)."""
 
     def _take(self) -> BlockId:
+        """A block off the free list; when it is empty (the control shares no prefix, so it
+        needs more blocks than a caching manager) one more is made."""
+        if not self.unused:
+            self.unused.append(len(self.ref_counts))
+            self.ref_counts.append(0)
+            self.fill.append(0)
+            self.touched.append(0.0)
         block = self.unused.pop()
         self.ref_counts[block] = 1
         self.fill[block] = 0

@@ -259,9 +259,13 @@ class Scheduler:
                 break
             self.swapped.popleft()
             self.call("swap_in", group.group_id)
-            self._append(group)
             self.running.append(group)
-            back.append(group)
+            # can_swap_in promised the lookahead slots, not the tokens sampled before the group
+            # left: it decodes now only if they fit, else the next step's decode decides
+            num_new = max(len(group.pending(i)) for i in range(len(group.seq_ids)))
+            if self.call("can_append_slots", group.group_id, num_new, group.request.lookahead):
+                self._append(group)
+                back.append(group)
         return back
 
     # --- the model's output ---------------------------------------------------------------------

@@ -69,12 +69,14 @@ class Context:
 def workload_spec(options: Options) -> WorkloadSpec:
     if not options.quick:
         return WorkloadSpec(seed=options.seed)
-    shape = RequestShape(num_requests=12, prompt_median=120, output_median=60, arrival_steps=4)
+    shape = RequestShape(
+        num_requests=12, prompt_median=120, output_median=80, arrival_steps=4, parallel_fraction=0.3
+    )
     return WorkloadSpec(
         seed=options.seed,
         shape=shape,
-        num_gpu_blocks=96,
-        num_cpu_blocks=48,
+        num_gpu_blocks=64,
+        num_cpu_blocks=24,
         limits=SchedulerLimits(max_num_seqs=16),
     )
 
