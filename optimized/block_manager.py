@@ -68,7 +68,9 @@ class OptimizedBlockSpaceManager:
         self._groups: dict[int, SequenceGroup] = {}
         self._null_block: BlockId | None = None
         """With a sliding window: GPU block 0, pinned for good, where released entries point."""
+        self._window = 0
         if config.sliding_window is not None:
+            self._window = config.sliding_window
             self._null_block = self._gpu.allocate_mutable()
         self._access_stamps = itertools.count(1)
         """Orders accesses: tables keep theirs aside (``BlockTable.access``) with a stamp."""
@@ -239,9 +241,9 @@ class OptimizedBlockSpaceManager:
             raise OutOfBlocksError(
                 f"sequence {seq_id} may need {needed} GPU blocks, only {free} are free"
             )
-        window, null_block = self._config.sliding_window, self._null_block
-        if window is not None and null_block is not None and new_tokens:
-            table.release_out_of_window(gpu, window, null_block)
+        null_block = self._null_block
+        if null_block is not None and new_tokens:  # a null block means a sliding window
+            table.release_out_of_window(gpu, self._window, null_block)
         table.append(gpu, new_tokens, lookahead)
         return gpu.clear_copy_on_writes()
 

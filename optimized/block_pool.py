@@ -22,7 +22,7 @@ from optimized.free_list import FreeList
 from specs.content_hash import Prefix
 from specs.errors import DoubleFreeError, OutOfBlocksError
 from specs.pool_view import BlockView, PoolView
-from specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, PoolConfig, Token
+from specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, ExtraKey, PoolConfig, Token
 from specs.validation import (
     BlockFacts,
     check_append,
@@ -37,6 +37,13 @@ from specs.validation import (
     check_prefix,
     check_time,
 )
+
+PrefixParts = tuple[BlockHash, int, ExtraKey]
+"""A ``Prefix``'s fields: (hash of the block before, tokens before the block, extra key)."""
+
+
+def parts(prefix: Prefix) -> PrefixParts:
+    return (prefix.hash, prefix.num_tokens, prefix.extra_key)
 
 
 class OptimizedBlockPool:
@@ -55,7 +62,9 @@ class OptimizedBlockPool:
         self._ref_counts: list[int] = [0] * num_blocks
         self._tokens: list[tuple[Token, ...]] = [()] * num_blocks
         self._hashes: list[BlockHash | None] = [None] * num_blocks
-        self._prefixes: list[Prefix | None] = [None] * num_blocks
+        self._prefixes: list[PrefixParts | None] = [None] * num_blocks
+        """(parent hash, tokens before the block, extra key): a hashed block's ``Prefix``, kept
+        as a plain tuple (cheaper to make than the frozen value the view shows)."""
         self._computed: list[bool] = [False] * num_blocks
         self._last_accessed: list[float] = [NEVER_ACCESSED] * num_blocks
         self._access_stamps: list[int] = [0] * num_blocks
@@ -108,9 +117,12 @@ class OptimizedBlockPool:
     def _take_block(self) -> BlockId:
         """A block with ref count 1: the lowest free id, else the evictor's choice (which loses
         its hash). Raises before changing anything when neither is left."""
-        if len(self._free):
-            block = self._free.pop_lowest()
-        elif len(self._evictor):
+        if self._num_used == self._num_blocks:
+            raise OutOfBlocksError(
+                f"no free or evictable block left (all {self._config.num_blocks} are in use)"
+            )
+        block = self._free.pop_lowest()
+        if block is None:  # the free list is empty: evict
             block = self._evictor.pop()
             index = block - self._first_id
             evicted_hash = self._hashes[index]
@@ -118,10 +130,6 @@ class OptimizedBlockPool:
             del self._cached[evicted_hash]
             self._pending_cows.pop(block, None)
             self._blank(index)
-        else:
-            raise OutOfBlocksError(
-                f"no free or evictable block left (all {self._config.num_blocks} are in use)"
-            )
         self._ref_counts[block - self._first_id] = 1
         self._num_used += 1
         return block
@@ -149,11 +157,15 @@ class OptimizedBlockPool:
             self._blank(index)
             self._free.push(block)
         else:
-            num_hashed = prefix.num_tokens + len(self._tokens[index])
+            num_hashed = prefix[1] + len(self._tokens[index])
             self._evictor.add(block, self._last_accessed[index], num_hashed)
 
     def _cache(
-        self, block: BlockId, prefix: Prefix, tokens: tuple[Token, ...], content_hash: BlockHash
+        self,
+        block: BlockId,
+        prefix: PrefixParts,
+        tokens: tuple[Token, ...],
+        content_hash: BlockHash,
     ) -> None:
         """Give a full block its hash and make it the cached block for that hash."""
         index = block - self._first_id
@@ -175,7 +187,7 @@ class OptimizedBlockPool:
         checked = tuple(check_full_block(tokens, self._block_size))
         check_prefix(prefix, self._block_size)
         content_hash = prefix.child_hash(checked) if self._caching else None
-        return self.take_full(prefix, checked, content_hash)
+        return self.take_full(parts(prefix), checked, content_hash)
 
     # --- appending, promotion and copy-on-write ------------------------------------------------
 
@@ -215,7 +227,8 @@ class OptimizedBlockPool:
         content_hash = None
         if self._caching and len(self._tokens[index]) + len(new_tokens) == self._block_size:
             content_hash = prefix.child_hash(self._tokens[index] + new_tokens)
-        return self.fill(block, prefix, new_tokens, content_hash)  # a copy may raise, first thing
+        # a copy may raise, first thing
+        return self.fill(block, parts(prefix), new_tokens, content_hash)
 
     def clear_copy_on_writes(self) -> list[CopyPair]:
         """The (source, destination) pairs the copy kernel must run, in order; the list empties."""
@@ -257,7 +270,7 @@ class OptimizedBlockPool:
             if block in self._evictor:
                 prefix = self._prefixes[index]
                 assert prefix is not None
-                self._evictor.add(block, time, prefix.num_tokens + len(self._tokens[index]))
+                self._evictor.add(block, time, prefix[1] + len(self._tokens[index]))
 
     def mark_computed(self, blocks: Sequence[BlockId]) -> None:
         """Record that the KV of these blocks is written. Only full blocks of a caching pool keep
@@ -289,7 +302,7 @@ class OptimizedBlockPool:
         return self._take_block()
 
     def take_full(
-        self, prefix: Prefix, tokens: tuple[Token, ...], content_hash: BlockHash | None
+        self, prefix: PrefixParts, tokens: tuple[Token, ...], content_hash: BlockHash | None
     ) -> BlockId:
         """``allocate_immutable`` of a full block whose hash (None without caching) the caller
         computed: a hit, or a new block cached under ``content_hash``."""
@@ -311,7 +324,7 @@ class OptimizedBlockPool:
     def fill(
         self,
         block: BlockId,
-        prefix: Prefix | None,
+        prefix: PrefixParts | None,
         tokens: tuple[Token, ...],
         content_hash: BlockHash | None,
     ) -> BlockId:
@@ -331,6 +344,15 @@ class OptimizedBlockPool:
             assert prefix is not None
             self._cache(block, prefix, filled, content_hash)
         return block
+
+    def append_in_place(self, block: BlockId, tokens: tuple[Token, ...]) -> bool:
+        """Append tokens that do not fill ``block``, if its only holder is the caller (no copy,
+        no hash: the block stays the caller's); False, changing nothing, if it is shared."""
+        index = block - self._first_id
+        if self._ref_counts[index] != 1:
+            return False
+        self._tokens[index] += tokens
+        return True
 
     def _switch_to_cached(self, block: BlockId, cached: BlockId) -> None:
         """Dedup: the caller's reference moves from its own block to the cached one, which has
@@ -388,7 +410,7 @@ class OptimizedBlockPool:
     def hash_of(self, block: BlockId) -> BlockHash | None:
         return self._hashes[block - self._first_id]
 
-    def prefix_of(self, block: BlockId) -> Prefix | None:
+    def prefix_of(self, block: BlockId) -> PrefixParts | None:
         return self._prefixes[block - self._first_id]
 
     # --- counts, hit rate and reset ------------------------------------------------------------
@@ -424,11 +446,12 @@ class OptimizedBlockPool:
     # --- the observable state ------------------------------------------------------------------
 
     def _render(self, index: int, last_accessed: float | None = None) -> BlockView:
+        prefix = self._prefixes[index]
         return BlockView(
             ref_count=self._ref_counts[index],
             tokens=self._tokens[index],
             content_hash=self._hashes[index],
-            prefix=self._prefixes[index],
+            prefix=None if prefix is None else Prefix(*prefix),
             computed=self._computed[index],
             last_accessed=self._last_accessed[index] if last_accessed is None else last_accessed,
         )

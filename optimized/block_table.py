@@ -6,9 +6,9 @@ physical block ``blocks[i]``. Every function makes the same pool calls in the sa
 ``reference.block_table``, so the pool ends in the same state; the table adds what lets the three
 questions a scheduler asks of every running sequence at every step cost O(1) amortized:
 
-- ``prefixes``: with caching, the prefix of every block whose predecessors are all full, so that
-  filling a block hashes that block alone, once (``reference.block_table.prefix_at`` starts over
-  from the root each time).
+- ``hashes``: with caching, the content hash of every full block, so that filling the next one
+  hashes that block alone, once, after its parent's hash (``reference.block_table.prefix_at``
+  starts over from the root each time).
 - a pending access (``access_time``, ``access_stamp``, ``access_end``): the last
   ``access_all_blocks_in_seq`` is kept here instead of being written into every block, and is
   written into a block (``pool.touch``) only when the table stops holding it there: before a
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from optimized.block_pool import OptimizedBlockPool
 from optimized.sequence_group import SequenceGroup
 from specs.accounting import blocks_touched_by_append
-from specs.content_hash import Prefix
-from specs.types import BlockId, Token
+from specs.content_hash import ROOT
+from specs.types import BlockHash, BlockId, Token
 
 
 @dataclass(slots=True)
@@ -41,8 +41,8 @@ class BlockTable:
     group: SequenceGroup
     tokens: list[Token]
     blocks: list[BlockId]
-    prefixes: list[Prefix]
-    """With caching: the prefixes of blocks ``0 .. len(tokens) // block_size``; else empty."""
+    hashes: list[BlockHash]
+    """With caching: the content hashes of blocks ``0 .. len(tokens) // block_size - 1``."""
     num_released: int = 0
     """Leading entries that point at the null block: a window releases the oldest blocks first
     and never takes them back, so exactly this many entries are the null block."""
@@ -62,23 +62,24 @@ class BlockTable:
         size = pool.block_size
         caching = pool.caching
         prompt = tuple(tokens)
+        key = group.extra_key
         blocks: list[BlockId] = []
-        prefix = Prefix(extra_key=group.extra_key)
-        prefixes = [prefix] if caching else []
+        hashes: list[BlockHash] = []
+        parent = ROOT
         hasher = group.hasher
         num_full = len(prompt) // size * size
         for start in range(0, num_full, size):
             chunk = prompt[start : start + size]
             if caching:
-                content_hash = hasher(prefix.hash, chunk)
-                blocks.append(pool.take_full(prefix, chunk, content_hash))
-                prefix = Prefix(content_hash, start + size, prefix.extra_key)
-                prefixes.append(prefix)
+                content_hash = hasher(parent, chunk)
+                blocks.append(pool.take_full((parent, start, key), chunk, content_hash))
+                hashes.append(content_hash)
+                parent = content_hash
             else:
-                blocks.append(pool.take_full(prefix, chunk, None))
+                blocks.append(pool.take_full((parent, start, key), chunk, None))
         if num_full < len(prompt):
-            blocks.append(pool.fill(pool.take(), prefix, prompt[num_full:], None))
-        return cls(group, list(prompt), blocks, prefixes)
+            blocks.append(pool.fill(pool.take(), None, prompt[num_full:], None))
+        return cls(group, list(prompt), blocks, hashes)
 
     def fork(self) -> BlockTable:
         """A child's table: the same entries (the caller raises their ref counts). The parent's
@@ -87,7 +88,7 @@ class BlockTable:
             self.group,
             self.tokens.copy(),
             self.blocks.copy(),
-            self.prefixes.copy(),
+            self.hashes.copy(),
             self.num_released,
             marked=self.marked,
             computed_run=self.computed_run,
@@ -169,13 +170,13 @@ class BlockTable:
         end = position + len(new_tokens)
         if position < end:
             index = position // size
-            if self.access_end > index:
-                self.settle(pool, index)  # the block receiving tokens may be replaced
             tokens.extend(new_tokens)
-            if end < (index + 1) * size and index < len(blocks):
-                # the common case: one block, not filled, so not hashed either
-                blocks[index] = pool.fill(blocks[index], None, tuple(new_tokens), None)
-            else:
+            # The common case: the tokens go into the block that holds the last ones, which is
+            # the table's own and does not fill, so the entry stays as it is.
+            in_place = end < (index + 1) * size and index < len(blocks)
+            if not (in_place and pool.append_in_place(blocks[index], tuple(new_tokens))):
+                if self.access_end > index:
+                    self.settle(pool, index)  # the block receiving tokens may be replaced
                 self._fill_blocks(pool, position, end)
         while len(blocks) * size < end + lookahead:
             blocks.append(pool.take())
@@ -184,8 +185,8 @@ class BlockTable:
         """Hand tokens ``position .. end`` (already in ``tokens``) to their blocks, one block at a
         time, taking new blocks past the table's end; a block that fills is hashed, once."""
         size = pool.block_size
-        tokens, blocks, prefixes = self.tokens, self.blocks, self.prefixes
-        hasher = self.group.hasher
+        tokens, blocks, hashes = self.tokens, self.blocks, self.hashes
+        key, hasher = self.group.extra_key, self.group.hasher
         while position < end:
             index = position // size
             if index == len(blocks):
@@ -193,12 +194,11 @@ class BlockTable:
             block_end = (index + 1) * size
             chunk_end = min(end, block_end)
             chunk = tuple(tokens[position:chunk_end])
-            if pool.caching:
-                prefix = prefixes[index]
-                content_hash = None
-                if chunk_end == block_end:
-                    content_hash = hasher(prefix.hash, tokens[block_end - size : block_end])
-                    prefixes.append(Prefix(content_hash, block_end, prefix.extra_key))
+            if pool.caching and chunk_end == block_end:
+                parent = hashes[index - 1] if index else ROOT
+                content_hash = hasher(parent, tokens[block_end - size : block_end])
+                hashes.append(content_hash)
+                prefix = (parent, block_end - size, key)
                 blocks[index] = pool.fill(blocks[index], prefix, chunk, content_hash)
             else:
                 blocks[index] = pool.fill(blocks[index], None, chunk, None)
@@ -219,8 +219,11 @@ class BlockTable:
         one, once the window released any) is never computed."""
         if self.num_released:
             return 0
-        run = pool.computed_run(self.blocks, min(self.computed_run, end), end)
-        self.computed_run = max(self.computed_run, run)
+        run = self.computed_run
+        if run >= end:
+            return end
+        run = pool.computed_run(self.blocks, run, end)
+        self.computed_run = run
         return run
 
     def num_cached_tokens(self, pool: OptimizedBlockPool) -> int:

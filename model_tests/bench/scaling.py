@@ -23,6 +23,8 @@ QUICK_SIZES = (128, 512)
 
 def scaling_section(context: Context) -> Section:
     options = context.options
+    if not options.scaling:
+        return Section("scaling")
     sizes = QUICK_SIZES if options.quick else options.scaling
     budget = 20_000 if options.quick else options.scaling_calls
     base = workload_spec(options)

@@ -91,7 +91,11 @@ def machine_section(context: Context) -> Section:
         ["platform", platform.platform()],
         ["load average (1 min) at start", load_average()],
         ["repetitions", context.options.repetitions],
-        ["timer", "time.perf_counter (wall); replay ratios interleaved, median of repetitions"],
+        [
+            "timers",
+            "replays: process CPU time, interleaved, median of repetitions; per call:"
+            " perf_counter_ns; the recorded stream frozen out of the garbage collector",
+        ],
     ]
     context.overhead_ns = replay.clock_overhead_ns()
     table.rows.append(["clock read overhead subtracted per call", f"{context.overhead_ns:.0f} ns"])
@@ -168,9 +172,10 @@ def operations_section(context: Context) -> Section:
     stream = context.stream
     optimized = Target(OPTIMIZED, OptimizedBlockSpaceManager)
     targets = [optimized, *context.facts.get("checked", [])]
+    passes = min(3, context.options.repetitions)
     timings = {
         t.name: replay.per_operation(
-            t.factory, stream.config, _calls(context, t), context.overhead_ns
+            t.factory, stream.config, _calls(context, t), context.overhead_ns, passes
         )
         for t in targets
     }
@@ -186,7 +191,8 @@ def operations_section(context: Context) -> Section:
             row.append(other.mean_us if other is not None else float("nan"))
         table.rows.append(row)
     table.notes.append(
-        "each call timed alone (perf_counter_ns around it, the clock's own cost subtracted)"
+        f"each call timed alone (perf_counter_ns around it, the clock's own cost subtracted);"
+        f" the median of {passes} passes"
     )
     data = {
         name: {op: {"calls": t.calls, "mean_us": t.mean_us} for op, t in ops.items()}
@@ -205,7 +211,7 @@ def end_to_end_section(context: Context) -> Section:
         [
             "implementation",
             "calls",
-            "s (median)",
+            "CPU s (median)",
             "µs/call",
             "µs/scheduled token",
             "× optimized (median)",

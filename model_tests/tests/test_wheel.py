@@ -87,8 +87,10 @@ def test_installed_without_torch_or_dev_extras(venv: Path) -> None:
             1,
             "FAIL: the target diverges",
         ),
+        (["soak", "--steps", "2000", "--seed", "0"], 0, "PASS"),
+        (["bench", "--quick", "--kernels", "--no-reference", "--scaling", ""], 0, "skipped"),
     ],
-    ids=["help", "check-manager", "check-pool", "check-broken"],
+    ids=["help", "check-manager", "check-pool", "check-broken", "soak", "bench-without-torch"],
 )
 def test_the_command_works_from_the_installed_wheel(
     venv: Path, argv: list[str], code: int, says: str
