@@ -110,8 +110,8 @@ class OptimizedBlockSpaceManager:
     def _distinct_blocks(self, group: SequenceGroup) -> list[BlockId]:
         """Every block the group holds, once each, in table order; the null block is nobody's."""
         seen: dict[BlockId, None] = {}
-        for seq_id in group.seq_ids:
-            seen.update(dict.fromkeys(self._tables[seq_id].held_blocks()))
+        for table in group.members.values():
+            seen.update(dict.fromkeys(table.held_blocks()))
         seen.update(dict.fromkeys(group.cross_blocks))
         return list(seen)
 
@@ -179,12 +179,12 @@ class OptimizedBlockSpaceManager:
         free = self._gpu.num_free_blocks()
         if needed > free:
             raise OutOfBlocksError(f"the group needs {needed} GPU blocks, only {free} free")
-        group = SequenceGroup(gid, ids, Device.GPU, extra_key, tuple(encoder_tokens or ()))
+        group = SequenceGroup(gid, {}, Device.GPU, extra_key, tuple(encoder_tokens or ()))
         first = BlockTable.for_prompt(group, self._gpu, tokens)
-        self._tables[ids[0]] = first
+        group.members[ids[0]] = self._tables[ids[0]] = first
         for seq_id in ids[1:]:
             self._gpu.hold_all(first.blocks)
-            self._tables[seq_id] = first.fork()
+            group.members[seq_id] = self._tables[seq_id] = first.fork()
         if encoder_tokens is not None:
             group.cross_blocks = BlockTable.for_prompt(group, self._gpu, encoder_tokens).blocks
         self._groups[gid] = group
@@ -210,10 +210,9 @@ class OptimizedBlockSpaceManager:
             found = self._group_on(group_id, Device.GPU, "append to")
         num_new = check_count("num_new_tokens", num_new_tokens)
         lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
-        size, tables = self._block_size, self._tables
+        size = self._block_size
         needed = 0
-        for seq_id in found.seq_ids:
-            table = tables[seq_id]
+        for table in found.members.values():
             needed += blocks_touched_by_append(
                 len(table.tokens), len(table.blocks), size, num_new, lookahead
             )
@@ -255,8 +254,7 @@ class OptimizedBlockSpaceManager:
             raise DuplicateSequenceError(f"sequence {child} already exists")
         found = parent.group
         self._pool(found.device).hold_all(parent.held_blocks())
-        found.seq_ids.append(child)
-        self._tables[child] = parent.fork()
+        found.members[child] = self._tables[child] = parent.fork()
 
     def free(self, seq_id: int) -> None:
         """Release a sequence's blocks; the last sequence of a group takes the group (and its
@@ -265,8 +263,8 @@ class OptimizedBlockSpaceManager:
         found = table.group
         pool = self._pool(found.device)
         table.release_all(pool)
-        found.seq_ids.remove(seq_id)
-        if not found.seq_ids:
+        del found.members[seq_id]
+        if not found.members:
             for block in found.cross_blocks:
                 pool.release(block)
             del self._groups[found.group_id]
@@ -287,7 +285,7 @@ class OptimizedBlockSpaceManager:
         size = self._block_size
         needed = len(self._distinct_blocks(found))
         needed += sum(
-            self._tables[s].blocks_touched_by_append(size, 0, lookahead) for s in found.seq_ids
+            table.blocks_touched_by_append(size, 0, lookahead) for table in found.members.values()
         )
         return self._gpu_status(needed)
 
@@ -325,8 +323,7 @@ class OptimizedBlockSpaceManager:
             source.release(block)
             return moved[block]
 
-        for seq_id in group.seq_ids:
-            table = self._tables[seq_id]
+        for table in group.members.values():
             table.settle(source)  # accesses land on the blocks that were accessed
             blocks = table.blocks
             for index in range(table.num_released, len(blocks)):
@@ -364,9 +361,8 @@ class OptimizedBlockSpaceManager:
             found = self._group(group_id)
         if not self._caching:
             return
-        size, tables = self._block_size, self._tables
-        for seq_id in found.seq_ids:
-            table = tables[seq_id]
+        size = self._block_size
+        for table in found.members.values():
             num_full = len(table.tokens) // size
             if num_full > table.marked:  # else nothing filled since the last mark
                 table.mark_computed(self._pool(found.device), num_full)
@@ -378,7 +374,10 @@ class OptimizedBlockSpaceManager:
             table = self._tables.get(seq_ids[0]) if type(seq_ids[0]) is int else None
             if table is not None and table.group.device is Device.GPU:
                 blocks = table.blocks
-                return blocks[: table.computed_prefix_length(self._gpu, len(blocks) - 1)]
+                end = len(blocks) - 1
+                if table.computed_run >= end and not table.num_released:  # nothing new to read
+                    return blocks[:end]
+                return blocks[: table.computed_prefix_length(self._gpu, end)]
         tables = [self._table(s) for s in check_seq_ids(seq_ids)]
         for table in tables:
             group = table.group
@@ -439,7 +438,7 @@ class OptimizedBlockSpaceManager:
         }
         groups = {
             group_id: GroupView(
-                tuple(group.seq_ids),
+                tuple(group.members),
                 group.device,
                 group.extra_key,
                 group.encoder_tokens,
