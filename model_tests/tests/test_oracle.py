@@ -42,7 +42,7 @@ SEEDS = {
     # the machine change, the fallback seeds are tried before the test gives up
     broken.BrokenForgetsCowSource: (1, 15),
     broken.BrokenEvictsNewest: (2, 30),
-    broken.BrokenSwapDropsPair: (0, 15),
+    broken.BrokenSwapDropsPair: (1, 15),
     broken.BrokenCanAllocateIgnoresWatermark: (4, 15),
     broken.BrokenWindowKeepsExtraBlock: (1, 15),
     broken.BrokenNoUpFrontCheck: (4, 15),
