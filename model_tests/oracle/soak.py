@@ -33,6 +33,7 @@ from model_tests.lockstep.capture import Call
 from model_tests.lockstep.manager_session import IsomorphicManagerSession
 from model_tests.machines.manager_machine import held_references, mapping_problems
 from model_tests.oracle import trace
+from model_tests.oracle.exec_target import close_target
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from specs import invariants
 from specs.errors import PagedKVError
@@ -345,6 +346,8 @@ def soak(
             result.failure = str(failure)
             result.config = config
             result.calls = list(side.calls)
+        finally:
+            close_target(side.target)  # an exec: program goes back (or away)
         result.steps += len(side.calls)
         if progress is not None:
             progress(result.steps)
@@ -357,8 +360,8 @@ def soak(
 
 def diverges(factory: Factory, config: ManagerConfig, calls: list[Call], exact: bool) -> str | None:
     """Why replaying ``calls`` diverges (comparing the whole state after every call), or None."""
+    side = Lockstep(factory, config, exact)
     try:
-        side = Lockstep(factory, config, exact)
         for method, args in calls:
             side.call(method, *args)
             side.check_state(f"after {method}")
@@ -366,6 +369,8 @@ def diverges(factory: Factory, config: ManagerConfig, calls: list[Call], exact: 
         return str(failure)
     except Exception as failure:  # an untyped crash of the target is a divergence too
         return f"{type(failure).__name__}: {failure}"
+    finally:
+        close_target(side.target)
     return None
 
 
