@@ -3,7 +3,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PKGS    := specs reference optimized model_tests pagedkv
 
-.PHONY: setup browser test lint typecheck pytest wheel fuzz bench crosshair exhaustive mutate clean peers peers-fetch
+.PHONY: setup browser test lint typecheck pytest wheel fuzz bench soak crosshair exhaustive mutate clean peers peers-fetch
 
 setup:
 	$(PY) -m venv $(VENV)
@@ -63,8 +63,16 @@ SAMPLE ?= 10
 mutate:
 	$(BIN)/python -m model_tests.formal.mutate --sample $(SAMPLE)
 
+# Figures, never asserts: the serving workload on the optimized manager, beside the commit this
+# work started from (BASELINE), the reference and the control loop, and the kernels. Takes some
+# minutes; writes bench/pagedkv-bench.json and .png.
+BASELINE ?= c4e2953
 bench:
-	$(BIN)/python -m optimized.bench
+	$(BIN)/pagedkv bench --kernels --defrag --baseline $(BASELINE) --json bench/pagedkv-bench.json --plot bench/pagedkv-bench.png
+
+# A long lockstep soak of the optimized manager (exact mode).
+soak:
+	$(BIN)/pagedkv soak --steps 1000000
 
 clean:
 	rm -rf $(VENV) .hypothesis .mypy_cache .ruff_cache *.egg-info build dist

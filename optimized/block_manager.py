@@ -1,22 +1,31 @@
 """The mutable, fast block space manager: observably identical to
 ``reference.manager_adapter.ReferenceBlockSpaceManager`` in exact mode.
 
-Two ``OptimizedBlockPool``s (GPU and CPU), one mutable ``BlockTable`` per sequence and one small
-record per group. Every operation validates its arguments in the reference's order with the shared
-``specs.validation`` checks and compares its worst case of blocks with the free ones before it
-changes anything, so it either happens whole or raises having changed nothing. The pool calls are
-the reference's, in the reference's order, so block ids, evictions and copies come out the same.
+Two ``OptimizedBlockPool``s (GPU and CPU), one mutable ``BlockTable`` per sequence and one
+``SequenceGroup`` per group. Every operation validates its arguments once, here at the public
+boundary, in the reference's order with the shared ``specs.validation`` checks, and compares its
+worst case of blocks with the free ones before it changes anything, so it either happens whole or
+raises having changed nothing. Below the boundary it calls the pools' trusted core: every id it
+passes is one the pool handed out. The pool calls are the reference's, in the reference's order,
+so block ids, evictions and copies come out the same.
+
+What a scheduler asks at every step costs O(1) amortized, whatever the sequence's length:
+``access_all_blocks_in_seq`` keeps its time on the table until a block is released or the state
+is observed, ``mark_blocks_as_computed`` looks only at blocks filled since the last mark, and
+``get_common_computed_block_ids`` extends a cached computed prefix (``optimized/block_table.py``
+says why each is exact). ``can_allocate`` remembers the last tuple prompt it validated, since a
+scheduler asks again and again about the request at the head of its queue.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from optimized.block_pool import OptimizedBlockPool
+from optimized.block_pool import OptimizedBlockPool, common_prefix
 from optimized.block_table import BlockTable
-from specs.accounting import alloc_status, blocks_for
-from specs.content_hash import Prefix
+from optimized.sequence_group import SequenceGroup
+from specs.accounting import alloc_status, blocks_for, blocks_touched_by_append
 from specs.errors import DuplicateSequenceError, OutOfBlocksError
 from specs.manager_view import GroupView, ManagerView, SeqView
 from specs.types import (
@@ -45,18 +54,6 @@ from specs.validation import (
 )
 
 
-@dataclass(slots=True)
-class SequenceGroup:
-    """Sequences that share a prompt and move between devices together; an encoder-decoder
-    group also owns its cross-attention table."""
-
-    seq_ids: list[int]
-    device: Device
-    extra_key: ExtraKey
-    encoder_tokens: tuple[Token, ...]
-    cross_blocks: list[BlockId]
-
-
 class OptimizedBlockSpaceManager:
     """What a scheduler asks of the KV cache, over plain sequence ids, group ids and tokens."""
 
@@ -67,14 +64,22 @@ class OptimizedBlockSpaceManager:
         check_manager_config(config)
         self._config = config
         self._block_size = config.block_size
+        self._caching = config.enable_caching
         self._gpu = OptimizedBlockPool(config.pool_config(Device.GPU))
         self._cpu = OptimizedBlockPool(config.pool_config(Device.CPU))
         self._tables: dict[int, BlockTable] = {}
         self._groups: dict[int, SequenceGroup] = {}
         self._null_block: BlockId | None = None
         """With a sliding window: GPU block 0, pinned for good, where released entries point."""
+        self._window = 0
         if config.sliding_window is not None:
+            self._window = config.sliding_window
             self._null_block = self._gpu.allocate_mutable()
+        self._access_stamps = itertools.count(1)
+        """Orders accesses: tables keep theirs aside (``BlockTable.access``) with a stamp."""
+        self._known_prompt: tuple[Token, ...] | None = None
+        """The last tuple prompt whose tokens passed the check: a tuple cannot change, so the
+        same object needs no second look."""
 
     @property
     def config(self) -> ManagerConfig:
@@ -84,27 +89,36 @@ class OptimizedBlockSpaceManager:
         """The block released window entries point at."""
         return self._null_block
 
-    # --- lookups (the shared checks of specs.validation) -----------------------------------------
+    # --- lookups (the shared checks of specs.validation, a dict hit first) -----------------------
 
     def _pool(self, device: Device) -> OptimizedBlockPool:
         return self._gpu if device is Device.GPU else self._cpu
 
     def _table(self, seq_id: object) -> BlockTable:
+        if type(seq_id) is int:
+            found = self._tables.get(seq_id)
+            if found is not None:
+                return found
         return lookup_sequence(self._tables, seq_id)
 
     def _group(self, group_id: object) -> SequenceGroup:
+        if type(group_id) is int:
+            found = self._groups.get(group_id)
+            if found is not None:
+                return found
         return lookup_group(self._groups, group_id)
 
     def _group_on(self, group_id: object, device: Device, action: str) -> SequenceGroup:
         found = self._group(group_id)
-        check_on_device(group_id, found.device, device, action)
+        if found.device is not device:
+            check_on_device(group_id, found.device, device, action)
         return found
 
     def _distinct_blocks(self, group: SequenceGroup) -> list[BlockId]:
         """Every block the group holds, once each, in table order; the null block is nobody's."""
         seen: dict[BlockId, None] = {}
-        for seq_id in group.seq_ids:
-            seen.update(dict.fromkeys(self._tables[seq_id].held_blocks()))
+        for table in group.members.values():
+            seen.update(dict.fromkeys(table.held_blocks()))
         seen.update(dict.fromkeys(group.cross_blocks))
         return list(seen)
 
@@ -122,10 +136,19 @@ class OptimizedBlockSpaceManager:
 
     # --- admission ------------------------------------------------------------------------------
 
+    def _prompt_tokens(self, prompt: object) -> Sequence[Token]:
+        known = self._known_prompt
+        if prompt is known and known is not None:
+            return known
+        tokens = check_tokens(prompt)
+        if type(prompt) is tuple:
+            self._known_prompt = prompt
+        return tokens
+
     def _prompt_blocks(
         self, prompt: object, encoder: object, lookahead: int = 0
-    ) -> tuple[list[Token], list[Token] | None, int]:
-        tokens = check_tokens(prompt)
+    ) -> tuple[Sequence[Token], list[Token] | None, int]:
+        tokens = self._prompt_tokens(prompt)
         encoder_tokens = check_encoder_support(self._config, encoder)
         needed = blocks_for(len(tokens) + lookahead, self._block_size)
         if encoder_tokens is not None:
@@ -163,18 +186,15 @@ class OptimizedBlockSpaceManager:
         free = self._gpu.num_free_blocks()
         if needed > free:
             raise OutOfBlocksError(f"the group needs {needed} GPU blocks, only {free} free")
-        first = BlockTable.for_prompt(gid, self._gpu, tokens, extra_key)
-        tables = [first]
-        for _ in ids[1:]:
-            self._gpu.fork(first.blocks)
-            tables.append(first.fork())
-        cross: list[BlockId] = []
+        group = SequenceGroup(gid, {}, Device.GPU, extra_key, tuple(encoder_tokens or ()))
+        first = BlockTable.for_prompt(group, self._gpu, tokens)
+        group.members[ids[0]] = self._tables[ids[0]] = first
+        for seq_id in ids[1:]:
+            self._gpu.hold_all(first.blocks)
+            group.members[seq_id] = self._tables[seq_id] = first.fork()
         if encoder_tokens is not None:
-            cross = BlockTable.for_prompt(gid, self._gpu, encoder_tokens, extra_key).blocks
-        self._tables.update(zip(ids, tables, strict=True))
-        self._groups[gid] = SequenceGroup(
-            ids, Device.GPU, extra_key, tuple(encoder_tokens or ()), cross
-        )
+            group.cross_blocks = BlockTable.for_prompt(group, self._gpu, encoder_tokens).blocks
+        self._groups[gid] = group
 
     def _new_seq_ids(self, seq_ids: object) -> list[int]:
         ids = check_seq_ids(seq_ids, non_empty=True)
@@ -192,14 +212,17 @@ class OptimizedBlockSpaceManager:
     ) -> bool:
         """Whether every sequence of the group can take ``num_new_tokens`` tokens and
         ``num_lookahead_slots`` lookahead slots, assuming every touched block needs a new one."""
-        found = self._group_on(group_id, Device.GPU, "append to")
+        found = self._groups.get(group_id) if type(group_id) is int else None
+        if found is None or found.device is not Device.GPU:
+            found = self._group_on(group_id, Device.GPU, "append to")
         num_new = check_count("num_new_tokens", num_new_tokens)
         lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
         size = self._block_size
-        needed = sum(
-            self._tables[s].blocks_touched_by_append(size, num_new, lookahead)
-            for s in found.seq_ids
-        )
+        needed = 0
+        for table in found.members.values():
+            needed += blocks_touched_by_append(
+                len(table.tokens), len(table.blocks), size, num_new, lookahead
+            )
         return needed <= self._gpu.num_free_blocks()
 
     def append_slots(
@@ -207,21 +230,28 @@ class OptimizedBlockSpaceManager:
     ) -> list[CopyPair]:
         """Append a sequence's new tokens (and lookahead slots); returns the copy-on-write pairs
         the copy kernel must run before the model writes the new tokens."""
-        table = self._table(seq_id)
-        self._group_on(table.group_id, Device.GPU, "append to")
+        table = self._tables.get(seq_id) if type(seq_id) is int else None
+        if table is None:
+            table = self._table(seq_id)
+        group = table.group
+        if group.device is not Device.GPU:
+            check_on_device(group.group_id, group.device, Device.GPU, "append to")
         new_tokens = check_tokens(tokens, allow_empty=True)
         lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
-        needed = table.blocks_touched_by_append(self._block_size, len(new_tokens), lookahead)
-        free = self._gpu.num_free_blocks()
+        gpu = self._gpu
+        needed = blocks_touched_by_append(
+            len(table.tokens), len(table.blocks), self._block_size, len(new_tokens), lookahead
+        )
+        free = gpu.num_free_blocks()
         if needed > free:
             raise OutOfBlocksError(
                 f"sequence {seq_id} may need {needed} GPU blocks, only {free} are free"
             )
-        window, null_block = self._config.sliding_window, self._null_block
-        if window is not None and null_block is not None and new_tokens:
-            table.release_out_of_window(self._gpu, window, null_block)
-        table.append(self._gpu, new_tokens, lookahead)
-        return self._gpu.clear_copy_on_writes()
+        null_block = self._null_block
+        if null_block is not None and new_tokens:  # a null block means a sliding window
+            table.release_out_of_window(gpu, self._window, null_block)
+        table.append(gpu, new_tokens, lookahead)
+        return gpu.clear_copy_on_writes()
 
     def fork(self, parent_id: int, child_id: int) -> None:
         """The child joins the parent's group sharing every block; nothing is allocated."""
@@ -229,24 +259,22 @@ class OptimizedBlockSpaceManager:
         child = check_id("sequence", child_id)
         if child in self._tables:
             raise DuplicateSequenceError(f"sequence {child} already exists")
-        found = self._groups[parent.group_id]
-        self._pool(found.device).fork(parent.held_blocks())
-        found.seq_ids.append(child)
-        self._tables[child] = parent.fork()
+        found = parent.group
+        self._pool(found.device).hold_all(parent.held_blocks())
+        found.members[child] = self._tables[child] = parent.fork()
 
     def free(self, seq_id: int) -> None:
         """Release a sequence's blocks; the last sequence of a group takes the group (and its
         cross-attention table) with it."""
         table = self._table(seq_id)
-        found = self._groups[table.group_id]
+        found = table.group
         pool = self._pool(found.device)
-        for block in table.held_blocks():
-            pool.free(block)
-        found.seq_ids.remove(seq_id)
-        if not found.seq_ids:
+        table.release_all(pool)
+        del found.members[seq_id]
+        if not found.members:
             for block in found.cross_blocks:
-                pool.free(block)
-            del self._groups[table.group_id]
+                pool.release(block)
+            del self._groups[found.group_id]
         del self._tables[seq_id]
 
     # --- swapping -------------------------------------------------------------------------------
@@ -264,7 +292,7 @@ class OptimizedBlockSpaceManager:
         size = self._block_size
         needed = len(self._distinct_blocks(found))
         needed += sum(
-            self._tables[s].blocks_touched_by_append(size, 0, lookahead) for s in found.seq_ids
+            table.blocks_touched_by_append(size, 0, lookahead) for table in found.members.values()
         )
         return self._gpu_status(needed)
 
@@ -292,32 +320,29 @@ class OptimizedBlockSpaceManager:
         moved: dict[BlockId, BlockId] = {}
         pairs: list[CopyPair] = []
 
-        def move(block: BlockId, prefix: Prefix) -> BlockId:
-            if block == self._null_block:
-                return block
+        def move(block: BlockId) -> BlockId:
             if block in moved:
-                destination.fork([moved[block]])
+                destination.hold(moved[block])
             else:
-                moved[block], copied = _copy_block(source, destination, block, prefix)
+                moved[block], copied = _copy_block(source, destination, block)
                 if copied:
                     pairs.append((block, moved[block]))
-            source.free(block)
+            source.release(block)
             return moved[block]
 
-        for seq_id in group.seq_ids:
-            table = self._tables[seq_id]
+        for table in group.members.values():
+            table.settle(source)  # accesses land on the blocks that were accessed
             blocks = table.blocks
-            for index, block in enumerate(blocks):
-                blocks[index] = move(block, table.prefix_of(index))
-        root = Prefix(extra_key=group.extra_key)
-        group.cross_blocks = [move(block, root) for block in group.cross_blocks]
+            for index in range(table.num_released, len(blocks)):
+                blocks[index] = move(blocks[index])
+        group.cross_blocks = [move(block) for block in group.cross_blocks]
         group.device = to
         return pairs
 
     # --- queries and marks ----------------------------------------------------------------------
 
     def get_block_table(self, seq_id: int) -> list[BlockId]:
-        return list(self._table(seq_id).blocks)
+        return self._table(seq_id).blocks.copy()
 
     def get_cross_block_table(self, group_id: int) -> list[BlockId]:
         return list(self._group(group_id).cross_blocks)
@@ -329,26 +354,54 @@ class OptimizedBlockSpaceManager:
         return self._cpu.num_free_blocks()
 
     def access_all_blocks_in_seq(self, seq_id: int, now: float) -> None:
-        table = self._table(seq_id)
-        check_time(now)
-        device = self._groups[table.group_id].device
-        self._pool(device).mark_accessed(table.held_blocks(), now)
+        """Every held block of the sequence was accessed at ``now``: O(1), kept on the table."""
+        table = self._tables.get(seq_id) if type(seq_id) is int else None
+        if table is None:
+            table = self._table(seq_id)
+        table.access(check_time(now), next(self._access_stamps))
 
     def mark_blocks_as_computed(self, group_id: int) -> None:
-        """After the model ran: every full block of the group's sequences holds its KV now."""
-        found = self._group(group_id)
-        self._pool(found.device).mark_computed(self._distinct_blocks(found))
+        """After the model ran: every full block of the group's sequences holds its KV now.
+        Without caching nothing is ever marked; cross blocks exist only then."""
+        found = self._groups.get(group_id) if type(group_id) is int else None
+        if found is None:
+            found = self._group(group_id)
+        if not self._caching:
+            return
+        size = self._block_size
+        for table in found.members.values():
+            num_full = len(table.tokens) // size
+            if num_full > table.marked:  # else nothing filled since the last mark
+                table.mark_computed(self._pool(found.device), num_full)
 
     def get_common_computed_block_ids(self, seq_ids: Sequence[int]) -> list[BlockId]:
-        """The computed prefix every listed sequence shares: prefill it may skip."""
+        """The computed prefix every listed sequence shares: prefill it may skip. A sequence's
+        last entry never counts: the model must compute at least one of its tokens."""
+        if type(seq_ids) is list and len(seq_ids) == 1 and self._caching:  # one sequence
+            table = self._tables.get(seq_ids[0]) if type(seq_ids[0]) is int else None
+            if table is not None and table.group.device is Device.GPU:
+                blocks = table.blocks
+                end = len(blocks) - 1
+                if table.computed_run >= end and not table.num_released:  # nothing new to read
+                    return blocks[:end]
+                return blocks[: table.computed_prefix_length(self._gpu, end)]
         tables = [self._table(s) for s in check_seq_ids(seq_ids)]
         for table in tables:
-            self._group_on(table.group_id, Device.GPU, "read the computed blocks of")
-        return self._gpu.common_computed_prefix([t.blocks for t in tables])
+            group = table.group
+            if group.device is not Device.GPU:
+                action = "read the computed blocks of"
+                check_on_device(group.group_id, group.device, Device.GPU, action)
+        if not self._caching or not tables:
+            return []
+        gpu = self._gpu
+        runs = [t.computed_prefix_length(gpu, len(t.blocks) - 1) for t in tables]
+        if len(tables) == 1:
+            return tables[0].blocks[: runs[0]]
+        return common_prefix([t.blocks for t in tables], min(runs))
 
     def get_num_cached_tokens(self, seq_id: int) -> int:
         table = self._table(seq_id)
-        return table.num_cached_tokens(self._pool(self._groups[table.group_id].device))
+        return table.num_cached_tokens(self._pool(table.group.device))
 
     def get_prefix_cache_hit_rate(self, device: Device) -> float:
         return self._pool(check_device(device)).hit_rate()
@@ -382,13 +435,17 @@ class OptimizedBlockSpaceManager:
     # --- the observable state -------------------------------------------------------------------
 
     def view(self) -> ManagerView:
+        """Accesses the tables keep aside show as if every one had been written at once."""
+        untouched: dict[Device, dict[BlockId, tuple[int, float]]] = {Device.GPU: {}, Device.CPU: {}}
+        for table in self._tables.values():
+            table.untouched(untouched[table.group.device])
         seqs = {
-            seq_id: SeqView(table.group_id, tuple(table.tokens), tuple(table.blocks))
+            seq_id: SeqView(table.group.group_id, tuple(table.tokens), tuple(table.blocks))
             for seq_id, table in self._tables.items()
         }
         groups = {
             group_id: GroupView(
-                tuple(group.seq_ids),
+                tuple(group.members),
                 group.device,
                 group.extra_key,
                 group.encoder_tokens,
@@ -398,28 +455,34 @@ class OptimizedBlockSpaceManager:
             for group_id, group in self._groups.items()
         }
         return ManagerView(
-            self._config, self._gpu.view(), self._cpu.view(), seqs, groups, self._null_block
+            self._config,
+            self._gpu.view(untouched[Device.GPU]),
+            self._cpu.view(untouched[Device.CPU]),
+            seqs,
+            groups,
+            self._null_block,
         )
 
 
 def _copy_block(
-    source: OptimizedBlockPool, destination: OptimizedBlockPool, block: BlockId, prefix: Prefix
+    source: OptimizedBlockPool, destination: OptimizedBlockPool, block: BlockId
 ) -> tuple[BlockId, bool]:
     """A destination block with ``block``'s contents, and whether the kernel must copy them: not
-    for a cache hit (its data is there), nor for an empty block, nor for a block that dedups into
-    a cached one. Computed marks travel with the data."""
-    view = source.block(block)
-    if view.content_hash is not None and view.prefix is not None:
-        hit = destination.lookup(view.content_hash) is not None
-        copy = destination.allocate_immutable(view.prefix, view.tokens)
-        needs_copy = not hit
+    for a cache hit (its data is there), nor for an empty block. The source's hash is reused, not
+    recomputed. Computed marks travel with the data (only full blocks of a caching pool have
+    them)."""
+    content_hash = source.hash_of(block)
+    tokens = source.tokens_of(block)
+    if content_hash is not None:
+        prefix = source.prefix_of(block)
+        assert prefix is not None
+        needs_copy = destination.lookup(content_hash) is None
+        copy = destination.take_full(prefix, tokens, content_hash)
     else:
-        copy = destination.allocate_mutable()
-        needs_copy = bool(view.tokens)
-        if view.tokens:
-            allocated = copy
-            copy = destination.append_tokens(copy, prefix, view.tokens)
-            needs_copy = copy == allocated
-    if view.computed:
-        destination.mark_computed([copy])
+        copy = destination.take()
+        needs_copy = bool(tokens)
+        if tokens:  # a fresh block: no copy-on-write, and unhashed contents never dedup
+            destination.fill(copy, None, tokens, None)
+    if source.is_computed(block):
+        destination.set_computed([copy])
     return copy, needs_copy

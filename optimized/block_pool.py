@@ -2,22 +2,27 @@
 
 Each block's fields live in flat lists indexed by ``block - first_id``, so an operation touches
 only the blocks it names; the free list and the evictor are heaps, and the counts that
-``num_free_blocks`` and ``reset_prefix_cache`` need are kept, never recounted. Every operation
+``num_free_blocks`` and ``reset_prefix_cache`` need are kept, never recounted.
+
+Two faces. The ``BlockPool`` protocol (``allocate_mutable``, ``append_tokens``, ``free``, ...)
 validates all of its input, in the reference's order and with the shared ``specs.validation``
-checks, before it changes anything, so an error leaves the pool as it was.
+checks, before it changes anything, so an error leaves the pool as it was. Under it is a trusted
+core (``take``, ``take_full``, ``fill``, ``hold``, ``release``, ``touch``, ``set_computed``, ...)
+that checks nothing: it is for a caller that only passes ids this pool handed it, and that has
+already checked its worst case of blocks against ``num_free_blocks`` (the block space manager).
+The core takes content hashes from its caller, who computes each one once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from itertools import takewhile
+from collections.abc import Iterable, Mapping, Sequence
 
 from optimized.evictor import Evictor
 from optimized.free_list import FreeList
 from specs.content_hash import Prefix
 from specs.errors import DoubleFreeError, OutOfBlocksError
 from specs.pool_view import BlockView, PoolView
-from specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, PoolConfig, Token
+from specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, ExtraKey, PoolConfig, Token
 from specs.validation import (
     BlockFacts,
     check_append,
@@ -34,6 +39,13 @@ from specs.validation import (
     check_time,
 )
 
+PrefixParts = tuple[BlockHash, int, ExtraKey]
+"""A ``Prefix``'s fields: (hash of the block before, tokens before the block, extra key)."""
+
+
+def parts(prefix: Prefix) -> PrefixParts:
+    return (prefix.hash, prefix.num_tokens, prefix.extra_key)
+
 
 class OptimizedBlockPool:
     """The blocks of one device: ref counts, free list, and with caching the hash index."""
@@ -44,13 +56,22 @@ class OptimizedBlockPool:
         self._first_id = config.first_id
         self._block_size = config.block_size
         self._caching = config.enable_caching
+        self.block_size = config.block_size
+        self.caching = config.enable_caching
         num_blocks = config.num_blocks
+        self._num_blocks = num_blocks
         self._ref_counts: list[int] = [0] * num_blocks
         self._tokens: list[tuple[Token, ...]] = [()] * num_blocks
         self._hashes: list[BlockHash | None] = [None] * num_blocks
-        self._prefixes: list[Prefix | None] = [None] * num_blocks
+        self._prefixes: list[PrefixParts | None] = [None] * num_blocks
+        """(parent hash, tokens before the block, extra key): a hashed block's ``Prefix``, kept
+        as a plain tuple (cheaper to make than the frozen value the view shows)."""
         self._computed: list[bool] = [False] * num_blocks
         self._last_accessed: list[float] = [NEVER_ACCESSED] * num_blocks
+        self._access_stamps: list[int] = [0] * num_blocks
+        """Which access set ``_last_accessed``: stamps rise with every access, so that an access
+        recorded late (``touch``) loses to a later one already applied ("the last call wins")."""
+        self._next_access_stamp = 1
         self._free = FreeList(config.block_ids)
         self._evictor = Evictor()
         self._cached: dict[BlockHash, BlockId] = {}
@@ -92,13 +113,17 @@ class OptimizedBlockPool:
         self._prefixes[index] = None
         self._computed[index] = False
         self._last_accessed[index] = NEVER_ACCESSED
+        self._access_stamps[index] = 0
 
     def _take_block(self) -> BlockId:
         """A block with ref count 1: the lowest free id, else the evictor's choice (which loses
         its hash). Raises before changing anything when neither is left."""
-        if len(self._free):
-            block = self._free.pop_lowest()
-        elif len(self._evictor):
+        if self._num_used == self._num_blocks:
+            raise OutOfBlocksError(
+                f"no free or evictable block left (all {self._config.num_blocks} are in use)"
+            )
+        block = self._free.pop_lowest()
+        if block is None:  # the free list is empty: evict
             block = self._evictor.pop()
             index = block - self._first_id
             evicted_hash = self._hashes[index]
@@ -106,10 +131,6 @@ class OptimizedBlockPool:
             del self._cached[evicted_hash]
             self._pending_cows.pop(block, None)
             self._blank(index)
-        else:
-            raise OutOfBlocksError(
-                f"no free or evictable block left (all {self._config.num_blocks} are in use)"
-            )
         self._ref_counts[block - self._first_id] = 1
         self._num_used += 1
         return block
@@ -137,11 +158,15 @@ class OptimizedBlockPool:
             self._blank(index)
             self._free.push(block)
         else:
-            num_hashed = prefix.num_tokens + len(self._tokens[index])
+            num_hashed = prefix[1] + len(self._tokens[index])
             self._evictor.add(block, self._last_accessed[index], num_hashed)
 
     def _cache(
-        self, block: BlockId, prefix: Prefix, tokens: tuple[Token, ...], content_hash: BlockHash
+        self,
+        block: BlockId,
+        prefix: PrefixParts,
+        tokens: tuple[Token, ...],
+        content_hash: BlockHash,
     ) -> None:
         """Give a full block its hash and make it the cached block for that hash."""
         index = block - self._first_id
@@ -160,23 +185,10 @@ class OptimizedBlockPool:
         """A full block of ``tokens`` after ``prefix``: the cached block when there is one (a hit),
         else a new block that becomes the cached block for its hash. A hit leaves the computed
         mark alone: a block filled in this very step holds no KV until ``mark_computed``."""
-        checked = check_full_block(tokens, self._block_size)
+        checked = tuple(check_full_block(tokens, self._block_size))
         check_prefix(prefix, self._block_size)
-        if not self._caching:
-            block = self._take_block()
-            self._tokens[block - self._first_id] = tuple(checked)
-            return block
-        content_hash = prefix.child_hash(checked)
-        hit = self._cached.get(content_hash)
-        if hit is not None:
-            self._queries += 1
-            self._hits += 1
-            self._acquire(hit)
-            return hit
-        block = self._take_block()  # may raise: count the query only once it cannot
-        self._queries += 1
-        self._cache(block, prefix, tuple(checked), content_hash)
-        return block
+        content_hash = prefix.child_hash(checked) if self._caching else None
+        return self.take_full(parts(prefix), checked, content_hash)
 
     # --- appending, promotion and copy-on-write ------------------------------------------------
 
@@ -211,29 +223,18 @@ class OptimizedBlockPool:
         and releases its own (dedup, no copy needed). Otherwise a shared block is copied first
         (copy-on-write) and the caller appends into its copy."""
         block, checked = check_append(self._config, block, prefix, tokens, self._facts)
-        filled = self._tokens[block - self._first_id] + tuple(checked)
+        new_tokens = tuple(checked)
+        index = block - self._first_id
         content_hash = None
-        if self._caching and len(filled) == self._block_size:
-            content_hash = prefix.child_hash(filled)
-            cached = self._cached.get(content_hash)
-            if cached is not None:
-                self._switch_to_cached(block, cached)
-                return cached
-        target = self._copy_if_shared(block)  # may raise: nothing has changed before it
-        self._tokens[target - self._first_id] = filled
-        if content_hash is not None:
-            self._cache(target, prefix, filled, content_hash)
-        return target
-
-    def _switch_to_cached(self, block: BlockId, cached: BlockId) -> None:
-        """Dedup: the caller's reference moves from its own block to the cached one, which has
-        (or will have) the whole content, so no copy even when ``block`` is shared. Its computed
-        mark stays as it is, as on a hit."""
-        self._release(block)
-        self._acquire(cached)
+        if self._caching and len(self._tokens[index]) + len(new_tokens) == self._block_size:
+            content_hash = prefix.child_hash(self._tokens[index] + new_tokens)
+        # a copy may raise, first thing
+        return self.fill(block, parts(prefix), new_tokens, content_hash)
 
     def clear_copy_on_writes(self) -> list[CopyPair]:
         """The (source, destination) pairs the copy kernel must run, in order; the list empties."""
+        if not self._pending_cows:
+            return []
         pairs = [(source, destination) for destination, (_, source) in self._pending_cows.items()]
         self._pending_cows.clear()
         return pairs
@@ -251,8 +252,7 @@ class OptimizedBlockPool:
         blocks = check_block_ids(self._config, chain)
         for block in blocks:
             self._check_live(block)
-        for block in blocks:
-            self._ref_counts[block - self._first_id] += 1
+        self.hold_all(blocks)
         return blocks
 
     # --- access times, computed marks and the computed prefix ----------------------------------
@@ -263,13 +263,15 @@ class OptimizedBlockPool:
         checked = check_block_ids(self._config, blocks)
         for block in checked:
             self._check_known(block)
+        stamp = self.new_access_stamp()
         for block in checked:
             index = block - self._first_id
             self._last_accessed[index] = time
+            self._access_stamps[index] = stamp
             if block in self._evictor:
                 prefix = self._prefixes[index]
                 assert prefix is not None
-                self._evictor.add(block, time, prefix.num_tokens + len(self._tokens[index]))
+                self._evictor.add(block, time, prefix[1] + len(self._tokens[index]))
 
     def mark_computed(self, blocks: Sequence[BlockId]) -> None:
         """Record that the KV of these blocks is written. Only full blocks of a caching pool keep
@@ -279,10 +281,8 @@ class OptimizedBlockPool:
             self._check_known(block)
         if not self._caching:
             return
-        for block in checked:
-            index = block - self._first_id
-            if len(self._tokens[index]) == self._block_size:
-                self._computed[index] = True
+        size, tokens = self._block_size, self._tokens
+        self.set_computed(b for b in checked if len(tokens[b - self._first_id]) == size)
 
     def common_computed_prefix(self, chains: Sequence[Sequence[BlockId]]) -> list[BlockId]:
         """The longest run of leading computed blocks that every chain shares. A chain's last block
@@ -293,20 +293,132 @@ class OptimizedBlockPool:
                 self._check_live(block)
         if not self._caching or not checked:
             return []
+        runs = [self.computed_run(chain, 0, len(chain) - 1) for chain in checked]
+        return common_prefix(checked, min(runs))
+
+    # --- the trusted core: ids this pool handed out, room already checked ----------------------
+
+    def take(self) -> BlockId:
+        """A new empty block (``allocate_mutable`` without the room check)."""
+        return self._take_block()
+
+    def take_full(
+        self, prefix: PrefixParts, tokens: tuple[Token, ...], content_hash: BlockHash | None
+    ) -> BlockId:
+        """``allocate_immutable`` of a full block whose hash (None without caching) the caller
+        computed: a hit, or a new block cached under ``content_hash``."""
+        if content_hash is None:
+            block = self._take_block()
+            self._tokens[block - self._first_id] = tokens
+            return block
+        hit = self._cached.get(content_hash)
+        if hit is not None:
+            self._queries += 1
+            self._hits += 1
+            self._acquire(hit)
+            return hit
+        block = self._take_block()  # may raise: count the lookup only once it cannot
+        self._queries += 1
+        self._cache(block, prefix, tokens, content_hash)
+        return block
+
+    def fill(
+        self,
+        block: BlockId,
+        prefix: PrefixParts | None,
+        tokens: tuple[Token, ...],
+        content_hash: BlockHash | None,
+    ) -> BlockId:
+        """``append_tokens`` for a caller that passes the hash of the block's whole contents when
+        they fill it in a caching pool (None otherwise); ``prefix`` is stored with that hash."""
+        if content_hash is not None:
+            cached = self._cached.get(content_hash)
+            if cached is not None:
+                self._switch_to_cached(block, cached)
+                return cached
+        if self._ref_counts[block - self._first_id] > 1:
+            block = self._copy_if_shared(block)
+        index = block - self._first_id
+        filled = self._tokens[index] + tokens
+        self._tokens[index] = filled
+        if content_hash is not None:
+            assert prefix is not None
+            self._cache(block, prefix, filled, content_hash)
+        return block
+
+    def append_in_place(self, block: BlockId, tokens: tuple[Token, ...]) -> bool:
+        """Append tokens that do not fill ``block``, if its only holder is the caller (no copy,
+        no hash: the block stays the caller's); False, changing nothing, if it is shared."""
+        index = block - self._first_id
+        if self._ref_counts[index] != 1:
+            return False
+        self._tokens[index] += tokens
+        return True
+
+    def _switch_to_cached(self, block: BlockId, cached: BlockId) -> None:
+        """Dedup: the caller's reference moves from its own block to the cached one, which has
+        (or will have) the whole content, so no copy even when ``block`` is shared. Its computed
+        mark stays as it is, as on a hit."""
+        self._release(block)
+        self._acquire(cached)
+
+    def hold(self, block: BlockId) -> None:
+        """One more reference to a held (or cached) block."""
+        self._acquire(block)
+
+    def hold_all(self, blocks: Iterable[BlockId]) -> None:
+        for block in blocks:
+            self._acquire(block)
+
+    def release(self, block: BlockId) -> None:
+        """One reference fewer to a held block (``free`` without the checks)."""
+        self._release(block)
+
+    def new_access_stamp(self) -> int:
+        """A stamp later than every access recorded so far."""
+        stamp = self._next_access_stamp
+        self._next_access_stamp = stamp + 1
+        return stamp
+
+    def touch(self, block: BlockId, now: float, stamp: int) -> None:
+        """Record an access of a held block that a caller kept aside until now: it takes effect
+        only if no later access (a higher stamp) reached the block first."""
+        index = block - self._first_id
+        if stamp > self._access_stamps[index]:
+            self._access_stamps[index] = stamp
+            self._last_accessed[index] = now
+
+    def set_computed(self, blocks: Iterable[BlockId]) -> None:
+        """Mark full blocks of a caching pool computed (the caller knows they are full)."""
         computed, first_id = self._computed, self._first_id
-        runs = [list(takewhile(lambda b: computed[b - first_id], chain[:-1])) for chain in checked]
-        common: list[BlockId] = []
-        for column in zip(*runs, strict=False):
-            if any(b != column[0] for b in column):
-                break
-            common.append(column[0])
-        return common
+        for block in blocks:
+            computed[block - first_id] = True
+
+    def is_computed(self, block: BlockId) -> bool:
+        return self._computed[block - self._first_id]
+
+    def computed_run(self, blocks: Sequence[BlockId], start: int, end: int) -> int:
+        """The first index in ``start .. end`` whose block is not computed (``end`` if all are),
+        given that ``blocks[:start]`` are."""
+        computed, first_id = self._computed, self._first_id
+        while start < end and computed[blocks[start] - first_id]:
+            start += 1
+        return start
+
+    def tokens_of(self, block: BlockId) -> tuple[Token, ...]:
+        return self._tokens[block - self._first_id]
+
+    def hash_of(self, block: BlockId) -> BlockHash | None:
+        return self._hashes[block - self._first_id]
+
+    def prefix_of(self, block: BlockId) -> PrefixParts | None:
+        return self._prefixes[block - self._first_id]
 
     # --- counts, hit rate and reset ------------------------------------------------------------
 
     def num_free_blocks(self) -> int:
-        """Blocks an allocation could take now: free plus evictable."""
-        return len(self._free) + len(self._evictor)
+        """Blocks an allocation could take now: free plus evictable, i.e. all but the used."""
+        return self._num_blocks - self._num_used
 
     def hit_rate(self) -> float:
         """Hits over lookups of ``allocate_immutable``; 0.0 before any, -1.0 without caching."""
@@ -334,14 +446,15 @@ class OptimizedBlockPool:
 
     # --- the observable state ------------------------------------------------------------------
 
-    def _render(self, index: int) -> BlockView:
+    def _render(self, index: int, last_accessed: float | None = None) -> BlockView:
+        prefix = self._prefixes[index]
         return BlockView(
             ref_count=self._ref_counts[index],
             tokens=self._tokens[index],
             content_hash=self._hashes[index],
-            prefix=self._prefixes[index],
+            prefix=None if prefix is None else Prefix(*prefix),
             computed=self._computed[index],
-            last_accessed=self._last_accessed[index],
+            last_accessed=self._last_accessed[index] if last_accessed is None else last_accessed,
         )
 
     def block(self, block: BlockId) -> BlockView:
@@ -350,12 +463,19 @@ class OptimizedBlockPool:
     def lookup(self, content_hash: BlockHash) -> BlockId | None:
         return self._cached.get(check_content_hash(content_hash))
 
-    def view(self) -> PoolView:
-        """Free blocks render from their (blank) fields, so the invariants check the blanking."""
+    def view(self, untouched: Mapping[BlockId, tuple[int, float]] | None = None) -> PoolView:
+        """Free blocks render from their (blank) fields, so the invariants check the blanking.
+        ``untouched`` maps held blocks to accesses a caller keeps aside, (stamp, time): each
+        shows as it will once ``touch`` gives it to the block."""
         first_id = self._first_id
+        blocks = {block: self._render(block - first_id) for block in self._config.block_ids}
+        for block, (stamp, now) in (untouched or {}).items():
+            index = block - first_id
+            if stamp > self._access_stamps[index]:
+                blocks[block] = self._render(index, now)
         return PoolView(
             config=self._config,
-            blocks={block: self._render(block - first_id) for block in self._config.block_ids},
+            blocks=blocks,
             free=self._free.blocks(),
             evictable=self._evictor.blocks(),
             cached=dict(self._cached),
@@ -365,3 +485,20 @@ class OptimizedBlockPool:
             hits=self._hits,
             queries=self._queries,
         )
+
+
+def common_prefix(chains: Sequence[Sequence[BlockId]], limit: int) -> list[BlockId]:
+    """The longest list that is a prefix of every chain, at most ``limit`` long. Prefix equality
+    is monotone in the length, so a binary search over C-speed slice comparisons finds it."""
+    first = chains[0]
+    others = chains[1:]
+    low, high = 0, limit
+    if all(other[:high] == first[:high] for other in others):
+        return list(first[:high])
+    while low < high - 1:  # first[:low] is common, first[:high] is not
+        middle = (low + high) // 2
+        if all(other[:middle] == first[:middle] for other in others):
+            low = middle
+        else:
+            high = middle
+    return list(first[:low])

@@ -1,11 +1,24 @@
-"""One sequence's block table, kept mutable so that decoding costs O(new tokens).
+"""One sequence's block table, kept mutable so that a scheduler step costs O(new tokens), not
+O(sequence length).
 
 Logical block ``i`` holds tokens ``i * block_size .. (i + 1) * block_size - 1`` and lives in
-physical block ``blocks[i]``. Beside the tokens and blocks the table keeps ``prefixes``: the prefix
-of every block whose predecessors are all full, so that filling a block hashes that block alone
-instead of the whole sequence (``reference.block_table.prefix_at`` starts over from the root each
-time). Every function makes the same pool calls in the same order as ``reference.block_table``, so
-the pool ends in the same state.
+physical block ``blocks[i]``. Every function makes the same pool calls in the same order as
+``reference.block_table``, so the pool ends in the same state; the table adds what lets the three
+questions a scheduler asks of every running sequence at every step cost O(1) amortized:
+
+- ``hashes``: with caching, the content hash of every full block, so that filling the next one
+  hashes that block alone, once, after its parent's hash (``reference.block_table.prefix_at``
+  starts over from the root each time).
+- a pending access (``access_time``, ``access_stamp``, ``access_end``): the last
+  ``access_all_blocks_in_seq`` is kept here instead of being written into every block, and is
+  written into a block (``pool.touch``) only when the table stops holding it there: before a
+  release, an append that may replace the block, or a swap. A block's access time is only ever
+  read once nobody holds it (the eviction order), and ``view`` shows the pending access as if it
+  had been written, so the observable state is the same.
+- ``marked``: the entries whose blocks the table's last ``mark_blocks_as_computed`` found full;
+  a mark looks only at blocks filled since.
+- ``computed_run``: how many leading entries are known computed. A full block is never written
+  again and keeps its mark while held (a swap carries it along), so the run only grows.
 """
 
 from __future__ import annotations
@@ -14,19 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optimized.block_pool import OptimizedBlockPool
+from optimized.sequence_group import SequenceGroup
 from specs.accounting import blocks_touched_by_append
-from specs.content_hash import Prefix
-from specs.types import BlockId, ExtraKey, Token
-
-
-def next_prefix(prefix: Prefix, block_tokens: Sequence[Token], caching: bool) -> Prefix:
-    """The prefix of the block after a full block holding ``block_tokens``.
-
-    Only a caching pool reads a prefix's hash (to hash the block it fills); without caching the
-    chain keeps the root hash and skips SHA-256, which ``check_prefix`` accepts all the same."""
-    if caching:
-        return prefix.extend(block_tokens)
-    return Prefix(prefix.hash, prefix.num_tokens + len(block_tokens), prefix.extra_key)
+from specs.content_hash import ROOT
+from specs.types import BlockHash, BlockId, Token
 
 
 def num_out_of_window(num_tokens: int, window: int, block_size: int, num_blocks: int) -> int:
@@ -38,60 +42,111 @@ def num_out_of_window(num_tokens: int, window: int, block_size: int, num_blocks:
 @dataclass(slots=True)
 class BlockTable:
     """A sequence's tokens, its physical blocks (lookahead slots past the last token included),
-    and the prefixes of blocks ``0 .. len(tokens) // block_size``."""
+    and the bookkeeping above."""
 
-    group_id: int
+    group: SequenceGroup
     tokens: list[Token]
     blocks: list[BlockId]
-    prefixes: list[Prefix]
+    hashes: list[BlockHash]
+    """With caching: the content hashes of blocks ``0 .. len(tokens) // block_size - 1``."""
     num_released: int = 0
     """Leading entries that point at the null block: a window releases the oldest blocks first
     and never takes them back, so exactly this many entries are the null block."""
+    access_time: float = 0.0
+    access_stamp: int = 0
+    access_end: int = 0
+    """Entries ``num_released .. access_end`` have not been given the pending access yet."""
+    marked: int = 0
+    computed_run: int = 0
 
     @classmethod
     def for_prompt(
-        cls, group_id: int, pool: OptimizedBlockPool, tokens: Sequence[Token], key: ExtraKey
+        cls, group: SequenceGroup, pool: OptimizedBlockPool, tokens: Sequence[Token]
     ) -> BlockTable:
         """Full chunks of the prompt as immutable blocks (cache hits where possible), the tail as
         a mutable block. The caller has checked that the pool has a block for every chunk."""
-        size = pool.config.block_size
-        caching = pool.config.enable_caching
+        size = pool.block_size
+        caching = pool.caching
+        prompt = tuple(tokens)
+        key = group.extra_key
         blocks: list[BlockId] = []
-        prefixes = [Prefix(extra_key=key)]
-        for start in range(0, len(tokens), size):
-            chunk = tokens[start : start + size]
-            prefix = prefixes[-1]
-            if len(chunk) == size:
-                blocks.append(pool.allocate_immutable(prefix, chunk))
-                prefixes.append(next_prefix(prefix, chunk, caching))
+        hashes: list[BlockHash] = []
+        parent = ROOT
+        hasher = group.hasher
+        num_full = len(prompt) // size * size
+        for start in range(0, num_full, size):
+            chunk = prompt[start : start + size]
+            if caching:
+                content_hash = hasher(parent, chunk)
+                blocks.append(pool.take_full((parent, start, key), chunk, content_hash))
+                hashes.append(content_hash)
+                parent = content_hash
             else:
-                block = pool.allocate_mutable()
-                blocks.append(pool.append_tokens(block, prefix, chunk))
-        return cls(group_id, list(tokens), blocks, prefixes)
+                blocks.append(pool.take_full((parent, start, key), chunk, None))
+        if num_full < len(prompt):
+            blocks.append(pool.fill(pool.take(), None, prompt[num_full:], None))
+        return cls(group, list(prompt), blocks, hashes)
 
     def fork(self) -> BlockTable:
-        """A child's table: the same entries (the caller raises their ref counts)."""
+        """A child's table: the same entries (the caller raises their ref counts). The parent's
+        pending access stays the parent's; it reaches the shared blocks all the same."""
         return BlockTable(
-            self.group_id,
+            self.group,
             self.tokens.copy(),
             self.blocks.copy(),
-            self.prefixes.copy(),
+            self.hashes.copy(),
             self.num_released,
+            marked=self.marked,
+            computed_run=self.computed_run,
         )
 
     def held_blocks(self) -> list[BlockId]:
         """The entries that hold a reference: every one but those pointing at the null block."""
         return self.blocks[self.num_released :]
 
-    def prefix_of(self, index: int) -> Prefix:
-        """The prefix of logical block ``index``. Blocks past the last partial one are empty
-        lookahead slots whose prefix nobody reads; they get the last known one."""
-        return self.prefixes[min(index, len(self.prefixes) - 1)]
-
     def blocks_touched_by_append(self, block_size: int, num_new: int, lookahead: int) -> int:
         return blocks_touched_by_append(
             len(self.tokens), len(self.blocks), block_size, num_new, lookahead
         )
+
+    # --- the pending access ---------------------------------------------------------------------
+
+    def access(self, now: float, stamp: int) -> None:
+        """``access_all_blocks_in_seq``: every held entry's block was accessed at ``now``; a
+        later access has a higher ``stamp``. A newer access covers every entry an older one
+        did, so it simply replaces it."""
+        self.access_time = now
+        self.access_stamp = stamp
+        self.access_end = len(self.blocks)
+
+    def untouched(self, into: dict[BlockId, tuple[int, float]]) -> None:
+        """Add the blocks still waiting for the pending access to ``into`` (block -> (stamp,
+        time)), keeping the later access of a block two tables share: what the state would
+        show had the access been given to every block at once."""
+        stamp, now = self.access_stamp, self.access_time
+        for block in self.blocks[self.num_released : self.access_end]:
+            known = into.get(block)
+            if known is None or known[0] < stamp:
+                into[block] = (stamp, now)
+
+    def settle(self, pool: OptimizedBlockPool, start: int = 0) -> None:
+        """Give the pending access to the blocks of entries ``start ..`` that still wait for it;
+        from then on those entries are no longer covered by it."""
+        end = self.access_end
+        if end <= start:
+            return
+        now, stamp = self.access_time, self.access_stamp
+        for block in self.blocks[max(start, self.num_released) : end]:
+            pool.touch(block, now, stamp)
+        self.access_end = start
+
+    # --- changing the entries -------------------------------------------------------------------
+
+    def release_all(self, pool: OptimizedBlockPool) -> None:
+        """Give back every held block (the sequence is freed)."""
+        self.settle(pool)
+        for block in self.held_blocks():
+            pool.release(block)
 
     def release_out_of_window(
         self, pool: OptimizedBlockPool, window: int, null_block: BlockId
@@ -99,51 +154,84 @@ class BlockTable:
         """Before appending: release every block whose tokens all precede the oldest position the
         new tokens attend to (``len(tokens) - window + 1``) and point its entry at the null
         block. Only the blocks not released before are looked at."""
-        num_out = num_out_of_window(
-            len(self.tokens), window, pool.config.block_size, len(self.blocks)
-        )
+        num_out = num_out_of_window(len(self.tokens), window, pool.block_size, len(self.blocks))
+        if num_out <= self.num_released:
+            return
+        blocks = self.blocks
         for index in range(self.num_released, num_out):
-            if self.blocks[index] != null_block:
-                pool.free(self.blocks[index])
-                self.blocks[index] = null_block
-        self.num_released = max(self.num_released, num_out)
+            if index < self.access_end:
+                pool.touch(blocks[index], self.access_time, self.access_stamp)
+            pool.release(blocks[index])
+            blocks[index] = null_block
+        self.num_released = num_out
 
     def append(self, pool: OptimizedBlockPool, new_tokens: Sequence[Token], lookahead: int) -> None:
         """Append ``new_tokens`` block by block (the pool copies shared blocks and dedups filled
         ones), then make sure ``lookahead`` empty slots follow them. The caller has checked the
         worst case (``blocks_touched_by_append``) against the free blocks."""
-        size = pool.config.block_size
-        caching = pool.config.enable_caching
-        tokens, blocks, prefixes = self.tokens, self.blocks, self.prefixes
+        size = pool.block_size
+        tokens, blocks = self.tokens, self.blocks
         position = len(tokens)
-        tokens.extend(new_tokens)
-        end = len(tokens)
+        end = position + len(new_tokens)
+        if position < end:
+            index = position // size
+            tokens.extend(new_tokens)
+            # The common case: the tokens go into the block that holds the last ones, which is
+            # the table's own and does not fill, so the entry stays as it is.
+            in_place = end < (index + 1) * size and index < len(blocks)
+            if not (in_place and pool.append_in_place(blocks[index], tuple(new_tokens))):
+                if self.access_end > index:
+                    self.settle(pool, index)  # the block receiving tokens may be replaced
+                self._fill_blocks(pool, position, end)
+        while len(blocks) * size < end + lookahead:
+            blocks.append(pool.take())
+
+    def _fill_blocks(self, pool: OptimizedBlockPool, position: int, end: int) -> None:
+        """Hand tokens ``position .. end`` (already in ``tokens``) to their blocks, one block at a
+        time, taking new blocks past the table's end; a block that fills is hashed, once."""
+        size = pool.block_size
+        tokens, blocks, hashes = self.tokens, self.blocks, self.hashes
+        key, hasher = self.group.extra_key, self.group.hasher
         while position < end:
             index = position // size
             if index == len(blocks):
-                blocks.append(pool.allocate_mutable())
+                blocks.append(pool.take())
             block_end = (index + 1) * size
             chunk_end = min(end, block_end)
-            blocks[index] = pool.append_tokens(
-                blocks[index], prefixes[index], tokens[position:chunk_end]
-            )
-            if chunk_end == block_end:
-                block_tokens = tokens[index * size : block_end]
-                prefixes.append(next_prefix(prefixes[index], block_tokens, caching))
+            chunk = tuple(tokens[position:chunk_end])
+            if pool.caching and chunk_end == block_end:
+                parent = hashes[index - 1] if index else ROOT
+                content_hash = hasher(parent, tokens[block_end - size : block_end])
+                hashes.append(content_hash)
+                prefix = (parent, block_end - size, key)
+                blocks[index] = pool.fill(blocks[index], prefix, chunk, content_hash)
+            else:
+                blocks[index] = pool.fill(blocks[index], None, chunk, None)
             position = chunk_end
-        while len(blocks) * size < end + lookahead:
-            blocks.append(pool.allocate_mutable())
+
+    # --- what is computed -----------------------------------------------------------------------
+
+    def mark_computed(self, pool: OptimizedBlockPool, num_full: int) -> None:
+        """``mark_blocks_as_computed`` for this table, whose first ``num_full`` blocks are full:
+        they hold their KV now. Only blocks filled since the last mark are new."""
+        start = max(self.marked, self.num_released)
+        if start < num_full:
+            pool.set_computed(self.blocks[start:num_full])
+        self.marked = max(self.marked, num_full)
+
+    def computed_prefix_length(self, pool: OptimizedBlockPool, end: int) -> int:
+        """How many leading entries of ``blocks[:end]`` are computed. A null entry (the first
+        one, once the window released any) is never computed."""
+        if self.num_released:
+            return 0
+        run = self.computed_run
+        if run >= end:
+            return end
+        run = pool.computed_run(self.blocks, run, end)
+        self.computed_run = run
+        return run
 
     def num_cached_tokens(self, pool: OptimizedBlockPool) -> int:
-        """Tokens in the leading run of computed blocks: the prefill a cache lets it skip. An
-        entry outside ``pool`` (the GPU null block of a swapped-out table) ends the run."""
-        ids = pool.config.block_ids
-        cached = 0
-        for block in self.blocks:
-            if block not in ids:
-                break
-            view = pool.block(block)
-            if not view.computed:
-                break
-            cached += len(view.tokens)
-        return cached
+        """Tokens in the leading run of computed blocks: the prefill a cache lets it skip. Only
+        full blocks are ever computed, so each counts ``block_size`` tokens."""
+        return self.computed_prefix_length(pool, len(self.blocks)) * pool.block_size

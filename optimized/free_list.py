@@ -28,8 +28,9 @@ class FreeList:
     def push(self, block: BlockId) -> None:
         heapq.heappush(self._heap, block)
 
-    def pop_lowest(self) -> BlockId:
-        return heapq.heappop(self._heap)
+    def pop_lowest(self) -> BlockId | None:
+        """The lowest free id, taken off the list; None when the list is empty."""
+        return heapq.heappop(self._heap) if self._heap else None
 
     def blocks(self) -> frozenset[BlockId]:
         return frozenset(self._heap)

@@ -5,10 +5,18 @@ validates all of its pairs before it touches a tensor, so an error leaves both s
 Pairs come either as a CPU ``[N, 2]`` int64 tensor (what a scheduler batches up) or as a sequence
 of ``(src, dst)`` int pairs (what a block manager hands out); both go through ``normalize_pairs``.
 
-Small blocks are limited by per-call overhead, not by bandwidth, so ``copy_blocks`` and
-``swap_blocks`` coalesce runs of consecutive ids into one slice ``copy_`` each
-(``coalesce_runs``). ``swap_blocks_in_place`` instead pads its batches to a few fixed sizes so that
-a compiled or graphed kernel sees only a handful of shapes.
+Small blocks are limited by per-call overhead, not by bandwidth. ``copy_blocks`` and
+``swap_blocks`` coalesce pairs into runs of consecutive ids (``coalesce_runs``); a few runs are
+moved with one slice ``copy_`` per run and tensor, which reads and writes each byte once. Many
+runs (scattered pairs) are moved differently per device. On an accelerator: one gather
+(``index_select``) and one scatter (``index_copy_``) per tensor through a buffer, two kernel
+launches whatever the number of pairs. On the host those index kernels copy element by element,
+far below memory bandwidth, while a ``copy_`` is a ``memcpy``; so each run is one ``copy_`` of
+the store's single allocation (``KVStore.blocks``), moving that run in every layer at once.
+``swap_blocks_in_place`` exchanges through a gathered buffer per tensor, in batches padded to a
+few fixed sizes so that a compiled or graphed kernel sees only a handful of shapes, and small
+enough that the buffer stays in cache. The index kernels move rows as the widest word that tiles
+them (``_row_view``): their cost grows with the number of elements.
 """
 
 from __future__ import annotations
@@ -27,6 +35,14 @@ PairsLike: TypeAlias = torch.Tensor | Sequence[Sequence[int]]
 """``[N, 2]`` int64 CPU tensor, or a sequence of ``(src, dst)`` pairs."""
 
 DEFAULT_PAD_SIZES: tuple[int, ...] = DEFRAG_PAD_SIZES
+
+MAX_RUNS = 4
+"""Pairs that coalesce into at most this many runs are copied run by run and tensor by tensor;
+more runs are moved as the scattered pairs they are (see above)."""
+
+EXCHANGE_BUFFER_BYTES = 4 * 2**20
+"""A batch of the exchange holds at most about this much of one tensor in its buffer (never
+fewer rows than the smallest pad size), so that the scatter reads it back from cache."""
 
 
 class Run(NamedTuple):
@@ -125,8 +141,9 @@ def copy_blocks(store: KVStore, pairs: PairsLike) -> None:
 
     The result is as if every source were read before any destination is written, so a block may
     be both a source and a destination in one call (chains ``1->2, 2->3`` copy the *old* 2 to 3).
-    Only runs whose source blocks are also written in this call are staged in a temporary; the
-    rest cannot change before they are read and are copied directly, which halves their traffic.
+    Only runs whose source blocks are also written in this call are staged in a temporary (or, on
+    an accelerator, go through the gathered buffer); the rest cannot change before they are read
+    and are copied directly, which halves their traffic.
     """
     _check_store(store, "store")
     plan = normalize_pairs(pairs, store.num_blocks, store.num_blocks)
@@ -134,21 +151,48 @@ def copy_blocks(store: KVStore, pairs: PairsLike) -> None:
     plan = [(src, dst) for src, dst in plan if src != dst]  # a copy onto itself is a no-op
     if not plan:
         return
+    _copy_within_device(store, store, plan)
+
+
+def _copy_within_device(src: KVStore, dst: KVStore, plan: Sequence[tuple[int, int]]) -> None:
+    """Every pair's block, all layers, from ``src`` to ``dst`` on one device; reads before
+    writes when the two are the same store. Destinations are distinct."""
     runs = coalesce_runs(plan)
-    written = {dst for _, dst in plan}
-    staged: list[Run] = []
-    direct: list[Run] = []
-    for r in runs:
-        overwritten = any(b in written for b in range(r.src, r.src + r.length))
-        (staged if overwritten else direct).append(r)
+    if len(runs) > MAX_RUNS and src.device.type != "cpu":
+        _gather_scatter(src.tensors(), dst.tensors(), plan, src.device)
+        return
+    many = len(runs) > MAX_RUNS
+    written = {d for _, d in plan} if src is dst else set()
+    staged = [r for r in runs if any(b in written for b in range(r.src, r.src + r.length))]
+    direct = [r for r in runs if r not in staged]
     # Layers (and K, V) are separate tensors that never alias, so reading-before-writing only has
     # to hold within one tensor; staging one tensor at a time bounds the temporary memory.
-    for cache in store.tensors():
-        temps = [cache[r.src : r.src + r.length].clone() for r in staged]
+    pairs_of_tensors = (
+        [(src.blocks, dst.blocks)] if many else list(zip(src.tensors(), dst.tensors(), strict=True))
+    )
+    for source, destination in pairs_of_tensors:
+        if many:  # block is dim 1 of the single allocation, dim 0 of one tensor
+            source, destination = source.transpose(0, 1), destination.transpose(0, 1)
+        temps = [source[r.src : r.src + r.length].clone() for r in staged]
         for r in direct:
-            cache[r.dst : r.dst + r.length].copy_(cache[r.src : r.src + r.length])
+            destination[r.dst : r.dst + r.length].copy_(source[r.src : r.src + r.length])
         for r, temp in zip(staged, temps, strict=True):
-            cache[r.dst : r.dst + r.length].copy_(temp)
+            destination[r.dst : r.dst + r.length].copy_(temp)
+
+
+def _gather_scatter(
+    sources: Sequence[torch.Tensor],
+    destinations: Sequence[torch.Tensor],
+    plan: Sequence[tuple[int, int]],
+    device: torch.device,
+) -> None:
+    """For each tensor pair: every source row into one buffer, then the buffer into the
+    destination rows (one device; destinations distinct)."""
+    src_index = torch.tensor([s for s, _ in plan], dtype=torch.int64).to(device)
+    dst_index = torch.tensor([d for _, d in plan], dtype=torch.int64).to(device)
+    for source, destination in zip(sources, destinations, strict=True):
+        gathered = _row_view(source).index_select(0, src_index)
+        _row_view(destination).index_copy_(0, dst_index, gathered)
 
 
 # --- swap between devices -----------------------------------------------------------------------
@@ -181,18 +225,18 @@ def swap_blocks(src: KVStore, dst: KVStore, pairs: PairsLike) -> None:
         return
     if not plan:
         return
-    runs = coalesce_runs(plan)
-    cross = src.device != dst.device
+    if src.device == dst.device:
+        _copy_within_device(src, dst, plan)
+        return
     for s_cache, d_cache in zip(src.tensors(), dst.tensors(), strict=True):
-        for r in runs:
+        for r in coalesce_runs(plan):
             d_cache[r.dst : r.dst + r.length].copy_(
-                s_cache[r.src : r.src + r.length], non_blocking=cross
+                s_cache[r.src : r.src + r.length], non_blocking=True
             )
-    if cross:
-        if src.device.type == "cpu":
-            _wait_for(dst.device)
-        elif dst.device.type == "cpu":
-            _wait_for(src.device)
+    if src.device.type == "cpu":
+        _wait_for(dst.device)
+    elif dst.device.type == "cpu":
+        _wait_for(src.device)
 
 
 # --- in-place exchange (defragmentation) --------------------------------------------------------
@@ -247,13 +291,16 @@ def padded_batches(
 
 
 def _row_view(cache: torch.Tensor) -> torch.Tensor:
-    """``cache`` as ``[num_blocks, words]`` of the widest integer type that tiles a block.
+    """``cache`` as ``[num_blocks, words]`` of the widest word that tiles a block.
 
-    Moving bits as integers is exact for every float dtype, works for dtypes whose index kernels
-    are missing (float8 on CPU), and wide words keep the per-element loop of ``index_copy_`` short.
+    The index kernels copy element by element, so wide words make them fast. The widest is
+    ``complex128`` (16 bytes): the kernels only assign elements, never compute with them, and an
+    assignment moves the bits as they are whatever they would mean as a number. Moving bits
+    rather than values is also what makes every dtype work, those whose index kernels are
+    missing included (float8 on CPU).
     """
     rows = cache.view(cache.shape[0], -1).view(torch.uint8)
-    for word in (torch.int64, torch.int32, torch.int16):
+    for word in (torch.complex128, torch.int64, torch.int32, torch.int16):
         if rows.shape[1] % word.itemsize == 0:
             return rows.view(word)
     return rows
@@ -289,8 +336,10 @@ def swap_blocks_in_place(
     if not plan:
         return
     rows = [_row_view(cache) for cache in store.tensors()]
+    row_bytes = rows[0].shape[1] * rows[0].element_size()
+    fitting = [size for size in sizes if 2 * size * row_bytes <= EXCHANGE_BUFFER_BYTES]
     buffers: dict[int, torch.Tensor] = {}
-    for batch in padded_batches(plan, sizes):
+    for batch in padded_batches(plan, fitting or sizes[:1]):
         srcs = [a for a, _ in batch]
         dsts = [b for _, b in batch]
         index = torch.tensor([srcs + dsts, dsts + srcs], dtype=torch.int64).to(store.device)

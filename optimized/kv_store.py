@@ -2,8 +2,11 @@
 
 Blocks are the first axis (``[num_blocks, block_size, num_kv_heads, head_dim]``) so that one block
 is one contiguous slab and a run of consecutive blocks is one contiguous slab too: that is what
-lets ``optimized.kernels`` move a run with a single ``copy_``. Indices here are 0-based positions
-in this store; a pool whose ids start at ``first_id`` subtracts it before calling in.
+lets ``optimized.kernels`` move a run with a single ``copy_``. All the cache tensors are views of
+one allocation (``blocks``, ``[tensors, num_blocks, ...]``), so that one block of every layer is
+one strided slice too: a kernel moves a block of all layers with one call. Indices here are
+0-based positions in this store; a pool whose ids start at ``first_id`` subtracts it before
+calling in.
 
 The model runner's side is ``KVStore.write`` (each token's K and V into its slot, as vLLM's
 ``reshape_and_cache`` does; ``specs/slots.py`` says which slot) and ``KVStore.read``. A store
@@ -77,14 +80,11 @@ class KVStore:
         # speed); without a GPU pinning only costs locked pages, so it is skipped.
         pin = requested.type == "cpu" and torch.cuda.is_available()
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        caches: list[LayerCache] = []
-
-        def alloc() -> torch.Tensor:
-            return torch.zeros(shape, dtype=dtype, device=requested, pin_memory=pin)
-
+        num_tensors = num_layers * (1 if mla else 2)
         try:
-            for _ in range(num_layers):
-                caches.append((alloc(), None if mla else alloc()))
+            self._blocks = torch.zeros(
+                (num_tensors, *shape), dtype=dtype, device=requested, pin_memory=pin
+            )
         except (RuntimeError, AssertionError) as exc:
             # Torch reports an unusable device (no such backend, no such index, out of memory) as
             # one of these; to the caller it is a configuration that cannot work.
@@ -92,8 +92,14 @@ class KVStore:
                 f"cannot allocate {num_layers} layers of {shape} {dtype} on device "
                 f"{requested}: {exc}"
             ) from exc
+        tensors = self._blocks.unbind(0)
+        caches: list[LayerCache]
+        if mla:
+            caches = [(k, None) for k in tensors]
+        else:
+            caches = [(tensors[2 * layer], tensors[2 * layer + 1]) for layer in range(num_layers)]
         self._caches: tuple[LayerCache, ...] = tuple(caches)
-        self._device = caches[0][0].device
+        self._device = self._blocks.device
 
     @property
     def caches(self) -> list[LayerCache]:
@@ -138,6 +144,12 @@ class KVStore:
         """Bytes one block occupies over all layers, K and V: what a copy of one block moves."""
         per_tensor = self._block_size * self._num_kv_heads * self._head_dim * self._dtype.itemsize
         return per_tensor * self._num_layers * (1 if self._mla else 2)
+
+    @property
+    def blocks(self) -> torch.Tensor:
+        """Every cache tensor as one, ``[tensors, num_blocks, block_size, heads, head_dim]`` in
+        the order of ``tensors()``: ``blocks[:, b]`` is block ``b`` of every layer, K and V."""
+        return self._blocks
 
     def tensors(self) -> list[torch.Tensor]:
         """Every cache tensor (K then V per layer): the kernels treat them all alike."""

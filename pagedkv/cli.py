@@ -7,10 +7,13 @@ conformance traces, and teach the algorithm.
     pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS]
     pagedkv demo   [--step] [-o PAGE]
     pagedkv show   TRACE [-o PAGE] [--target T]
+    pagedkv bench  [--baseline REV] [--target T ...] [--kernels] [--json PATH] [--plot PATH] ...
+    pagedkv soak   [--target T] [--steps N] [--seed S] [--exact] [--trace-out PATH]
 
 T is ``package.module:factory`` or ``exec:./program [args]`` (see ``specs/oracle.md``).
-Exit codes: 0 pass; 1 a divergence (``check``, ``replay``) or an incomplete corpus (``record``);
-2 bad usage, a target that cannot be loaded or built, a trace that cannot be read or is stale.
+Exit codes: 0 pass; 1 a divergence (``check``, ``replay``, ``soak``) or an incomplete corpus
+(``record``); 2 bad usage, a target that cannot be loaded or built, a trace that cannot be read or
+is stale. ``bench`` measures and prints; it exits 0 unless it cannot run.
 Output uses rich on a terminal and plain text otherwise; bad input is one line on stderr.
 
 Every command runs inside one handler (``main``): whatever goes wrong becomes one line on stderr
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shlex
 import signal
 import sys
@@ -39,18 +43,26 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from model_tests.bench.report import Section, cell
+from model_tests.bench.runner import REFERENCE_CALLS, BenchError, resolve_targets
+from model_tests.bench.runner import run as run_bench
+from model_tests.bench.sections import Options as BenchOptions
 from model_tests.machines import profiles
 from model_tests.oracle import codec, targets, timeout, trace
 from model_tests.oracle.check import (
     DEFAULT_STEPS,
     DEFAULT_TRACE,
     Report,
+    StepLine,
     check_report,
     replay_report,
     run_check,
+    show_config,
 )
 from model_tests.oracle.codec import Level
+from model_tests.oracle.exec_target import close_target
 from model_tests.oracle.record import CorpusError, check_out, record_level
+from model_tests.oracle.soak import CHECKPOINT, soak
 from model_tests.oracle.trace import Trace
 from model_tests.teaching import demo, page, terminal
 from model_tests.teaching.frames import Frame, Walk
@@ -160,6 +172,37 @@ class Output:
         self.stream.flush()
         answer = self.keys.readline()
         return answer != "" and answer.strip().lower() not in ("q", "quit")
+
+    def section(self, section: Section) -> None:
+        """A benchmark section: its tables (numbers right-aligned), then their notes."""
+        for found in section.tables:
+            cells = [[cell(value) for value in row] for row in found.rows]
+            numeric = [
+                all(isinstance(row[i], int | float) for row in found.rows if i < len(row))
+                for i in range(len(found.columns))
+            ]
+            if self.console is None:
+                widths = [
+                    max([len(name)] + [len(row[i]) for row in cells])
+                    for i, name in enumerate(found.columns)
+                ]
+                print(found.title, file=self.stream)
+                for row in [found.columns, ["-" * w for w in widths], *cells]:
+                    aligned = [
+                        text.rjust(width) if right else text.ljust(width)
+                        for text, width, right in zip(row, widths, numeric, strict=True)
+                    ]
+                    print("  ".join(aligned).rstrip(), file=self.stream)
+            else:
+                table = Table(title=found.title, title_justify="left")
+                for name, right in zip(found.columns, numeric, strict=True):
+                    table.add_column(name, justify="right" if right else "left")
+                for row in cells:
+                    table.add_row(*row)
+                self.console.print(table)
+            for note in found.notes:
+                self.line(f"  {note}", "dim")
+            self.line()
 
     @contextmanager
     def status(self, text: str) -> Iterator[Callable[[str], None]]:
@@ -363,6 +406,120 @@ def cmd_record(args: argparse.Namespace, out: Output) -> int:
     return EXIT_PASS if complete else EXIT_FAIL
 
 
+def cmd_soak(args: argparse.Namespace, out: Output) -> int:
+    if args.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    factory = targets.check(args.target, "manager")
+    exact = args.exact or args.target == "optimized"
+    if exact:
+        sample = targets.build(factory, "manager", args.target)
+        viewable = callable(getattr(sample, "view", None))
+        close_target(sample)
+        if not viewable:
+            raise UsageError(f"--exact compares whole states: {args.target} has no view()")
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    with out.status(f"soaking {args.target} ...") as update:
+        result = soak(
+            factory,
+            args.steps,
+            seed,
+            exact=exact,
+            trace_out=args.trace_out,
+            progress=lambda steps: update(f"soaking {args.target}: {steps} steps"),
+        )
+    mode = "exact" if exact else "isomorphic"
+    title = f"pagedkv soak {args.target} (manager level, {mode} mode, seed {seed})"
+    rate = result.steps / result.seconds if result.seconds else 0.0
+    cpu_rate = result.steps / result.cpu_seconds if result.cpu_seconds else 0.0
+    if result.passed:
+        verdict = (
+            f"PASS: {result.steps} steps in {result.episodes} episodes, {rate:,.0f} steps/s"
+            f" ({cpu_rate:,.0f} per CPU second, load average {os.getloadavg()[0]:.1f}); "
+            + (
+                f"results compared at every step, the whole state and the invariants every"
+                f" {CHECKPOINT} steps ({result.checkpoints} times)"
+                if exact
+                else f"results, block tables and free counts compared at every step, the"
+                f" reference's invariants every {CHECKPOINT} steps ({result.checkpoints} times)"
+            )
+        )
+        out.report(Report(True, title, verdict))
+        return EXIT_PASS
+    report = Report(
+        False,
+        title,
+        f"FAIL after {result.steps} steps: shrunk from {result.unshrunk} calls to"
+        f" {len(result.calls)}",
+        show_config(result.config),
+        [
+            StepLine(
+                number,
+                codec.show_call(op.op, op.args),
+                trace.show_expect("manager", op.op, op.expect),
+                number == len(result.calls),
+            )
+            for number, op in enumerate(result.trace.ops if result.trace else [], 1)
+        ],
+        f"diverges: {result.failure}",
+    )
+    if result.trace_path is not None:
+        report.notes.append(f"trace: {result.trace_path}")
+        report.notes.append(
+            f"replay: pagedkv replay {shlex.quote(str(result.trace_path))}"
+            f" --target {shlex.quote(args.target)}"
+            + (
+                ""
+                if result.replays
+                else "  (exact-mode divergence: replay compares isomorphically"
+                " and does not show it)"
+            )
+        )
+    out.report(report)
+    return EXIT_FAIL
+
+
+def cmd_bench(args: argparse.Namespace, out: Output) -> int:
+    if args.reps < 1:
+        raise UsageError("--reps must be at least 1")
+    sizes = tuple(_positive_ints(args.scaling, "--scaling")) if args.scaling else ()
+    if args.scaling_calls < 1:
+        raise UsageError("--scaling-calls must be at least 1")
+    if args.reference_calls is not None and args.reference_calls < 0:
+        raise UsageError("--reference-calls must be 0 (the whole stream) or more")
+    reference_calls = None if args.no_reference else args.reference_calls
+    try:
+        found = resolve_targets(args.target, args.baseline, reference_calls)
+    except BenchError as error:
+        raise UsageError(str(error)) from None
+    options = BenchOptions(
+        seed=args.seed,
+        repetitions=1 if args.quick else args.reps,
+        targets=found,
+        quick=args.quick,
+        scaling=sizes,
+        scaling_calls=args.scaling_calls,
+        kernels=args.kernels,
+        defrag=args.defrag,
+        trace_out=None if args.trace_out is None else Path(args.trace_out),
+    )
+    json_out = None if args.json is None else Path(args.json)
+    plot_out = None if args.plot is None else Path(args.plot)
+    run_bench(options, out.section, json_out, plot_out)
+    if json_out is not None:
+        out.line(f"figures: {json_out}")
+    return EXIT_PASS
+
+
+def _positive_ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} takes comma-separated block counts, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise UsageError(f"{flag} takes comma-separated block counts >= 1, got {text!r}")
+    return values
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 
@@ -420,6 +577,70 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("trace", help="a trace file (.jsonl)")
     show.add_argument("-o", "--out", default=None, help="the page (default: TRACE with .html)")
     show.add_argument("--target", default=None, help="replay the trace against T too, side by side")
+
+    soak_ = commands.add_parser(
+        "soak", help="a long seeded random walk in lockstep with the reference (no Hypothesis)"
+    )
+    soak_.add_argument("--target", default="optimized", help="optimized (default) or any target")
+    soak_.add_argument("--steps", type=int, default=100_000, help="calls on each side (100000)")
+    soak_.add_argument("--seed", type=int, default=None, help="make the walk reproducible")
+    soak_.add_argument(
+        "--exact",
+        action="store_true",
+        help="compare whole states (view()) as for optimized, not through the protocol",
+    )
+    soak_.add_argument(
+        "--trace-out",
+        default=DEFAULT_TRACE,
+        help=f"where a divergence's shrunk trace goes ({DEFAULT_TRACE})",
+    )
+
+    bench = commands.add_parser(
+        "bench", help="replay a serving workload on the managers and time it (never asserts)"
+    )
+    bench.add_argument("--seed", type=int, default=0, help="the workload's seed (0)")
+    bench.add_argument("--reps", type=int, default=5, help="interleaved repetitions (5)")
+    bench.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        help="also replay on package.module:factory or exec:PROGRAM (repeatable)",
+    )
+    bench.add_argument(
+        "--baseline",
+        metavar="REV",
+        default=None,
+        help="also replay on the optimized manager of git revision REV (in a checkout)",
+    )
+    bench.add_argument(
+        "--reference-calls",
+        type=int,
+        default=REFERENCE_CALLS,
+        help=f"replay the reference on the first N calls (0: all; {REFERENCE_CALLS})",
+    )
+    bench.add_argument("--no-reference", action="store_true", help="leave the reference out")
+    bench.add_argument(
+        "--scaling",
+        default="1024,16384,131072,1048576",
+        help="GPU block counts of the growth section, comma-separated ('' to skip)",
+    )
+    bench.add_argument(
+        "--scaling-calls", type=int, default=400_000, help="calls per size in it (400000)"
+    )
+    bench.add_argument("--kernels", action="store_true", help="time the torch kernels too")
+    bench.add_argument(
+        "--defrag",
+        action="store_true",
+        help="the defragmenter's serving run and its exchange kernel too (needs torch)",
+    )
+    bench.add_argument(
+        "--quick", action="store_true", help="a tiny smoke run (no figure means much)"
+    )
+    bench.add_argument("--json", default=None, help="write every figure here")
+    bench.add_argument("--plot", default=None, help="draw a PNG here (needs matplotlib)")
+    bench.add_argument(
+        "--trace-out", default=None, help="also write the workload as a pagedkv trace (slow)"
+    )
     return top
 
 
@@ -446,6 +667,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "replay": cmd_replay,
     "demo": cmd_demo,
     "show": cmd_show,
+    "bench": cmd_bench,
+    "soak": cmd_soak,
 }
 
 

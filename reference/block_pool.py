@@ -17,9 +17,7 @@ from reference.hash_index import forget_hash, index_block
 from reference.pool_state import (
     PoolState,
     callers_count,
-    evictable_ids,
     facts,
-    free_ids,
     is_computed,
     known_block,
     live_block,
@@ -293,8 +291,8 @@ def common_computed_prefix(state: PoolState, chains: Sequence[Sequence[BlockId]]
 
 
 def num_free_blocks(state: PoolState) -> int:
-    """Blocks an allocation could take now: free plus evictable."""
-    return len(free_ids(state)) + len(evictable_ids(state))
+    """Blocks an allocation could take now: free plus evictable, i.e. those nobody holds."""
+    return sum(1 for view in state.blocks.values() if view.ref_count == 0)
 
 
 def hit_rate(state: PoolState) -> float:

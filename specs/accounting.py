@@ -25,18 +25,22 @@ def blocks_touched_by_append(
     num_tokens: int, num_blocks: int, block_size: int, num_new: int, lookahead: int
 ) -> int:
     """The worst case of blocks an append takes from the pool: every existing block that
-    receives a token may need a copy, and every block past the table's end is new.
+    receives a token may need a copy, and every block past the table's end is new. (Plain
+    arithmetic, no min/max calls: a scheduler asks this for every running sequence at every
+    step.)
 
     pre: block_size >= 1
     pre: num_tokens >= 0 and num_new >= 0 and lookahead >= 0
     pre: num_tokens <= num_blocks * block_size
     post: _ == _worst_case_slot_by_slot(num_tokens, num_blocks, block_size, num_new, lookahead)
     """
-    first = num_tokens // block_size
-    end = blocks_for(num_tokens + num_new, block_size)
-    existing_touched = max(0, min(end, num_blocks) - first) if num_new else 0
-    new_blocks = max(0, blocks_for(num_tokens + num_new + lookahead, block_size) - num_blocks)
-    return existing_touched + new_blocks
+    touched = 0  # existing blocks that receive a token
+    if num_new:
+        end = -(-(num_tokens + num_new) // block_size)  # one past the block of the last new token
+        touched = (end if end < num_blocks else num_blocks) - num_tokens // block_size
+        touched = touched if touched > 0 else 0
+    new_blocks = -(-(num_tokens + num_new + lookahead) // block_size) - num_blocks
+    return touched + new_blocks if new_blocks > 0 else touched
 
 
 def _worst_case_slot_by_slot(

@@ -10,6 +10,7 @@ order of the checks and their messages are written once, here, for every impleme
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence, Set
 from typing import NamedTuple, TypeGuard, TypeVar
 
@@ -41,6 +42,8 @@ from specs.types import (
     Token,
     is_time,
 )
+
+_LARGEST_FLOAT = sys.float_info.max
 
 
 def _is_int(value: object) -> bool:
@@ -154,6 +157,12 @@ def check_tokens(tokens: object, *, allow_empty: bool = False) -> list[Token]:
     post: _ == list(tokens) and all(0 <= token <= MAX_TOKEN for token in _)
     post: allow_empty or _
     """
+    if (type(tokens) is list or type(tokens) is tuple) and (tokens or allow_empty):
+        for token in tokens:  # the common case: plain ints in range; anything else, the full check
+            if type(token) is not int or not 0 <= token <= MAX_TOKEN:
+                break
+        else:
+            return list(tokens)
     if not _is_sequence(tokens):
         raise InvalidArgumentError(f"expected a sequence of token ids, got {tokens!r}")
     checked: list[Token] = []
@@ -207,6 +216,8 @@ def check_time(now: object) -> float:
     raises: InvalidArgumentError
     post: 0 <= _ < float("inf")
     """
+    if type(now) is float and 0.0 <= now <= _LARGEST_FLOAT:  # the common case (NaN fails it)
+        return now
     if not is_time(now):
         raise InvalidArgumentError(f"now must be a finite number >= 0, got {now!r}")
     assert isinstance(now, int | float)
@@ -265,6 +276,8 @@ def check_id(kind: str, value: object) -> int:
     raises: InvalidArgumentError
     post: _ == value
     """
+    if type(value) is int:
+        return value
     if not _is_int(value):
         raise InvalidArgumentError(f"{kind} id must be an int, got {value!r}")
     assert isinstance(value, int)
@@ -277,6 +290,12 @@ def check_seq_ids(value: object, *, non_empty: bool = False) -> list[int]:
     post: _ == list(value)
     post: _ or not non_empty
     """
+    if type(value) is list and (value or not non_empty):
+        for seq_id in value:  # the common case: a list of plain ints
+            if type(seq_id) is not int:
+                break
+        else:
+            return list(value)
     if not _is_sequence(value) or (non_empty and not value):
         what = "a non-empty sequence" if non_empty else "a sequence"
         raise InvalidArgumentError(f"expected {what} of sequence ids, got {value!r}")
@@ -288,6 +307,8 @@ def check_count(kind: str, value: object) -> int:
     raises: InvalidArgumentError
     post: _ == value >= 0
     """
+    if type(value) is int and value >= 0:
+        return value
     if not _is_int(value) or not isinstance(value, int) or value < 0:
         raise InvalidArgumentError(f"{kind} must be an int >= 0, got {value!r}")
     return value

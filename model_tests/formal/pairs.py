@@ -12,14 +12,15 @@ from __future__ import annotations
 from optimized.block_pool import OptimizedBlockPool
 from optimized.block_table import BlockTable, num_out_of_window
 from optimized.evictor import Evictor
+from optimized.sequence_group import SequenceGroup
 from reference import block_pool
 from reference.allocation import first_to_evict
 from reference.block_table import out_of_window, prefix_at
 from reference.pool_state import new_state
-from specs.content_hash import Prefix
+from specs.content_hash import ROOT, Prefix
 from specs.errors import OutOfBlocksError
 from specs.pool_view import BlockView
-from specs.types import MAX_TOKEN, NEVER_ACCESSED, ExtraKey, PoolConfig
+from specs.types import MAX_TOKEN, NEVER_ACCESSED, Device, ExtraKey, PoolConfig
 
 MAX_BLOCKS = 6
 """The largest pool or table a pair is asked about: bounded loops keep each path short."""
@@ -170,11 +171,13 @@ def reference_block_prefixes(tokens: list[int], split: int, block_size: int) -> 
 
 
 def optimized_block_prefixes(tokens: list[int], split: int, block_size: int) -> list[Prefix] | None:
-    """The prefixes a table keeps as it goes: a prompt of ``tokens[:split]``, then the rest
-    appended, each block hashed once from the one before."""
+    """The prefixes a table's hashes stand for as it goes: a prompt of ``tokens[:split]``, then
+    the rest appended, each block hashed once from the one before."""
     if not _prefix_inputs(tokens, split, block_size):
         return None
+    key = ExtraKey()
     pool = OptimizedBlockPool(PoolConfig(2 * MAX_BLOCKS, block_size))
-    table = BlockTable.for_prompt(0, pool, tokens[:split], ExtraKey())
+    table = BlockTable.for_prompt(SequenceGroup(0, {}, Device.GPU, key), pool, tokens[:split])
     table.append(pool, tokens[split:], 0)
-    return table.prefixes
+    parents = [ROOT, *table.hashes]
+    return [Prefix(parents[i], i * block_size, key) for i in range(len(tokens) // block_size + 1)]

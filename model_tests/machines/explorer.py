@@ -33,7 +33,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from model_tests.lockstep.calls import assert_same_state, call_both
-from model_tests.machines.kv_harness import AbstractKV, CachedPrefixes, Writer, kv_problems
+from model_tests.machines.kv_harness import (
+    AbstractKV,
+    CachedPrefixes,
+    Writer,
+    expected_kv,
+    kv_problems,
+)
 from model_tests.machines.manager_machine import held_references, mapping_problems, pair_problems
 from optimized.block_manager import OptimizedBlockSpaceManager
 from reference.kv_model import EMPTY, KVModel
@@ -253,14 +259,16 @@ class Explorer:
     def check(self, node: Node, view: ManagerView) -> None:
         """Exact sameness, I1-I5 and the queries, in ``node``'s state."""
         target = node.target
-        assert_same_state(self.model, target, "manager state")
+        assert_same_state(self.model.view(), target.view(), "manager state")
         problems = mapping_problems(view)
         for device in Device:
             pool = view.pool(device)
             problems += invariants.ref_counts(pool, held_references(view, device))
             problems += invariants.pool_invariants(pool)
         self.prefixes.record(view)
-        problems += kv_problems(AbstractKV(self.config, kv=node.kv), view, self.prefixes)
+        problems += kv_problems(
+            AbstractKV(self.config, kv=node.kv), expected_kv(view, self.prefixes)
+        )
         if problems:
             raise Finding(self.config, node.path, "; ".join(problems))
         queries: list[Step] = [

@@ -8,8 +8,10 @@ swap mappings the manager returned, then has the stand-in model write K and V fo
 scheduled token whose block is not already computed, through the slot mapping of
 ``specs/slots.py``. K and V are a deterministic function of the token prefix (and extra key), so
 the check can say what every slot must hold: every live sequence's KV, read through its block
-table, and every evictable cached block's KV. With a defragmenter, every GPU id is resolved
-through it first, on both sides. This file imports no torch.
+table, and every evictable cached block's KV. Writes and checks go to a side in batches (one per
+device per step), so that a side with tensors gathers and compares them in one go. With a
+defragmenter, every GPU id is resolved through it first, on both sides. This file imports no
+torch.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from reference import kv_model
 from reference.defrag_adapter import ReferenceDefragmenter
@@ -30,9 +33,16 @@ from specs.types import BlockId, DefragConfig, Device, ExtraKey, ManagerConfig, 
 
 CROSS = "cross-attention"
 
+DEVICES = (Device.GPU, Device.CPU)
 
+Place = tuple[BlockId, int]
+"""(block id, slot within it)."""
+
+
+@lru_cache(maxsize=1 << 16)
 def kv_values(content: SlotContent) -> tuple[float, float]:
-    """What the stand-in model writes for ``content``: two floats exact in float32."""
+    """What the stand-in model writes for ``content``: two floats exact in float32. (Remembered:
+    a live sequence's slots are checked again at every step.)"""
     digest = hashlib.sha256(encode_block(ROOT, content.tokens, content.extra_key)).digest()
     return float(int.from_bytes(digest[:3], "little")), float(int.from_bytes(digest[3:6], "little"))
 
@@ -40,9 +50,10 @@ def kv_values(content: SlotContent) -> tuple[float, float]:
 @dataclass
 class KVSide:
     """One side's KV. Blocks are named by the manager's ids; ``run_*`` are the engine's kernel
-    calls, ``write`` the model's, ``holds`` the check's question. With a ``defrag`` configuration
-    the side keeps a defragmenter (``placement``) under the GPU ids, and every GPU id is resolved
-    through it before a kernel or the model touches it (``specs/defragmenter.md`` §5)."""
+    calls, ``write`` the model's, ``mismatches`` the check's question. With a ``defrag``
+    configuration the side keeps a defragmenter (``placement``) under the GPU ids, and every GPU
+    id is resolved through it before a kernel or the model touches it
+    (``specs/defragmenter.md`` §5)."""
 
     config: ManagerConfig
     defrag: DefragConfig | None = None
@@ -61,6 +72,10 @@ class KVSide:
     ) -> list[tuple[int, int]]:
         """A manager's block pairs as the storage positions a kernel moves."""
         return [(self.position(source, s), self.position(destination, d)) for s, d in pairs]
+
+    def positions(self, device: Device, places: Sequence[Place]) -> list[tuple[int, int]]:
+        """Places named by block ids, as (storage position, slot)."""
+        return [(self.position(device, block), slot) for block, slot in places]
 
     def update_tables(
         self, changed: Mapping[TableKey, Sequence[BlockId]], finished: Sequence[TableKey]
@@ -89,10 +104,14 @@ class KVSide:
         """A defragmentation's exchanges, in physical ids."""
         raise NotImplementedError
 
-    def write(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> None:
+    def write(
+        self, device: Device, places: Sequence[Place], contents: Sequence[SlotContent]
+    ) -> None:
+        """The model writes the KV of ``contents[i]`` into ``places[i]``."""
         raise NotImplementedError
 
-    def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool:
+    def mismatches(self, device: Device, batch: Batch) -> list[int]:
+        """The indices ``i`` whose place does not hold the KV of ``batch.contents[i]``."""
         raise NotImplementedError
 
 
@@ -123,11 +142,45 @@ class AbstractKV(KVSide):
     def run_exchanges(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
         self.kv = kv_model.exchange_blocks(self.kv, pairs, self.config.block_size, Device.GPU)
 
-    def write(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> None:
-        self.kv = kv_model.write(self.kv, (device, self.position(device, block), slot), content)
+    def write(
+        self, device: Device, places: Sequence[Place], contents: Sequence[SlotContent]
+    ) -> None:
+        for (block, slot), content in zip(self.positions(device, places), contents, strict=True):
+            self.kv = kv_model.write(self.kv, (device, block, slot), content)
 
-    def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool:
-        return kv_model.read(self.kv, (device, self.position(device, block), slot)) == content
+    def mismatches(self, device: Device, batch: Batch) -> list[int]:
+        kv, contents = self.kv, batch.contents
+        return [
+            i
+            for i, (block, slot) in enumerate(self.positions(device, batch.places))
+            if kv_model.read(kv, (device, block, slot)) != contents[i]
+        ]
+
+
+Label = tuple[str, int, int]
+"""What a checked place belongs to: ("sequence", id, position), ("cross", group id, position)
+or ("evictable", block, slot); formatted only when the place is wrong."""
+
+
+@dataclass
+class Batch:
+    """Places and what each must hold, for one device, with what they belong to."""
+
+    places: list[Place] = field(default_factory=list)
+    contents: list[SlotContent] = field(default_factory=list)
+    labels: list[Label] = field(default_factory=list)
+    _values: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, place: Place, content: SlotContent, label: Label = ("", 0, 0)) -> None:
+        self.places.append(place)
+        self.contents.append(content)
+        self.labels.append(label)
+
+    def values(self) -> list[tuple[float, float]]:
+        """``kv_values`` of every content (computed once, for every side that asks)."""
+        if len(self._values) != len(self.contents):
+            self._values = [kv_values(content) for content in self.contents]
+        return self._values
 
 
 @dataclass
@@ -142,20 +195,23 @@ class Writer:
         group = view.groups[seq.group_id]
         pool = view.pool(group.device)
         size = view.config.block_size
+        batch = Batch()
         for position in positions:
             block, slot = slot_of(seq.blocks, position, size)
             if block == view.null_block or pool.blocks[block].computed:
                 continue
-            content = SlotContent(seq.tokens[: position + 1], group.extra_key)
-            self.side.write(group.device, block, slot, content)
+            batch.add((block, slot), SlotContent(seq.tokens[: position + 1], group.extra_key))
+        self.side.write(group.device, batch.places, batch.contents)
 
     def write_cross(self, view: ManagerView, group_id: int) -> None:
         group = view.groups[group_id]
         size = view.config.block_size
+        batch = Batch()
         for position in range(len(group.encoder_tokens)):
-            block, slot = slot_of(group.cross_blocks, position, size)
+            place = slot_of(group.cross_blocks, position, size)
             content = SlotContent(group.encoder_tokens[: position + 1], cross_key(group.extra_key))
-            self.side.write(group.cross_device, block, slot, content)
+            batch.add((place.block, place.offset), content)
+        self.side.write(group.cross_device, batch.places, batch.contents)
 
 
 def cross_key(key: ExtraKey) -> ExtraKey:
@@ -183,31 +239,27 @@ class CachedPrefixes:
                     self.by_hash.setdefault(block_view.content_hash, (tokens, group.extra_key))
 
 
-def kv_problems(side: KVSide, view: ManagerView, prefixes: CachedPrefixes) -> list[str]:
-    """Invariant I5 on one side: live sequences, cross tables and evictable cached blocks."""
-    problems = []
+def expected_kv(view: ManagerView, prefixes: CachedPrefixes) -> dict[Device, Batch]:
+    """What I5 says every slot must hold, per device: live sequences' tokens through their
+    tables, cross-attention tables, and evictable cached blocks whose prefix is known."""
+    batches = {device: Batch() for device in DEVICES}
     size = view.config.block_size
     for seq_id, seq in view.seqs.items():
         group = view.groups[seq.group_id]
+        batch = batches[group.device]
         for position in range(len(seq.tokens)):
             block, slot = slot_of(seq.blocks, position, size)
             if block == view.null_block:
                 continue
-            expected = SlotContent(seq.tokens[: position + 1], group.extra_key)
-            if not side.holds(group.device, block, slot, expected):
-                problems.append(
-                    f"sequence {seq_id}: KV of token {position} in {group.device.value} block"
-                    f" {block} is not the KV of its prefix"
-                )
-                break
+            content = SlotContent(seq.tokens[: position + 1], group.extra_key)
+            batch.add((block, slot), content, ("sequence", seq_id, position))
     for group_id, group in view.groups.items():
+        batch = batches[group.cross_device]
         for position in range(len(group.encoder_tokens)):
             block, slot = slot_of(group.cross_blocks, position, size)
-            expected = SlotContent(group.encoder_tokens[: position + 1], cross_key(group.extra_key))
-            if not side.holds(group.cross_device, block, slot, expected):
-                problems.append(f"group {group_id}: cross-attention KV of token {position} lost")
-                break
-    for device in Device:
+            content = SlotContent(group.encoder_tokens[: position + 1], cross_key(group.extra_key))
+            batch.add((block, slot), content, ("cross", group_id, position))
+    for device in DEVICES:
         pool = view.pool(device)
         for block in sorted(pool.evictable):
             block_view = pool.blocks[block]
@@ -218,11 +270,39 @@ def kv_problems(side: KVSide, view: ManagerView, prefixes: CachedPrefixes) -> li
             tokens, key = known
             start = len(tokens) - size
             for slot in range(size):
-                expected = SlotContent(tokens[: start + slot + 1], key)
-                if not side.holds(device, block, slot, expected):
-                    problems.append(f"evictable {device.value} block {block} lost its cached KV")
-                    break
+                content = SlotContent(tokens[: start + slot + 1], key)
+                batches[device].add((block, slot), content, ("evictable", block, slot))
+    return batches
+
+
+def kv_problems(side: KVSide, expected: dict[Device, Batch]) -> list[str]:
+    """Invariant I5 on one side (``expected`` from ``expected_kv``), one batched check per
+    device; each broken sequence, cross table or evictable block is reported once, at its first
+    bad slot."""
+    problems: list[str] = []
+    for device, batch in expected.items():
+        if not batch.places:
+            continue
+        reported: set[tuple[str, int]] = set()
+        for index in side.mismatches(device, batch):
+            kind, owner, position = batch.labels[index]
+            if (kind, owner) in reported:
+                continue
+            reported.add((kind, owner))
+            block = batch.places[index][0]
+            problems.append(_describe(kind, owner, position, device, block))
     return problems
+
+
+def _describe(kind: str, owner: int, position: int, device: Device, block: BlockId) -> str:
+    if kind == "sequence":
+        return (
+            f"sequence {owner}: KV of token {position} in {device.value} block {block} is not"
+            " the KV of its prefix"
+        )
+    if kind == "cross":
+        return f"group {owner}: cross-attention KV of token {position} lost"
+    return f"evictable {device.value} block {block} lost its cached KV"
 
 
 def gpu_tables(view: ManagerView) -> dict[TableKey, tuple[BlockId, ...]]:

@@ -38,11 +38,13 @@ from model_tests.lockstep.manager_session import (
     ManagerSession,
 )
 from model_tests.lockstep.safety_session import SafetySession
+from model_tests.lockstep.views import Views
 from model_tests.machines.kv_harness import (
     AbstractKV,
     CachedPrefixes,
     KVSide,
     Writer,
+    expected_kv,
     gpu_tables,
     kv_problems,
     table_changes,
@@ -210,6 +212,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         if data is not None and self.model is not None:
             self.defrag = data.draw(defrag_configs(config.num_gpu_blocks), label="defragmenter")
         self.model_kv: KVSide = AbstractKV(config, self.defrag)
+        self.views = Views(self.model, self.target)
         make_kv = type(self).target_kv
         self.target_side: KVSide | None = None if make_kv is None else make_kv(config, self.defrag)
         self.prefixes = CachedPrefixes()
@@ -235,6 +238,7 @@ class ManagerLockstep(RuleBasedStateMachine):
             return UnsupportedError(f"{method} is not offered under this policy")
         event(f"rule: {method}")
         self.pending = (method, args)
+        self.views.changed()
         outcome = self.session.call(method, *args)
         self.pending = None
         if self.session.ended:
@@ -245,14 +249,18 @@ class ManagerLockstep(RuleBasedStateMachine):
         return outcome
 
     def model_view(self) -> ManagerView | None:
-        return None if self.model is None else self.model.view()
+        """The model's view, rendered once per state (``views.py``)."""
+        return None if self.model is None else self.views.model()
+
+    def target_view(self) -> ManagerView:
+        return self.views.target()  # type: ignore[no-any-return]
 
     def tell_defragmenters(self) -> None:
         """The engine's ``update_state``: the GPU tables that changed, and those that are gone."""
         assert self.model is not None
         held = self.model_kv.defrag_view()
         assert held is not None
-        changed, finished = table_changes(held.tables, gpu_tables(self.model.view()))
+        changed, finished = table_changes(held.tables, gpu_tables(self.views.model()))
         if changed or finished:
             for side in self.kv_sides():
                 side.update_tables(changed, finished)
@@ -261,9 +269,9 @@ class ManagerLockstep(RuleBasedStateMachine):
         """Each side's KV with the tables that place it (the target's, in exact mode)."""
         sides = []
         if self.model is not None:
-            sides.append((self.model_kv, self.model.view()))
+            sides.append((self.model_kv, self.views.model()))
         if self.target_side is not None:
-            sides.append((self.target_side, self.target.view()))
+            sides.append((self.target_side, self.target_view()))
         return sides
 
     def kv_sides(self) -> list[KVSide]:
@@ -466,7 +474,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         """``defragment()`` at any point; sometimes a request on the GPU finishes first (all its
         sequences freed), which is what leaves holes below live blocks in a serving engine."""
         assert self.model is not None
-        view = self.model.view()
+        view = self.views.model()
         on_gpu = [g for g, group in sorted(view.groups.items()) if group.device is Device.GPU]
         finishes = bool(on_gpu) and data.draw(st.booleans(), label="a request finishes")
         if finishes:
@@ -495,7 +503,7 @@ class ManagerLockstep(RuleBasedStateMachine):
             assert after_other == after, "the target's defragmenter differs from the model's"
         event(f"outcome: defragmented, {'some' if pairs else 'no'} exchanges")
         assert self.model is not None
-        evictable = self.model.view().gpu.evictable
+        evictable = self.views.model().gpu.evictable
         if any(after.backward[used] in evictable for used, _ in pairs):
             # the logical block that sat at the free id now sits where the used one was
             event("outcome: an evictable cached block's KV exchanged away")
@@ -616,16 +624,20 @@ class ManagerLockstep(RuleBasedStateMachine):
     @invariant()
     def same_state(self) -> None:
         if self.model is not None and self.mode == "exact":
-            assert_same_state(self.model, self.target, "manager state")
+            assert_same_state(self.model_view(), self.target_view(), "manager state")
 
     @invariant()
     def kv_data_intact(self) -> None:
         """I5, on the model and on a target with tensors (the safety session checks its own)."""
         if self.model is None:
             return
-        self.prefixes.record(self.model.view())
-        for name, (side, view) in zip(("model", "target"), self.sides(), strict=False):
-            problems = kv_problems(side, view, self.prefixes)
+        view = self.views.model()
+        self.prefixes.record(view)
+        # exact mode: same_state holds the target's tables equal to the model's, so what each
+        # slot must hold is computed once, from the model's view
+        expected = expected_kv(view, self.prefixes)
+        for name, side in zip(("model", "target"), self.kv_sides(), strict=False):
+            problems = kv_problems(side, expected)
             assert not problems, f"{name} KV: " + "; ".join(problems)
 
     @invariant()
@@ -634,7 +646,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         the GPU tables hold; and the target's equals the model's (exact mode)."""
         if getattr(self, "defrag", None) is None or self.model is None:
             return
-        tables = gpu_tables(self.model.view())
+        tables = gpu_tables(self.views.model())
         views = []
         for name, side in zip(("model", "target"), self.kv_sides(), strict=False):
             view = side.defrag_view()
@@ -648,17 +660,14 @@ class ManagerLockstep(RuleBasedStateMachine):
     def invariants_hold(self) -> None:
         if self.model is None:
             return
-        sides: list[tuple[str, Any]] = [("model", self.model)]
-        if self.mode == "exact":
-            sides.append(("target", self.target))
-        for name, side in sides:
-            view = side.view()
-            problems = mapping_problems(view)
-            for device in (Device.GPU, Device.CPU):
-                pool = view.pool(device)
-                problems += invariants.ref_counts(pool, held_references(view, device))
-                problems += invariants.pool_invariants(pool)
-            assert not problems, f"{name}: " + "; ".join(problems)
+        # exact mode: same_state holds the target's view equal to the model's
+        view = self.views.model()
+        problems = mapping_problems(view)
+        for device in (Device.GPU, Device.CPU):
+            pool = view.pool(device)
+            problems += invariants.ref_counts(pool, held_references(view, device))
+            problems += invariants.pool_invariants(pool)
+        assert not problems, "model: " + "; ".join(problems)
 
 
 class DefragmentingManagerLockstep(ManagerLockstep):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from model_tests.machines.kv_harness import KVSide, kv_values
+from model_tests.machines.kv_harness import Batch, KVSide, Place, kv_values
 from optimized import kernels
 from optimized.defragmenter import OptimizedDefragmenter
 from optimized.kv_store import KVStore
@@ -72,21 +72,36 @@ class TorchKV(KVSide):
         assert self.defrag is not None
         kernels.swap_blocks_in_place(self.stores[Device.GPU], pairs, self.defrag.pad_sizes)
 
-    def _layers(self, content: SlotContent) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        k, v = kv_values(content)
-        shape = (1, HEADS, HEAD_DIM)
-        keys = [torch.full(shape, k + layer) for layer in range(NUM_LAYERS)]
-        values = [torch.full(shape, v + layer) for layer in range(NUM_LAYERS)]
-        return keys, values
+    def _values(self, values: Sequence[tuple[float, float]], device: torch.device) -> torch.Tensor:
+        """``[n, 2]``: K and V of layer 0 for each place (layer ``l`` adds ``l``)."""
+        return torch.tensor(values, dtype=torch.float32, device=device)
 
-    def write(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> None:
-        keys, values = self._layers(content)
-        self.stores[device].write([(self.position(device, block), slot)], keys, list(values))
+    def write(
+        self, device: Device, places: Sequence[Place], contents: Sequence[SlotContent]
+    ) -> None:
+        if not places:
+            return
+        store = self.stores[device]
+        values = self._values([kv_values(content) for content in contents], store.device)
+        shape = (len(places), HEADS, HEAD_DIM)
+        keys = [(values[:, 0] + layer)[:, None, None].expand(shape) for layer in range(NUM_LAYERS)]
+        vals = [(values[:, 1] + layer)[:, None, None].expand(shape) for layer in range(NUM_LAYERS)]
+        store.write(self.positions(device, places), keys, list(vals))
 
-    def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool:
-        keys, values = self._layers(content)
-        read = self.stores[device].read([(self.position(device, block), slot)])
-        for (k, v), want_k, want_v in zip(read, keys, values, strict=True):
-            if v is None or not torch.equal(k, want_k) or not torch.equal(v, want_v):
-                return False
-        return True
+    def mismatches(self, device: Device, batch: Batch) -> list[int]:
+        """One gather of every place from every cache tensor of the store, and one comparison
+        with what each must hold (layer ``l``'s K is ``k + l``, its V ``v + l``)."""
+        store = self.stores[device]
+        size = store.block_size
+        slots = [block * size + slot for block, slot in self.positions(device, batch.places)]
+        index = torch.tensor(slots, dtype=torch.int64, device=store.device)
+        caches = torch.stack(store.tensors()).flatten(1, 2).flatten(2)  # [2L, blocks*size, h*d]
+        gathered = caches.index_select(1, index)  # [2L, n, h*d]
+        values = self._values(batch.values(), store.device).T  # [2, n]: k, v
+        expected = (values[None, :, :] + self._layers(store.device)).reshape(2 * NUM_LAYERS, -1)
+        wrong = (gathered != expected[:, :, None]).any(dim=2).any(dim=0)
+        return [int(i) for i in wrong.nonzero().flatten().tolist()]
+
+    def _layers(self, device: torch.device) -> torch.Tensor:
+        """``[L, 1, 1]``: what each layer adds."""
+        return torch.arange(NUM_LAYERS, dtype=torch.float32, device=device)[:, None, None]

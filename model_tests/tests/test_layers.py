@@ -2,7 +2,7 @@
 
     specs  <-  reference, optimized, model_tests.independent  <-  model_tests.lockstep
            <-  model_tests.machines  <-  model_tests.oracle  <-  model_tests.teaching,
-           model_tests.peers  <-  pagedkv
+           model_tests.peers, model_tests.bench  <-  pagedkv
 
 Each module is parsed with ``ast`` (nothing is imported), and every import of a project module is
 checked against that order: no arrow from a lower layer to a higher one, no import between the
@@ -33,14 +33,15 @@ LAYERS: dict[str, int] = {
     "model_tests.teaching": 5,
     "model_tests.peers": 5,  # real engines' adapters and `make peers`: above the oracle they drive
     "model_tests.formal": 5,  # development tools (CrossHair, mutation): nothing imports them
+    "model_tests.bench": 5,
     "pagedkv": 6,
     "model_tests.tests": 7,
 }
 TORCH_ALLOWED = {
     "optimized.kv_store",
     "optimized.kernels",
-    "optimized.bench",
-    "optimized.defrag_bench",
+    "model_tests.bench.kernels",
+    "model_tests.bench.defrag",
     "model_tests.machines.torch_kv",
 }
 HYPOTHESIS_FROM_LAYER = 2

@@ -89,8 +89,19 @@ def test_installed_without_torch_or_dev_extras(venv: Path) -> None:
         ),
         (["demo"], 0, "step 23 of 23: reset_prefix_cache() -> True"),
         (["demo", "-o", "demo.html"], 0, "wrote demo.html"),
+        (["soak", "--steps", "2000", "--seed", "0"], 0, "PASS"),
+        (["bench", "--quick", "--kernels", "--no-reference", "--scaling", ""], 0, "skipped"),
     ],
-    ids=["help", "check-manager", "check-pool", "check-broken", "demo", "demo-page"],
+    ids=[
+        "help",
+        "check-manager",
+        "check-pool",
+        "check-broken",
+        "demo",
+        "demo-page",
+        "soak",
+        "bench-without-torch",
+    ],
 )
 def test_the_command_works_from_the_installed_wheel(
     venv: Path, argv: list[str], code: int, says: str

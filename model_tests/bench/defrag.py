@@ -1,11 +1,12 @@
-"""The defragmenter's figure for a long serving run, as ``python -m optimized.defrag_bench``.
+"""The defragmenter's figure for a long serving run, as ``python -m model_tests.bench.defrag``.
 
 A seeded stand-in for a serving engine drives the optimized block space manager with prefix
 caching: requests share a few system prompts, arrive at random, decode for long-tailed lengths,
 and finish (or are preempted by recomputation when the pool is full). Each step the engine tells
 an ``OptimizedDefragmenter`` which tables changed and calls ``defragment()``, as
 ``specs/defragmenter.md`` §5 asks of a caller; the exchange batches it returns are kept and run
-on a KV store afterwards, so that the run itself stays quick. It prints, never asserts:
+on a KV store afterwards, so that the run itself stays quick. It prints (with ``--json``,
+the tables as JSON, which ``pagedkv bench --defrag`` shows), never asserts:
 
 1. a timeline: blocks in use, the highest logical id in use (what the highest id would be with no
    defragmenter) and the highest physical id in use after the step's defragmentation;
@@ -20,17 +21,19 @@ on a KV store afterwards, so that the run itself stays quick. It prints, never a
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 
 import torch
 
-from optimized.bench import print_table, synchronize
+from model_tests.bench.kernels import synchronize
+from model_tests.bench.report import Table, cell, load_average
 from optimized.block_manager import OptimizedBlockSpaceManager
 from optimized.defragmenter import OptimizedDefragmenter
 from optimized.kernels import swap_blocks_in_place
@@ -243,78 +246,90 @@ def kernel_rows(
     return rows
 
 
-def report(run: ServingRun, args: argparse.Namespace, seconds: float) -> None:
+def tables(run: ServingRun, seconds: float) -> list[Table]:
+    """The run's figure as tables (``pagedkv bench --defrag`` prints them; so does ``main``)."""
     figures = run.figures
-    print(
-        f"serving run: seed {args.seed}, {args.steps} steps, {args.blocks} GPU blocks of "
-        f"{BLOCK_SIZE} tokens, prefix caching, threshold {args.threshold}, cap "
-        f"{run.defrag.config.max_pairs}; {figures.finished} requests finished, "
-        f"{figures.preempted} preempted; {seconds:.1f} s"
-    )
-    print()
+    out: list[Table] = []
     every = max(1, len(figures.timeline) // TIMELINE_ROWS)
-    rows = [list(row) for row in figures.timeline[every - 1 :: every]]
-    print_table(
-        "timeline: the highest used id without a defragmenter (logical) and with one (physical,"
-        " after the step's defragment())",
+    timeline = Table(
+        "defragmenter, a serving run's timeline: the highest used id without a defragmenter"
+        " (logical) and with one (physical, after the step's defragment())",
         ["step", "blocks used", "max logical id used", "max physical id used"],
-        rows,
+        [list(row) for row in figures.timeline[every - 1 :: every]],
+        [
+            f"{figures.steps} steps, {run.defrag.config.num_blocks} GPU blocks of {BLOCK_SIZE}"
+            f" tokens, prefix caching, threshold {run.defrag.config.threshold}, cap"
+            f" {run.defrag.config.max_pairs}; {figures.finished} requests finished,"
+            f" {figures.preempted} preempted; {seconds:.1f} s; load average {load_average()}"
+        ],
     )
+    out.append(timeline)
     logical = [row[2] for row in figures.timeline if row[1]]
     physical = [row[3] for row in figures.timeline if row[1]]
     used = [row[1] for row in figures.timeline if row[1]]
     if not used:
-        return
-    print_table(
-        "over every step with blocks in use",
-        ["", "mean", "median", "max"],
-        [
-            ["blocks used", statistics.mean(used), statistics.median(used), max(used)],
+        return out
+    out.append(
+        Table(
+            "defragmenter: over every step with blocks in use",
+            ["", "mean", "median", "max"],
             [
-                "max used id, no defragmenter",
-                statistics.mean(logical),
-                statistics.median(logical),
-                max(logical),
+                ["blocks used", *_summary(used)],
+                ["max used id, no defragmenter", *_summary(logical)],
+                ["max used id, defragmented", *_summary(physical)],
             ],
-            [
-                "max used id, defragmented",
-                statistics.mean(physical),
-                statistics.median(physical),
-                max(physical),
-            ],
-        ],
+        )
     )
     triggered = figures.triggered
     if triggered:
         made = sum(t[2] for t in triggered)
         minimum = sum(t[3] for t in triggered)
-        print_table(
-            f"defragment(): {figures.runs} calls, {len(triggered)} triggered, {figures.capped} at"
-            " the cap",
-            ["", "mean", "median", "max", "total"],
-            [
-                ["max used id before", *_summary([t[0] for t in triggered]), "-"],
-                ["max used id after", *_summary([t[1] for t in triggered]), "-"],
-                ["exchanges", *_summary([t[2] for t in triggered]), made],
-                ["minimum exchanges", *_summary([t[3] for t in triggered]), minimum],
-            ],
-        )
         per_step = 1e6 / max(1, figures.steps)
-        print(
-            f"exchanges made / minimum: {made} / {minimum}; time per step: manager and engine "
-            f"{figures.manager_seconds * per_step:.0f} us, defragmenter (update_state + "
-            f"defragment) {figures.defrag_seconds * per_step:.0f} us"
+        out.append(
+            Table(
+                f"defragment(): {figures.runs} calls, {len(triggered)} triggered,"
+                f" {figures.capped} at the cap",
+                ["", "mean", "median", "max", "total"],
+                [
+                    ["max used id before", *_summary([t[0] for t in triggered]), "-"],
+                    ["max used id after", *_summary([t[1] for t in triggered]), "-"],
+                    ["exchanges", *_summary([t[2] for t in triggered]), made],
+                    ["minimum exchanges", *_summary([t[3] for t in triggered]), minimum],
+                ],
+                [
+                    f"exchanges made / minimum: {made} / {minimum}; time per step: manager and"
+                    f" engine {figures.manager_seconds * per_step:.0f} µs, defragmenter"
+                    f" (update_state + defragment) {figures.defrag_seconds * per_step:.0f} µs"
+                ],
+            )
         )
-        print()
     rows_k = kernel_rows(run.defrag.config.num_blocks, figures.pair_lists)
     if rows_k:
-        print_table(
-            f"swap_blocks_in_place on this run's batches, {accelerator()}: {LAYERS} layers x "
-            f"(K, V), {KV_HEADS} kv heads x {HEAD_DIM}, {DTYPE}; median (min-max) of "
-            f"{KERNEL_REPEATS} interleaved repetitions",
-            ["batch", "pairs", "MiB moved", "kernel GB/s", "copy_ GB/s", "ratio"],
-            rows_k,
+        out.append(
+            Table(
+                f"swap_blocks_in_place on this run's batches, {accelerator()}: {LAYERS} layers x"
+                f" (K, V), {KV_HEADS} kv heads x {HEAD_DIM}, {DTYPE}; median (min-max) of"
+                f" {KERNEL_REPEATS} interleaved repetitions; torch {torch.__version__},"
+                f" {torch.get_num_threads()} thread(s)",
+                ["batch", "pairs", "MiB moved", "kernel GB/s", "copy_ GB/s", "ratio"],
+                rows_k,
+            )
         )
+    return out
+
+
+def print_table(table: Table) -> None:
+    """Plain aligned text (``pagedkv bench --defrag`` prints the same tables with rich)."""
+    text = [[cell(value) for value in row] for row in table.rows]
+    widths = [
+        max([len(name)] + [len(row[i]) for row in text]) for i, name in enumerate(table.columns)
+    ]
+    print(table.title)
+    for row in [table.columns, ["-" * width for width in widths], *text]:
+        print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)))
+    for note in table.notes:
+        print(f"  {note}")
+    print()
 
 
 def _summary(values: Sequence[int]) -> list[object]:
@@ -334,7 +349,7 @@ def at_least(minimum: int) -> Callable[[str], int]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m optimized.defrag_bench", description=__doc__.splitlines()[0]
+        prog="python -m model_tests.bench.defrag", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--steps", type=at_least(1), default=4000)
     parser.add_argument("--blocks", type=at_least(2), default=2048)
@@ -347,18 +362,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="torch CPU threads for the kernel timings (on a loaded machine, 1 keeps every "
         "parallel region from waiting for a second thread the scheduler has not run yet)",
     )
+    parser.add_argument("--json", action="store_true", help="print the tables as JSON")
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, load average "
-        f"{os.getloadavg()[0]:.1f} (other work on the machine skews the kernel figures)"
-    )
     run = ServingRun(args.blocks, args.threshold, args.seed)
     start = time.perf_counter()
     for index in range(args.steps):
         run.step(index)
-    report(run, args, time.perf_counter() - start)
+    found = tables(run, time.perf_counter() - start)
+    if args.json:
+        json.dump([asdict(table) for table in found], sys.stdout)
+        print()
+        return
+    for table in found:
+        print_table(table)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+"""An earlier commit's optimized manager, importable beside today's: what ``pagedkv bench
+--baseline REV`` measures the current one against, in one process.
+
+``git archive`` copies the commit's ``optimized/`` and ``specs/`` into a package of their own under
+a temporary directory, and their imports are renamed into it, so the old code runs its own
+validation, accounting and hashing. Only ``specs.types`` and ``specs.errors`` stay shared: both
+sides must take the same configurations and return the same ``AllocStatus`` and errors. That is
+faithful only if those two files did not change since the commit, which is checked.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tarfile
+import tempfile
+from io import BytesIO
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+SHARED = ("specs/types.py", "specs/errors.py")
+FACTORY = "optimized.block_manager:OptimizedBlockSpaceManager"
+
+
+class BaselineError(Exception):
+    """The commit cannot be exported (no git, an unknown revision, changed shared types)."""
+
+
+def _git(*args: str) -> bytes:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(REPOSITORY), *args], capture_output=True, check=False
+        )
+    except OSError as error:
+        raise BaselineError(f"cannot run git: {error}") from None
+    if done.returncode:
+        message = done.stderr.decode(errors="replace").strip().splitlines()
+        raise BaselineError(f"git {' '.join(args)}: {message[-1] if message else 'failed'}")
+    return done.stdout
+
+
+def package_name(revision: str) -> str:
+    return "pagedkv_baseline_" + re.sub(r"\W", "_", revision)
+
+
+def export(revision: str, directory: Path | None = None) -> tuple[Path, str]:
+    """(the directory to put on ``sys.path``, the target spec of the commit's manager)."""
+    commit = _git("rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}").decode().strip()
+    changed = _git("diff", "--name-only", commit, "--", *SHARED).decode().split()
+    if changed:
+        raise BaselineError(
+            f"{', '.join(changed)} changed since {revision}: the two managers would not share"
+            " their value types, so they cannot be compared side by side"
+        )
+    root = Path(tempfile.mkdtemp(prefix="pagedkv-baseline-")) if directory is None else directory
+    package = package_name(revision)
+    archive = _git("archive", "--format=tar", commit, "optimized", "specs")
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(root / package, filter="data")
+    (root / package / "__init__.py").write_text(f'"""pagedkv\'s {revision}, renamed."""\n')
+    for source in (root / package).rglob("*.py"):
+        source.write_text(_renamed(source.read_text(encoding="utf-8"), package), encoding="utf-8")
+    return root, f"{package}.{FACTORY}"
+
+
+def _renamed(text: str, package: str) -> str:
+    """``from optimized.x`` and ``from specs.x`` into the package, except the shared modules."""
+    shared = "|".join(re.escape(Path(p).stem) for p in SHARED)
+
+    def rename(match: re.Match[str]) -> str:
+        module = match.group(2)
+        if module.startswith("specs.") and re.fullmatch(rf"specs\.({shared})", module):
+            return match.group(0)
+        return f"{match.group(1)}{package}.{module}"
+
+    return re.sub(r"^(\s*from )((?:optimized|specs)(?:\.\w+)*)", rename, text, flags=re.M)

@@ -1,0 +1,190 @@
+"""Replaying an operation stream on an implementation: checked once, then timed.
+
+The garbage collector is frozen before every timed replay (``gc.freeze``: what exists then,
+the recorded stream included, is left out of its passes), so a collection during a replay
+traverses what the implementation built, not the benchmark's own hundreds of thousands of
+recorded calls.
+
+A timed replay calls each method with nothing in between, so it measures the implementation and
+the loop alone, in this process's CPU time (single-threaded Python: the work done, without the
+time other processes of a shared machine held the CPU). Per-operation times come from a separate
+pass that reads the (wall) clock around every call, the cost of reading the clock subtracted;
+the pass runs a few times and each operation keeps its median. Comparisons between
+implementations are interleaved: each repetition times one after the other, so both see the same
+machine, and the ratio of each repetition is kept (``Spread``).
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from model_tests.bench.scheduler import Call, digest
+from specs.types import ManagerConfig
+
+Factory = Callable[[ManagerConfig], Any]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of repeated measurements, with the smallest and largest."""
+
+    median: float
+    low: float
+    high: float
+    count: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    def as_json(self) -> dict[str, float]:
+        return {"median": self.median, "min": self.low, "max": self.high, "n": self.count}
+
+
+class ReplayError(Exception):
+    """The implementation did not answer as the recording did: it is not the same workload."""
+
+
+def _bound(manager: Any, calls: Sequence[Call]) -> dict[str, Callable[..., Any]]:
+    return {method: getattr(manager, method) for method in {m for m, _ in calls}}
+
+
+def check(
+    factory: Factory, config: ManagerConfig, calls: Sequence[Call], outcomes: Sequence[Any]
+) -> Any:
+    """Replay once, comparing every result with the recording; returns the manager after it."""
+    manager = factory(config)
+    bound = _bound(manager, calls)
+    for number, ((method, args), expected) in enumerate(zip(calls, outcomes, strict=True), 1):
+        try:
+            got = digest(bound[method](*args))
+        except Exception as error:
+            raise ReplayError(f"call {number}, {method}: raised {error!r}") from None
+        if got != expected:
+            raise ReplayError(f"call {number}, {method}: {got!r}, the recording has {expected!r}")
+    return manager
+
+
+@contextmanager
+def stream_frozen() -> Iterator[None]:
+    """Leave everything that exists now (the stream) out of the collector's passes."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def seconds(factory: Factory, config: ManagerConfig, calls: Sequence[Call]) -> float:
+    """CPU seconds of one replay (building the manager is not timed)."""
+    manager = factory(config)
+    bound = _bound(manager, calls)
+    with stream_frozen():
+        start = time.process_time()
+        for method, args in calls:
+            bound[method](*args)
+        return time.process_time() - start
+
+
+def interleaved(
+    baseline: tuple[Factory, Sequence[Call]],
+    other: tuple[Factory, Sequence[Call]],
+    config: ManagerConfig,
+    repetitions: int,
+) -> tuple[Spread, Spread, Spread]:
+    """(baseline seconds, other seconds, other / baseline) over ``repetitions`` rounds, the two
+    taking turns (who goes first alternates)."""
+    mine: list[float] = []
+    theirs: list[float] = []
+    for round_ in range(repetitions):
+        order = [(baseline, mine), (other, theirs)]
+        for (factory, calls), out in order if round_ % 2 == 0 else reversed(order):
+            out.append(seconds(factory, config, calls))
+    ratios = [t / m for t, m in zip(theirs, mine, strict=True)]
+    return Spread.of(mine), Spread.of(theirs), Spread.of(ratios)
+
+
+@dataclass(frozen=True)
+class OpTime:
+    calls: int
+    mean_us: float
+    total_s: float
+
+
+def clock_overhead_ns(samples: int = 200_000) -> float:
+    """What reading the clock twice costs, as the per-call pass reads it."""
+    clock = time.perf_counter_ns
+    best = float("inf")
+    for _ in range(5):
+        total = 0
+        for _ in range(samples // 5):
+            start = clock()
+            total += clock() - start
+        best = min(best, total / (samples // 5))
+    return best
+
+
+def per_operation(
+    factory: Factory,
+    config: ManagerConfig,
+    calls: Sequence[Call],
+    overhead_ns: float,
+    passes: int = 1,
+) -> dict[str, OpTime]:
+    """Mean µs of each operation over the stream, the clock's own cost subtracted; with several
+    passes, each operation's median of them (a pass another process interrupted counts once)."""
+    found = [_one_pass(factory, config, calls, overhead_ns) for _ in range(max(1, passes))]
+    return {
+        method: OpTime(
+            found[0][method].calls,
+            statistics.median(one[method].mean_us for one in found),
+            statistics.median(one[method].total_s for one in found),
+        )
+        for method in found[0]
+    }
+
+
+def _one_pass(
+    factory: Factory, config: ManagerConfig, calls: Sequence[Call], overhead_ns: float
+) -> dict[str, OpTime]:
+    manager = factory(config)
+    bound = _bound(manager, calls)
+    clock = time.perf_counter_ns
+    totals: dict[str, int] = dict.fromkeys(bound, 0)
+    counts: dict[str, int] = dict.fromkeys(bound, 0)
+    with stream_frozen():
+        for method, args in calls:
+            fn = bound[method]
+            start = clock()
+            fn(*args)
+            totals[method] += clock() - start
+            counts[method] += 1
+    return {
+        method: OpTime(
+            counts[method],
+            max(0.0, totals[method] / counts[method] - overhead_ns) / 1000,
+            totals[method] / 1e9,
+        )
+        for method in sorted(bound, key=lambda m: -totals[m])
+    }
+
+
+def peak_memory(factory: Factory, config: ManagerConfig, calls: Sequence[Call]) -> int:
+    """Bytes of the largest Python heap the implementation built during one replay."""
+    tracemalloc.start()
+    try:
+        manager = factory(config)
+        bound = _bound(manager, calls)
+        for method, args in calls:
+            bound[method](*args)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()

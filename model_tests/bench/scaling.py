@@ -1,0 +1,119 @@
+"""How the optimized manager's time per operation grows with the pool, judged against a plain
+dict-and-list loop over the same calls (``control``): the memory hierarchy alone makes the
+loop slower on a large pool, and a manager may grow no faster than that.
+
+For each pool size the workload keeps its shape (requests, concurrency and CPU blocks grow with
+the pool, so it is as full and as contended) and the stream is cut after a number of calls, the
+same for every size: enough to fill the largest pool and run it for a few steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model_tests.bench import replay
+from model_tests.bench.control import ControlLoop
+from model_tests.bench.report import Section, Table, load_average
+from model_tests.bench.sections import Context, workload_spec
+from model_tests.bench.workload import build
+from optimized.block_manager import OptimizedBlockSpaceManager
+
+QUICK_SIZES = (128, 512)
+
+
+def scaling_section(context: Context) -> Section:
+    options = context.options
+    if not options.scaling:
+        return Section("scaling")
+    sizes = QUICK_SIZES if options.quick else options.scaling
+    budget = 20_000 if options.quick else options.scaling_calls
+    base = workload_spec(options)
+    found: dict[int, dict[str, dict[str, replay.OpTime]]] = {}
+    described: dict[int, str] = {}
+    for size in sizes:
+        workload = build(base.scaled(size, max_calls=budget))
+        described[size] = f"{len(workload.calls)} calls, {workload.totals.steps} steps"
+        found[size] = {
+            name: replay.per_operation(
+                factory, workload.config, workload.calls, context.overhead_ns
+            )
+            for name, factory in (
+                ("optimized", OptimizedBlockSpaceManager),
+                ("control", ControlLoop),
+            )
+        }
+        del workload
+    first, last = sizes[0], sizes[-1]
+    table = Table(
+        f"growth with the pool: µs per call, {first} to {last} GPU blocks"
+        f" (load average {load_average()})",
+        [
+            "operation",
+            *[f"{size} blocks" for size in sizes],
+            "growth",
+            "control growth",
+            "no worse",
+        ],
+    )
+    ops = sorted(
+        found[last]["optimized"],
+        key=lambda op: -found[last]["optimized"][op].total_s,
+    )
+    data: dict[str, Any] = {"sizes": list(sizes), "streams": described, "operations": {}}
+    for op in ops:
+        mine = [_mean(found[size]["optimized"], op) for size in sizes]
+        control = [_mean(found[size]["control"], op) for size in sizes]
+        growth = mine[-1] / mine[0] if mine[0] else float("nan")
+        control_growth = control[-1] / control[0] if control[0] else float("nan")
+        table.rows.append(
+            [op, *mine, growth, control_growth, "yes" if growth <= control_growth else "NO"]
+        )
+        data["operations"][op] = {
+            "optimized_us": mine,
+            "control_us": control,
+            "growth": growth,
+            "control_growth": control_growth,
+        }
+    weights = {op: t.calls for op, t in found[first]["optimized"].items()}
+    mine_all = [_overall(found[size]["optimized"], weights) for size in sizes]
+    control_all = [_overall(found[size]["control"], weights) for size in sizes]
+    growth = mine_all[-1] / mine_all[0]
+    control_growth = control_all[-1] / control_all[0]
+    table.rows.append(
+        [
+            f"every call ({first}-block mix)",
+            *mine_all,
+            growth,
+            control_growth,
+            "yes" if growth <= control_growth else "NO",
+        ]
+    )
+    table.rows.append(["  control, every call", *control_all, control_growth, "", ""])
+    data["every_call"] = {
+        "optimized_us": mine_all,
+        "control_us": control_all,
+        "growth": growth,
+        "control_growth": control_growth,
+    }
+    table.notes.append(
+        "can_allocate validates a prompt the first time it sees it: the larger streams are"
+        " cut during admission, where most prompts are new"
+    )
+    table.notes.append(
+        "growth = µs at the largest pool / µs at the smallest; streams: "
+        + "; ".join(f"{size}: {text}" for size, text in described.items())
+    )
+    context.facts["scaling"] = data
+    return Section("scaling", [table], data)
+
+
+def _mean(timings: dict[str, replay.OpTime], op: str) -> float:
+    timing = timings.get(op)
+    return timing.mean_us if timing is not None else float("nan")
+
+
+def _overall(timings: dict[str, replay.OpTime], weights: dict[str, int]) -> float:
+    """µs per call for one mix of operations at every size (the smallest pool's: the larger
+    streams are cut early, so admission weighs more in them)."""
+    used = {op: n for op, n in weights.items() if op in timings}
+    return sum(timings[op].mean_us * n for op, n in used.items()) / sum(used.values())

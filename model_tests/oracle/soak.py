@@ -1,0 +1,412 @@
+"""``pagedkv soak``: a plain seeded random walk over the manager's operations, the reference and a
+target in lockstep, far faster than the Hypothesis machine and meant to run for millions of
+steps.
+
+A step is one call, made on both sides. The walk draws from ``random.Random(seed)``: a new small
+configuration every ``EPISODE`` steps (so windows, caching and tiny pools all come up), then calls
+shaped like a scheduler's (admit after asking, decode, fork, free, swap after asking, marks,
+queries) with a few calls that must fail.
+
+What is compared. Every step: the result, or the error type, and every promise (a ``can_*`` that
+said yes is followed by its action, which must succeed; a NEVER must be NEVER on an empty
+manager too). Every ``CHECKPOINT`` steps and at the end of each episode: the whole state, and
+invariants I1-I4 on it; a call that failed and changed something (I6) shows there. In exact mode
+(``optimized``) the whole state is the two views, which must be equal; for any other target the
+calls go through the oracle's isomorphic session, which compares block tables, mappings and free
+counts at every step.
+A divergence becomes a trace of the episode's calls, shrunk by deleting calls while the replay
+still diverges (comparing the whole state after every call), and written out for
+``pagedkv replay``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from model_tests.lockstep.calls import Divergence, run_call, shared_error
+from model_tests.lockstep.capture import Call
+from model_tests.lockstep.manager_session import IsomorphicManagerSession
+from model_tests.machines.manager_machine import held_references, mapping_problems
+from model_tests.oracle import trace
+from model_tests.oracle.exec_target import close_target
+from reference.manager_adapter import ReferenceBlockSpaceManager
+from specs import invariants
+from specs.errors import PagedKVError
+from specs.manager_view import ManagerView
+from specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, Token
+
+EPISODE = 2000
+CHECKPOINT = 64
+TEMPLATE: tuple[Token, ...] = (3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8)
+EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=2), ExtraKey(cache_salt="s"))
+
+Factory = Callable[[ManagerConfig], Any]
+
+
+@dataclass
+class SoakResult:
+    steps: int = 0
+    episodes: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    checkpoints: int = 0
+    failure: str | None = None
+    config: ManagerConfig | None = None
+    calls: list[Call] = field(default_factory=list)
+    """The failing episode's calls, shrunk (the failing one last)."""
+    unshrunk: int = 0
+    trace: trace.Trace | None = None
+    """The shrunk calls with the reference's outcome of each."""
+    trace_path: Path | None = None
+    replays: bool | None = None
+    """Whether ``pagedkv replay`` of the written trace reproduces the divergence."""
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None
+
+
+# --- the two sides ------------------------------------------------------------------------------
+
+
+class Lockstep:
+    """One episode: the reference and the target, a call at a time."""
+
+    def __init__(self, factory: Factory, config: ManagerConfig, exact: bool) -> None:
+        self.model = ReferenceBlockSpaceManager(config)
+        self.target = factory(config)
+        self.exact = exact
+        self.session = None if exact else IsomorphicManagerSession(self.model, self.target)
+        self.calls: list[Call] = []
+
+    def call(self, method: str, *args: Any) -> Any:
+        """The model's outcome (result or error); a Divergence if the target's differs."""
+        self.calls.append((method, args))
+        if self.session is not None:
+            return self.session.call(method, *args)
+        result, error = run_call(self.model, method, args, {})
+        theirs, their_error = run_call(self.target, method, args, {})
+        if error is not None or their_error is not None:
+            return shared_error(method, (result, error), (theirs, their_error))
+        if result != theirs:
+            raise Divergence(
+                f"{method}{args}: the reference returned {result!r}, the target {theirs!r}"
+            )
+        return result
+
+    def check_state(self, when: str) -> None:
+        """The whole state (exact mode) and invariants I1-I4 of the model's."""
+        view = self.model.view()
+        if self.exact:
+            theirs = self.target.view()
+            if view.comparable() != theirs.comparable():
+                raise Divergence(f"{when}: {difference(view, theirs)}")
+        problems = state_problems(view)
+        if problems:
+            raise Divergence(f"{when}: invariants: " + "; ".join(problems))
+
+
+def difference(mine: ManagerView, theirs: ManagerView) -> str:
+    """The first part of the two states that differs, said plainly."""
+    for device in (Device.GPU, Device.CPU):
+        ours, their = mine.pool(device), theirs.pool(device)
+        for block, view in ours.blocks.items():
+            if their.blocks.get(block) != view:
+                return (
+                    f"{device.value} block {block}: the reference has {view},"
+                    f" the target {their.blocks.get(block)}"
+                )
+        for part in ("free", "evictable", "cached", "pending_cows", "hits", "queries"):
+            if getattr(ours, part) != getattr(their, part):
+                return (
+                    f"{device.value} pool {part}: the reference has {getattr(ours, part)!r},"
+                    f" the target {getattr(their, part)!r}"
+                )
+    for part in ("seqs", "groups", "null_block"):
+        if dict_or_value(getattr(mine, part)) != dict_or_value(getattr(theirs, part)):
+            return (
+                f"{part}: the reference has {getattr(mine, part)!r},"
+                f" the target {getattr(theirs, part)!r}"
+            )
+    return "the target's state differs from the reference's"
+
+
+def dict_or_value(value: Any) -> Any:
+    return dict(value) if hasattr(value, "items") else value
+
+
+def state_problems(view: ManagerView) -> list[str]:
+    problems = mapping_problems(view)
+    for device in (Device.GPU, Device.CPU):
+        pool = view.pool(device)
+        problems += invariants.ref_counts(pool, held_references(view, device))
+        problems += invariants.pool_invariants(pool)
+    return problems
+
+
+# --- the walk -----------------------------------------------------------------------------------
+
+
+def random_config(rng: random.Random) -> ManagerConfig:
+    return ManagerConfig(
+        block_size=rng.choice([1, 2, 2, 3, 4]),
+        num_gpu_blocks=rng.randint(2, 12),
+        num_cpu_blocks=rng.randint(1, 8),
+        watermark=rng.choice([0.0, 0.0, 0.1, 0.3]),
+        sliding_window=rng.choice([None, None, 1, 2, 3, 5]),
+        enable_caching=rng.random() < 0.5,
+    )
+
+
+class Walk:
+    """Draws the next calls from the reference's state (its tables and groups)."""
+
+    def __init__(self, rng: random.Random, side: Lockstep) -> None:
+        self.rng = rng
+        self.side = side
+        self.next_id = 0
+        self.clock = 0.0
+
+    def fresh_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    def tokens(self, start: int, count: int) -> list[Token]:
+        """Mostly along a shared template (prefixes repeat: hits, dedup), else small tokens."""
+        if self.rng.random() < 0.75:
+            return [TEMPLATE[(start + i) % len(TEMPLATE)] for i in range(count)]
+        return [int(self.rng.random() * 4) for _ in range(count)]
+
+    def step(self) -> None:
+        """One or a few calls (an action follows the question that promised it). Decoding picks
+        a group on the GPU, as a scheduler does; everything else any group."""
+        rng = self.rng
+        state = self.side.model.state
+        draw = rng.random()
+        groups = state.groups
+        if draw < 0.10 or not groups:
+            self.allocate()
+            return
+        if draw < 0.45:
+            running = [g for g, found in groups.items() if found.device is Device.GPU]
+            if running:
+                self.append(running[int(rng.random() * len(running))])
+                return
+        ids = list(groups)
+        group_id = ids[int(rng.random() * len(ids))]
+        group = groups[group_id]
+        seq_id = group.seq_ids[int(rng.random() * len(group.seq_ids))]
+        call = self.side.call
+        if draw < 0.50:
+            call("fork", seq_id, self.fresh_id())
+        elif draw < 0.56:
+            call("free", seq_id)
+        elif draw < 0.62:
+            self.swap(group_id, group.device)
+        elif draw < 0.72:
+            self.clock += float(int(rng.random() * 3))
+            call("access_all_blocks_in_seq", seq_id, self.clock)
+        elif draw < 0.80:
+            call("mark_blocks_as_computed", group_id)
+        elif draw < 0.95:
+            self.ask(group_id, list(group.seq_ids), seq_id)
+        elif draw < 0.97:
+            call("reset_prefix_cache", rng.choice([None, Device.GPU, Device.CPU]))
+        else:
+            self.misuse(seq_id)
+
+    def allocate(self) -> None:
+        config = self.side.model.config
+        length = self.rng.randint(1, 3 * config.block_size + 1)
+        prompt = self.tokens(0, length)
+        lookahead = self.rng.randint(0, 2)
+        encoder = None
+        if not config.enable_caching and config.sliding_window is None and self.rng.random() < 0.3:
+            encoder = self.tokens(5, self.rng.randint(1, 2 * config.block_size))
+        status = self.side.call("can_allocate", prompt, lookahead, encoder)
+        if status is AllocStatus.NEVER:
+            fresh = ReferenceBlockSpaceManager(config)
+            if fresh.can_allocate(prompt, lookahead, encoder) is not AllocStatus.NEVER:
+                raise Divergence("can_allocate said NEVER, but an empty manager has room")
+        if status is not AllocStatus.OK and self.rng.random() < 0.8:
+            return  # a scheduler waits; sometimes it tries anyway (and must be refused cleanly)
+        ids = [self.fresh_id() for _ in range(self.rng.randint(1, 3))]
+        key = self.rng.choice(EXTRA_KEYS)
+        result = self.side.call("allocate", self.fresh_id(), ids, prompt, key, encoder)
+        if status is AllocStatus.OK and isinstance(result, PagedKVError):
+            raise Divergence(f"can_allocate said OK, then allocate raised {result!r}")
+
+    def append(self, group_id: int) -> None:
+        num_new = self.rng.choice([1, 1, 1, 0, 2, 3])
+        lookahead = self.rng.choice([0, 0, 1, 2])
+        allowed = self.side.call("can_append_slots", group_id, num_new, lookahead)
+        if allowed is False and self.rng.random() < 0.8:
+            self.preempt(group_id)
+            return
+        state = self.side.model.state
+        for seq_id in state.groups[group_id].seq_ids:
+            start = len(self.side.model.state.seqs[seq_id].tokens)
+            result = self.side.call("append_slots", seq_id, self.tokens(start, num_new), lookahead)
+            if allowed is True and isinstance(result, PagedKVError):
+                raise Divergence(f"can_append_slots said yes, then append_slots raised {result!r}")
+
+    def preempt(self, group_id: int) -> None:
+        """No room to decode: swap the group out, or free one of its sequences."""
+        if self.rng.random() < 0.5:
+            self.swap(group_id, Device.GPU)
+        else:
+            self.side.call("free", self.rng.choice(self.side.model.state.groups[group_id].seq_ids))
+
+    def swap(self, group_id: int, device: Device) -> None:
+        out = device is Device.GPU
+        lookahead = self.rng.choice([0, 0, 1, 3])
+        ask = ("can_swap_out", group_id) if out else ("can_swap_in", group_id, lookahead)
+        status = self.side.call(*ask)
+        if status is not AllocStatus.OK and self.rng.random() < 0.8:
+            return
+        result = self.side.call("swap_out" if out else "swap_in", group_id)
+        if status is AllocStatus.OK and isinstance(result, PagedKVError):
+            raise Divergence(f"{ask[0]} said OK, then the swap raised {result!r}")
+        if status is AllocStatus.NEVER and not isinstance(result, PagedKVError) and out:
+            raise Divergence("can_swap_out said NEVER, then the swap succeeded")
+        if status is AllocStatus.OK and not out and lookahead:
+            for seq_id in self.side.model.state.groups[group_id].seq_ids:
+                promised = self.side.call("append_slots", seq_id, [], lookahead)
+                if isinstance(promised, PagedKVError):
+                    raise Divergence(f"can_swap_in promised {lookahead} lookahead slots")
+
+    def ask(self, group_id: int, members: list[int], seq_id: int) -> None:
+        queries: list[tuple[Any, ...]] = [
+            ("get_common_computed_block_ids", members),
+            ("get_num_cached_tokens", seq_id),
+            ("get_block_table", seq_id),
+            ("get_cross_block_table", group_id),
+            ("get_num_free_gpu_blocks",),
+            ("get_num_free_cpu_blocks",),
+            ("get_prefix_cache_hit_rate", self.rng.choice([Device.GPU, Device.CPU])),
+        ]
+        self.side.call(*self.rng.choice(queries))
+
+    def misuse(self, seq_id: int) -> None:
+        calls: list[tuple[Any, ...]] = [
+            ("free", 10_000),
+            ("append_slots", 10_000, [1]),
+            ("allocate", self.fresh_id(), [seq_id], [1]),
+            ("fork", seq_id, seq_id),
+            ("append_slots", seq_id, [-5]),
+            ("access_all_blocks_in_seq", seq_id, float("inf")),
+            ("can_allocate", [1], -1),
+            ("get_prefix_cache_hit_rate", "gpu"),
+        ]
+        result = self.side.call(*self.rng.choice(calls))
+        if not isinstance(result, PagedKVError):
+            raise Divergence(f"a call that must fail succeeded: {self.side.calls[-1]}")
+
+
+# --- running and shrinking ----------------------------------------------------------------------
+
+
+Progress = Callable[[int], None]
+
+
+def soak(
+    factory: Factory,
+    steps: int,
+    seed: int,
+    *,
+    exact: bool,
+    trace_out: str | Path | None = None,
+    progress: Progress | None = None,
+) -> SoakResult:
+    """About ``steps`` calls in lockstep; on the first divergence, the shrunk trace."""
+    rng = random.Random(seed)
+    result = SoakResult()
+    start, cpu = time.perf_counter(), time.process_time()
+    while result.steps < steps and result.passed:
+        config = random_config(rng)
+        side = Lockstep(factory, config, exact)
+        walk = Walk(rng, side)
+        result.episodes += 1
+        next_check = CHECKPOINT
+        episode_end = min(steps, result.steps + EPISODE)
+        try:
+            while result.steps + len(side.calls) < episode_end:
+                walk.step()
+                if len(side.calls) >= next_check:
+                    side.check_state(f"at step {len(side.calls)} of the episode")
+                    result.checkpoints += 1
+                    next_check += CHECKPOINT
+            side.check_state("at the end of the episode")
+        except Divergence as failure:
+            result.failure = str(failure)
+            result.config = config
+            result.calls = list(side.calls)
+        finally:
+            close_target(side.target)  # an exec: program goes back (or away)
+        result.steps += len(side.calls)
+        if progress is not None:
+            progress(result.steps)
+    result.seconds = time.perf_counter() - start
+    result.cpu_seconds = time.process_time() - cpu
+    if result.failure is not None and result.config is not None:
+        _shrink_and_write(result, factory, exact, trace_out)
+    return result
+
+
+def diverges(factory: Factory, config: ManagerConfig, calls: list[Call], exact: bool) -> str | None:
+    """Why replaying ``calls`` diverges (comparing the whole state after every call), or None."""
+    side = Lockstep(factory, config, exact)
+    try:
+        for method, args in calls:
+            side.call(method, *args)
+            side.check_state(f"after {method}")
+    except Divergence as failure:
+        return str(failure)
+    except Exception as failure:  # an untyped crash of the target is a divergence too
+        return f"{type(failure).__name__}: {failure}"
+    finally:
+        close_target(side.target)
+    return None
+
+
+def shrink(factory: Factory, config: ManagerConfig, calls: list[Call], exact: bool) -> list[Call]:
+    """Delete chunks of calls (halves, then quarters, ... then single calls) while the replay
+    still diverges; what is left ends at the call that diverges."""
+    current = list(calls)
+    chunk = max(1, len(current) // 2)
+    while chunk >= 1:
+        index = 0
+        removed = False
+        while index < len(current):
+            candidate = current[:index] + current[index + chunk :]
+            if candidate and diverges(factory, config, candidate, exact) is not None:
+                current = candidate
+                removed = True
+            else:
+                index += chunk
+        if not removed:
+            chunk //= 2
+    for end in range(1, len(current) + 1):  # cut what follows the first divergence
+        if diverges(factory, config, current[:end], exact) is not None:
+            return current[:end]
+    return current
+
+
+def _shrink_and_write(
+    result: SoakResult, factory: Factory, exact: bool, trace_out: str | Path | None
+) -> None:
+    assert result.config is not None
+    result.unshrunk = len(result.calls)
+    result.calls = shrink(factory, result.config, result.calls, exact)
+    message = diverges(factory, result.config, result.calls, exact)
+    if message is not None:
+        result.failure = message
+    found = result.trace = trace.trace_of_calls("manager", result.config, result.calls)
+    if trace_out is not None:
+        result.trace_path = trace.write(found, trace_out)
+    result.replays = not trace.replay(found, factory).ok

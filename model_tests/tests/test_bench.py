@@ -1,0 +1,170 @@
+"""The benchmark and the soak, run small so that they cannot rot. No test here asserts a time:
+benchmarks print, they do not judge.
+
+What is asserted is what the figures rest on: the workload is the same for a seed, every
+implementation answers its calls as recorded (so a replay is the same work everywhere), the
+control loop replays it, an earlier commit can be exported beside today's, ``pagedkv bench``
+writes every section, its JSON and its plot, and ``pagedkv soak`` passes the optimized manager,
+and finds and shrinks a broken one in either mode.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from model_tests.bench import baseline, replay
+from model_tests.bench.control import ControlLoop
+from model_tests.bench.sections import Options, workload_spec
+from model_tests.bench.workload import build, to_trace
+from model_tests.independent.broken import BrokenForgetsCowSource
+from model_tests.oracle import trace
+from model_tests.oracle.soak import shrink, soak
+from optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv import cli
+from reference.manager_adapter import ReferenceBlockSpaceManager
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def small() -> Any:
+    return build(workload_spec(Options(quick=True)))
+
+
+def test_the_workload_is_the_same_for_a_seed(small: Any) -> None:
+    again = build(workload_spec(Options(quick=True)))
+    assert again.calls == small.calls and again.outcomes == small.outcomes
+    other = build(workload_spec(Options(quick=True, seed=1)))
+    assert other.calls != small.calls
+    methods = {method for method, _ in small.calls}
+    assert {"allocate", "append_slots", "fork", "free", "swap_out", "swap_in"} <= methods
+    assert small.totals.scheduled_tokens > 0 and small.totals.preempted_by_swap > 0
+
+
+def test_every_implementation_answers_the_stream_as_recorded(small: Any) -> None:
+    """The scheduler's stream is itself a conformance run: the reference gives every recorded
+    answer, and the control loop replays it without an error."""
+    for factory in (ReferenceBlockSpaceManager, OptimizedBlockSpaceManager):
+        replay.check(factory, small.config, small.calls, small.outcomes)
+    control = ControlLoop(small.config)
+    for method, args in small.calls:
+        getattr(control, method)(*args)
+
+
+def test_a_replay_that_answers_otherwise_is_refused(small: Any) -> None:
+    outcomes = list(small.outcomes)
+    index = next(i for i, (m, _) in enumerate(small.calls) if m == "can_append_slots")
+    outcomes[index] = not outcomes[index]
+    with pytest.raises(replay.ReplayError, match=f"call {index + 1}, can_append_slots"):
+        replay.check(OptimizedBlockSpaceManager, small.config, small.calls, outcomes)
+
+
+def test_the_workload_as_a_trace_replays(small: Any, tmp_path: Path) -> None:
+    cut = to_trace(replace_calls(small, small.calls[:600]))
+    path = trace.write(cut, tmp_path / "workload.jsonl")
+    code, out, err = run_cli("replay", str(path), "--target", "optimized")
+    assert (code, err) == (0, ""), out
+    assert "PASS: 600 steps" in out
+
+
+def replace_calls(workload: Any, calls: list[Any]) -> Any:
+    workload.calls, saved = calls, workload.calls
+    try:
+        return type(workload)(workload.spec, calls, [], workload.totals, workload.hit_rate)
+    finally:
+        workload.calls = saved
+
+
+def test_an_earlier_commit_is_exported_under_its_own_name(tmp_path: Path) -> None:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    root, spec = baseline.export("HEAD", tmp_path)
+    package = baseline.package_name("HEAD")
+    assert spec == f"{package}.optimized.block_manager:OptimizedBlockSpaceManager"
+    source = (root / package / "optimized" / "block_manager.py").read_text()
+    assert f"from {package}.optimized.block_pool import" in source
+    assert "from specs.types import" in source  # the value types stay shared
+    assert f"from {package}.specs.validation import" in source
+    with pytest.raises(baseline.BaselineError, match="no-such-revision"):
+        baseline.export("no-such-revision", tmp_path / "other")
+
+
+def test_pagedkv_bench_writes_every_section(tmp_path: Path) -> None:
+    json_out, plot_out = tmp_path / "bench.json", tmp_path / "bench.png"
+    argv = ["bench", "--quick", "--kernels", "--json", str(json_out), "--plot", str(plot_out)]
+    if shutil.which("git") is not None and (ROOT / ".git").exists():
+        argv += ["--baseline", "HEAD"]
+    code, out, err = run_cli(*argv)
+    assert (code, err) == (0, ""), out
+    document = json.loads(json_out.read_text())
+    for section in ("machine", "workload", "check", "operations", "end_to_end", "memory"):
+        assert document[section], section
+    assert document["queries"]["optimized"]["access_all_blocks_in_seq"]
+    assert document["scaling"]["every_call"]["control_us"]
+    assert document["kernels"]["rows"], document["kernels"]
+    assert plot_out.read_bytes().startswith(b"\x89PNG")
+    assert "per operation" in out and "growth with the pool" in out and "block kernels" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["bench", "--reps", "0"], "--reps must be at least 1"),
+        (["bench", "--scaling", "10,x"], "--scaling takes comma-separated block counts"),
+        (["bench", "--target", "nosuch.module:factory"], "cannot import nosuch.module"),
+        (["bench", "--baseline", "no-such-revision"], "--baseline no-such-revision"),
+        (["soak", "--steps", "0"], "--steps must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], says: str) -> None:
+    code, out, err = run_cli(*argv)
+    assert code == 2 and out == "" and says in err and len(err.splitlines()) == 1, err
+
+
+def test_soak_passes_the_optimized_manager() -> None:
+    code, out, err = run_cli("soak", "--steps", "3000", "--seed", "5")
+    assert (code, err) == (0, ""), out
+    assert "exact mode" in out and re.search(r"PASS: 300\d steps", out), out
+
+
+def test_soak_finds_and_shrinks_a_broken_manager(tmp_path: Path) -> None:
+    target = "model_tests.independent.broken:BrokenForgetsCowSource"
+    path = tmp_path / "soak.jsonl"
+    code, out, _ = run_cli(
+        "soak", "--target", target, "--steps", "20000", "--seed", "1", "--trace-out", str(path)
+    )
+    assert code == 1 and "isomorphic mode" in out and "<-- diverges" in out, out
+    steps = trace.read(path).ops
+    assert 1 <= len(steps) <= 6, out
+    assert not trace.replay(trace.read(path), BrokenForgetsCowSource).ok
+
+
+class ForgetsARepeatedAccess(OptimizedBlockSpaceManager):
+    """A laziness bug the protocol cannot see: a second access of a sequence is dropped."""
+
+    def access_all_blocks_in_seq(self, seq_id: int, now: float) -> None:
+        table = self._tables.get(seq_id)
+        if table is not None and table.access_stamp and now > 1:
+            return
+        super().access_all_blocks_in_seq(seq_id, now)
+
+
+def test_exact_soak_finds_what_only_the_state_shows() -> None:
+    result = soak(ForgetsARepeatedAccess, 30_000, 2, exact=True)
+    assert not result.passed and result.config is not None
+    assert "last_accessed" in (result.failure or ""), result.failure
+    assert len(result.calls) <= 4, result.calls
+    assert shrink(ForgetsARepeatedAccess, result.config, result.calls, True) == result.calls

@@ -1,0 +1,31 @@
+"""A sequence group of the optimized manager: the sequences that share a prompt and move between
+devices together (``specs/block_manager.md`` §3, "Group")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from specs.content_hash import BlockHasher
+from specs.types import BlockId, Device, ExtraKey, Token
+
+if TYPE_CHECKING:
+    from optimized.block_table import BlockTable
+
+
+@dataclass(slots=True)
+class SequenceGroup:
+    """``members`` maps each live sequence id to its table, in the group's order (``allocate``'s
+    ids, then forked children). An encoder-decoder group also owns its cross-attention table.
+    ``hasher`` hashes the group's full blocks under its extra key (every table shares it)."""
+
+    group_id: int
+    members: dict[int, BlockTable]
+    device: Device
+    extra_key: ExtraKey
+    encoder_tokens: tuple[Token, ...] = ()
+    cross_blocks: list[BlockId] = field(default_factory=list)
+    hasher: BlockHasher = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.hasher = BlockHasher(self.extra_key)
