@@ -8,19 +8,42 @@ from model_tests.lockstep.calls import Divergence
 from specs.types import BlockId
 
 
+class Conflict(Divergence):
+    """Two blocks cannot stand for each other: one of them already stands for another block.
+    A caller that knows where the blocks sit words it for a reader (``pool_session.py``)."""
+
+    def __init__(
+        self, model: BlockId, target: BlockId, target_has: BlockId | None, model_has: BlockId | None
+    ) -> None:
+        already = []
+        if target_has not in (None, target):
+            already.append(
+                f"the model's block {model} already stands for the target's {target_has}"
+            )
+        if model_has not in (None, model):
+            already.append(
+                f"the target's block {target} already stands for the model's {model_has}"
+            )
+        super().__init__(
+            f"the target put its block {target} where the model has its block {model}, but "
+            + " and ".join(already),
+            "table",
+        )
+        self.target_has = target_has
+        """What the model's block already stands for in the target (None: nothing yet)."""
+        self.model_has = model_has
+        """What the target's block already stands for in the model (None: nothing yet)."""
+
+
 @dataclass
 class Bijection:
     to_target: dict[BlockId, BlockId] = field(default_factory=dict)
     to_model: dict[BlockId, BlockId] = field(default_factory=dict)
 
     def bind(self, model: BlockId, target: BlockId) -> None:
-        if self.to_target.get(model, target) != target or self.to_model.get(target, model) != model:
-            raise Divergence(
-                f"model block {model} would correspond to target block {target}, but they"
-                f" already correspond to {self.to_target.get(model)} and"
-                f" {self.to_model.get(target)}",
-                "table",
-            )
+        target_has, model_has = self.to_target.get(model), self.to_model.get(target)
+        if target_has not in (None, target) or model_has not in (None, model):
+            raise Conflict(model, target, target_has, model_has)
         self.to_target[model] = target
         self.to_model[target] = model
 

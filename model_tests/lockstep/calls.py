@@ -7,10 +7,12 @@ type; after an error both sides must be exactly as they were before it (invarian
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, get_args
 
 from hypothesis import currently_in_test_context, event
 
+from model_tests.lockstep.show import show_error
 from specs.errors import PagedKVError
 
 
@@ -19,20 +21,44 @@ class Viewable(Protocol):
 
 
 DivergenceKind = Literal[
-    "result", "error", "untyped", "atomicity", "table", "choice", "count", "promise"
+    "result",
+    "error",
+    "untyped",
+    "atomicity",
+    "table",
+    "choice",
+    "count",
+    "promise",
+    "aliasing",
+    "accounting",
+    "placement",
+    "pairs",
+    "kv",
 ]
-"""What a divergence is about: a result that differs; an error on one side only (or another
-class); an error that is not of ``specs.errors``; a failed call that changed state; block tables
-that disagree (or cannot be read); a choice the spec does not allow; a free count; a ``can_*``
-answer that a call acting on it broke."""
+"""What a divergence is about. Against the reference: a result that differs; an error on one
+side only (or another class); an error that is not of ``specs.errors``; a failed call that
+changed state; block tables that disagree (or cannot be read); a choice the spec does not allow;
+a free count; a ``can_*`` answer that a call acting on it broke. Under the safety tier
+(``specs/safety.md``), the rule broken: S1 aliasing, S2 accounting, S3 placement, S4 copy and
+swap pairs, S5 KV data (S6 is ``untyped`` or ``atomicity``, S7 ``promise``)."""
+
+KINDS: tuple[DivergenceKind, ...] = get_args(DivergenceKind)
 
 
 class Divergence(AssertionError):
-    """The implementation did something the model did not."""
+    """The implementation did something the model did not. One call may break several rules at
+    once (the safety tier checks them all after each call): ``parts`` are then each finding
+    with its own kind, and ``kind`` is the first's."""
 
-    def __init__(self, message: str, kind: DivergenceKind = "result") -> None:
+    def __init__(
+        self,
+        message: str,
+        kind: DivergenceKind = "result",
+        parts: Sequence[tuple[DivergenceKind, str]] = (),
+    ) -> None:
         super().__init__(message)
-        self.kind: DivergenceKind = kind
+        self.kind: DivergenceKind = parts[0][0] if parts else kind
+        self.parts: tuple[tuple[DivergenceKind, str], ...] = tuple(parts) or ((kind, message),)
 
 
 class TargetStopped(BaseException):
@@ -95,7 +121,11 @@ def shared_error(
             "untyped" if untyped else "error",
         )
     if not isinstance(model_error, PagedKVError):
-        raise Divergence(f"{method}: both raised an untyped {model_error!r}", "untyped")
+        raise Divergence(
+            f"{method}: both raised an untyped error: model {_describe(None, model_error)},"
+            f" {target_name} {_describe(None, target_error)}",
+            "untyped",
+        )
     return model_error
 
 
@@ -111,7 +141,7 @@ def run_call(
 
 
 def _describe(result: Any, error: BaseException | None) -> str:
-    return f"raised {error!r}" if error is not None else f"returned {result!r}"
+    return f"raised {show_error(error)}" if error is not None else f"returned {result!r}"
 
 
 def construction_outcome(factory: Any, config: object) -> str:

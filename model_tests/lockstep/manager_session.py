@@ -17,7 +17,9 @@ from typing import Any, Protocol
 from model_tests.lockstep.bijection import Bijection
 from model_tests.lockstep.calls import Divergence, call_both, comparable, run_call, shared_error
 from model_tests.lockstep.ledger import Ledger
-from model_tests.lockstep.observation import Observation, observe
+from model_tests.lockstep.observation import Observation, differences, observe
+from model_tests.lockstep.places import Place, Slot, misplaced
+from model_tests.lockstep.show import show_call, show_value
 from model_tests.lockstep.step import Step
 from reference.allocation import Picker, allowed_choices
 from reference.manager_adapter import ReferenceBlockSpaceManager
@@ -97,7 +99,8 @@ class IsomorphicManagerSession:
         before = self.model.view()
         target_result, target_error = run_call(self.target, method, args, {})
         prefer: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
-        held_before = self._holders(self._positions(before, self.seen))
+        previous = self._positions(before, self.seen)
+        held_before = self._holders(previous)
         for _ in range(MAX_ATTEMPTS):
             self.model.state = saved
             self.model.pick = self._picker(prefer)
@@ -113,12 +116,12 @@ class IsomorphicManagerSession:
             observed = self.observe(after)
             slots = self._positions(after, observed)
             released = self._released(held_before, after, slots)
-            wanted = self._align(before, slots, released, bind=False)
+            wanted = self._align(before, slots, previous, released, bind=False)
             if all(wanted[d] <= prefer[d] for d in Device):
                 break
             for device in Device:
                 prefer[device] |= wanted[device]
-        self._align(before, slots, released, bind=True)
+        self._align(before, slots, previous, released, bind=True)
         self._compare_result(method, args, before, model_result, target_result)
         self._compare_counts(after, observed)
         self._forget_freed(after)
@@ -150,11 +153,15 @@ class IsomorphicManagerSession:
             self.ended = True
             self.steps.append(Step(method, args, target[1]))
             return target[1]
-        model_error = shared_error(f"{method}{args}", model, target)
-        if self.observe(self.model.view()) != self.seen:
+        model_error = shared_error(show_call(method, args), model, target)
+        now = self.observe(self.model.view())
+        if now != self.seen:
             if self.model.policy.atomic:
                 raise Divergence(
-                    f"{method}{args} raised {model_error!r} but changed the target", "atomicity"
+                    f"{show_call(method, args)} raised {model_error!r} but changed the target"
+                    " (a failed call must change nothing): "
+                    + "; ".join(differences(self.seen, now)),
+                    "atomicity",
                 )
             self.ended = True  # the policy lets a call fail midway: what is left is undefined
         self.steps.append(Step(method, args, model_error))
@@ -162,11 +169,9 @@ class IsomorphicManagerSession:
 
     # --- agreeing on ids -----------------------------------------------------------------------
 
-    def _positions(
-        self, view: ManagerView, observed: Observation
-    ) -> list[tuple[str, Device, BlockId, BlockId]]:
+    def _positions(self, view: ManagerView, observed: Observation) -> list[Slot]:
         """Every (where, device, model id, target id) the two sides' tables put side by side."""
-        out = []
+        out: list[Slot] = []
         for seq_id, seq in view.seqs.items():
             device = view.groups[seq.group_id].device
             theirs = observed.tables[seq_id]
@@ -177,7 +182,7 @@ class IsomorphicManagerSession:
                     "table",
                 )
             for index, (mine, their) in enumerate(zip(seq.blocks, theirs, strict=True)):
-                out.append((f"sequence {seq_id} block {index}", device, mine, their))
+                out.append((Place("sequence", seq_id, index), device, mine, their))
         for group_id, group in view.groups.items():
             theirs = observed.cross[group_id]
             if len(theirs) != len(group.cross_blocks):
@@ -185,14 +190,15 @@ class IsomorphicManagerSession:
                     f"group {group_id}: cross-attention tables differ in length", "table"
                 )
             for index, (mine, their) in enumerate(zip(group.cross_blocks, theirs, strict=True)):
-                where = f"group {group_id} cross block {index}"
+                where = Place("group", group_id, index)
                 out.append((where, group.cross_device, mine, their))
         return out
 
     def _align(
         self,
         before: ManagerView,
-        slots: list[tuple[str, Device, BlockId, BlockId]],
+        slots: list[Slot],
+        previous: list[Slot],
         released: dict[Device, set[BlockId]],
         *,
         bind: bool,
@@ -227,19 +233,14 @@ class IsomorphicManagerSession:
                 )
             if bind:
                 raise Divergence(
-                    f"{where}: the model has block {mine}"
-                    f" (target {ids.to_target.get(mine, 'none yet')}), the target has {theirs}"
-                    f" (model {stands_for if stands_for is not None else 'none yet'})",
-                    "table",
+                    misplaced(self.model.view(), slots, previous, where, ids, mine, theirs), "table"
                 )
         return wanted
 
     @staticmethod
-    def _holders(
-        slots: list[tuple[str, Device, BlockId, BlockId]],
-    ) -> dict[tuple[Device, BlockId, int], set[str]]:
+    def _holders(slots: list[Slot]) -> dict[tuple[Device, BlockId, int], set[Place]]:
         """Where each block sits: (device, block, 0 for the model's or 1 for the target's)."""
-        held: dict[tuple[Device, BlockId, int], set[str]] = {}
+        held: dict[tuple[Device, BlockId, int], set[Place]] = {}
         for where, device, mine, theirs in slots:
             held.setdefault((device, mine, 0), set()).add(where)
             held.setdefault((device, theirs, 1), set()).add(where)
@@ -247,9 +248,9 @@ class IsomorphicManagerSession:
 
     def _released(
         self,
-        held: dict[tuple[Device, BlockId, int], set[str]],
+        held: dict[tuple[Device, BlockId, int], set[Place]],
         after: ManagerView,
-        slots: list[tuple[str, Device, BlockId, BlockId]],
+        slots: list[Slot],
     ) -> dict[Device, set[BlockId]]:
         """Pairs both sides released during this call: the model block and its target block each
         left every position it held, and the model block is not kept cached. Within one call a
@@ -287,9 +288,10 @@ class IsomorphicManagerSession:
         if _same_rate(expected, theirs):
             return
         if expected != theirs:
+            ids = "" if expected == mine else f" (in target ids {show_value(expected)})"
             raise Divergence(
-                f"{method}{args}: the model returned {mine!r} (in target ids {expected!r}),"
-                f" the target {theirs!r}"
+                f"{show_call(method, args)}: the model returned {show_value(mine)}{ids},"
+                f" the target {show_value(theirs)}"
             )
 
     def _translate(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from model_tests.lockstep.calls import Divergence
+from model_tests.lockstep.show import show_error
 from specs.types import BlockId, Device
 
 
@@ -34,6 +35,24 @@ def observe(target: Any, seq_ids: Iterable[int], group_ids: Iterable[int]) -> Ob
         }
     except Exception as error:
         raise Divergence(
-            f"the target cannot show its tables and free counts: {error!r}", "table"
+            f"the target cannot show its tables and free counts: {show_error(error)}", "table"
         ) from error
     return Observation(tables, cross, free)
+
+
+def differences(before: Observation, after: Observation) -> list[str]:
+    """What changed between two observations, in words (a failed call must change nothing)."""
+    found = []
+    for what, old, new in (
+        ("sequence", before.tables, after.tables),
+        ("group (cross table)", before.cross, after.cross),
+    ):
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                found.append(f"{what} {key}'s table {old.get(key)} -> {new.get(key)}")
+    for device in Device:
+        if before.free[device] != after.free[device]:
+            found.append(
+                f"free {device.value} blocks {before.free[device]} -> {after.free[device]}"
+            )
+    return found

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from model_tests.lockstep.show import show_call, show_value
 from specs.errors import OutOfBlocksError, PagedKVError
 from specs.types import AllocStatus
 
@@ -50,7 +51,7 @@ def made(
     method: str, args: tuple[Any, ...], result: Any, members: Callable[[int], list[int]]
 ) -> Promise | None:
     """The promise an answer makes, if any."""
-    said = f"{method}{args} said {result.name if isinstance(result, AllocStatus) else result}"
+    said = f"{show_call(method, args)} said {show_value(result)}"
     if method == "can_allocate" and result is AllocStatus.OK:
         prompt, encoder = args[0], args[2] if len(args) > 2 else None
         return Promise(said, "allocate", prompt=_tuple(prompt), encoder=_tuple(encoder))
@@ -108,9 +109,12 @@ class Promises:
         if promise is not None and _covers(promise, method, args):
             failed = isinstance(outcome, PagedKVError)
             if promise.never and not failed:
-                return f"{promise.said}, then {method}{args} succeeded: a NEVER is final"
+                return f"{promise.said}, then {show_call(method, args)} succeeded: a NEVER is final"
             if not promise.never and isinstance(outcome, OutOfBlocksError):
-                return f"{promise.said}, then {method}{args} raised {outcome!r}: a broken promise"
+                return (
+                    f"{promise.said}, then {show_call(method, args)} raised {outcome!r}:"
+                    " a broken promise"
+                )
             if not failed:
                 self.open = _follow(promise, method, args, members)
             return None

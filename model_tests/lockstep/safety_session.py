@@ -30,10 +30,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from model_tests.lockstep.calls import Divergence, run_call
+from model_tests.lockstep.calls import Divergence, DivergenceKind, run_call
 from model_tests.lockstep.ledger import GroupRecord, Ledger
-from model_tests.lockstep.observation import Observation, observe
+from model_tests.lockstep.observation import Observation, differences, observe
 from model_tests.lockstep.promises import Promises
+from model_tests.lockstep.show import show_call, show_error, show_value
 from model_tests.lockstep.step import Step
 from reference import kv_model
 from reference.kv_model import KVModel, SlotContent
@@ -131,9 +132,9 @@ class SafetySession:
         self._check_result(method, args, result, before, after)
         self.seen = after
         self._run_engine(method, args, result)
-        problems = self.problems()
-        if problems:
-            raise Divergence(f"{method}{args}: " + "; ".join(problems))
+        findings = self.findings()
+        if findings:
+            raise _finding(method, args, findings)
         self.steps.append(Step(method, args, result))
         return result
 
@@ -141,14 +142,19 @@ class SafetySession:
         self, method: str, args: tuple[Any, ...], error: BaseException, before: Observation
     ) -> PagedKVError:
         if not isinstance(error, PagedKVError):
-            raise Divergence(f"{method}{args}: the target raised an untyped {error!r}")
+            raise Divergence(
+                f"{show_call(method, args)}: the target raised an untyped {show_error(error)}",
+                "untyped",
+            )
         if not self.atomic and isinstance(error, OutOfBlocksError):
             self.ended = True  # out of blocks midway: what is left, seen or not, is undefined
-        elif self.observe() != before:
+        elif (now := self.observe()) != before:
             if self.atomic:
                 raise Divergence(
-                    f"{method}{args} raised {type(error).__name__}, but the target, which declares"
-                    " itself atomic, changed its tables or free counts"
+                    f"{show_call(method, args)} raised {type(error).__name__}, but the target,"
+                    " which declares itself atomic, changed its tables or free counts: "
+                    + "; ".join(differences(before, now)),
+                    "atomicity",
                 )
             self.ended = True  # a failure midway: nothing defines what is left
         self.steps.append(Step(method, args, error))
@@ -213,7 +219,9 @@ class SafetySession:
             table = set(after.tables[args[0]])
             destinations = [d for _, d in result]
             if len(set(destinations)) != len(destinations):
-                raise Divergence(f"append_slots{args}: a block is copied into twice: {result}")
+                raise Divergence(
+                    f"{show_call(method, args)}: a block is copied into twice: {result}", "pairs"
+                )
             others = {
                 block
                 for seq_id, blocks in after.tables.items()
@@ -225,9 +233,10 @@ class SafetySession:
             stray = [d for d in destinations if d not in table and d in others]
             if stray:
                 raise Divergence(
-                    f"append_slots{args}: copies into {stray}, which other tables hold and"
+                    f"{show_call(method, args)}: copies into {stray}, which other tables hold and"
                     f" the sequence's table {after.tables[args[0]]} does not: their data would"
-                    " be overwritten"
+                    " be overwritten",
+                    "pairs",
                 )
         elif method in ("swap_out", "swap_in"):
             self._check_swap(method, args[0], result, before, after)
@@ -248,21 +257,27 @@ class SafetySession:
             sources_of.setdefault(destination, set()).add(source)
         twice = {d: sorted(s) for d, s in sources_of.items() if len(s) > 1}
         if twice:
-            raise Divergence(f"{method}({group_id}): blocks receive two sources: {twice}")
+            raise Divergence(f"{method}({group_id}): blocks receive two sources: {twice}", "pairs")
         if not {s for s, _ in pairs} <= old or not set(sources_of) <= new:
             raise Divergence(
                 f"{method}({group_id}): the pairs {pairs} do not run from the group's blocks"
-                f" before the swap {sorted(old)} to its blocks after {sorted(new)}"
+                f" before the swap {sorted(old)} to its blocks after {sorted(new)}",
+                "pairs",
             )
 
     def problems(self) -> list[str]:
+        return [message for _, message in self.findings()]
+
+    def findings(self) -> list[tuple[DivergenceKind, str]]:
+        """Every rule S1-S5 the target's tables and counts break now, each with its kind."""
         view = self.seen
-        return (
-            self._placement_problems(view)
-            + self._alias_problems(view)
-            + self._accounting_problems(view)
-            + self._kv_problems(view)
-        )
+        found: list[tuple[DivergenceKind, list[str]]] = [
+            ("placement", self._placement_problems(view)),
+            ("aliasing", self._alias_problems(view)),
+            ("accounting", self._accounting_problems(view)),
+            ("kv", self._kv_problems(view)),
+        ]
+        return [(kind, message) for kind, messages in found for message in messages]
 
     def _released(self, seq_id: int, index: int) -> bool:
         """Block ``index`` of the sequence lies wholly before the oldest position the next token
@@ -454,7 +469,9 @@ class _Holder:
         if other.index != self.index:
             return "at different positions"
         if other.key != self.key:
-            return f"under different extra keys ({self.key} and {other.key})"
+            return (
+                f"under different extra keys ({show_value(self.key)} and {show_value(other.key)})"
+            )
         start = self.index * size
         held = min(len(self.tokens), len(other.tokens), start + size)
         if self.tokens[:held] != other.tokens[:held]:
@@ -468,3 +485,14 @@ def _cross_key(key: ExtraKey) -> ExtraKey:
 
 def _cross(group: GroupRecord, position: int) -> SlotContent:
     return SlotContent(group.encoder_tokens[: position + 1], _cross_key(group.extra_key))
+
+
+def _finding(
+    method: str, args: tuple[Any, ...], findings: list[tuple[DivergenceKind, str]]
+) -> Divergence:
+    """One divergence for every rule a call broke, each part kept with its kind."""
+    call = show_call(method, args)
+    return Divergence(
+        f"{call}: " + "; ".join(message for _, message in findings),
+        parts=[(kind, f"{call}: {message}") for kind, message in findings],
+    )

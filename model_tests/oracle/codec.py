@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
+from model_tests.lockstep.show import show_call as show_call  # one way to write a call
+from model_tests.lockstep.show import show_value as show_value
 from specs import errors as error_module
 from specs import operations
 from specs.content_hash import Prefix
@@ -426,28 +428,3 @@ def config_level(config: object) -> Level:
     if isinstance(config, PoolConfig):
         return "pool"
     raise CodecError(f"{config!r} is neither a ManagerConfig nor a PoolConfig")
-
-
-# --- display --------------------------------------------------------------------------------------
-
-
-def show_value(value: object) -> str:
-    """Compact, readable Python-ish rendering for reports."""
-    if isinstance(value, Device | AllocStatus):
-        return value.name
-    if isinstance(value, ExtraKey):
-        parts = [f"{k}={v!r}" for k, v in _key_json(value).items() if v is not None]
-        return f"ExtraKey({', '.join(parts)})"
-    if isinstance(value, Prefix):
-        return f"Prefix({value.hash.hex()[:8]}…, {value.num_tokens}, {show_value(value.extra_key)})"
-    if isinstance(value, PagedKVError):
-        return type(value).__name__
-    if isinstance(value, list):
-        return "[" + ", ".join(show_value(v) for v in value) + "]"
-    if isinstance(value, tuple):
-        return "(" + ", ".join(show_value(v) for v in value) + ")"
-    return repr(value)
-
-
-def show_call(op: str, args: Sequence[object]) -> str:
-    return f"{op}({', '.join(show_value(a) for a in args)})"

@@ -429,6 +429,9 @@ class Verdict:
     kind: str = ""
     """What a divergence is about: a ``Divergence``'s kind, ``timeout``, ``creation``, or
     ``stopped`` (comparing could not go on)."""
+    parts: tuple[tuple[str, str], ...] = ()
+    """A ``Divergence``'s findings, each with its kind (several when one call broke several
+    rules)."""
 
     @property
     def ok(self) -> bool:
@@ -563,6 +566,7 @@ def _replay_on(trace: Trace, model: Any, target: Any, watch: StepWatch | None) -
                 show_expect(trace.level, op.op, op.expect),
                 str(error) if isinstance(error, Divergence | TargetStopped) else _stopped(error),
                 _kind(error),
+                error.parts if isinstance(error, Divergence) else (),
             )
         if watch is not None:
             watch(number, session, None)

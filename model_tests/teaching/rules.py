@@ -114,13 +114,18 @@ RESULT_RULES: dict[str, Rule] = {
 _SHAPES: tuple[tuple[re.Pattern[str], Rule | None], ...] = (
     (re.compile(r"raised .* but changed the"), ATOMIC),
     (re.compile(r"the spec does not allow taking|the target's choice is not allowed"), CHOICES),
-    (re.compile(r": the model returned|has no counterpart in the target"), None),  # by operation
+    (
+        re.compile(
+            r": the model returned|has no counterpart in the target|the target answered its"
+        ),
+        None,  # by operation
+    ),
     (re.compile(r"free (gpu |cpu )?blocks, the target"), FREE_COUNTS),
     (re.compile(r"^\w+.*: (model raised|model returned .*, target raised|both raised)"), ERRORS),
     (
         re.compile(
             r"table has \d+ blocks|cannot give sequence|cross-attention tables differ"
-            r"|: the model has block|would correspond to target block"
+            r"|: the target (put|kept) its block \d+ there|already stands for the"
         ),
         TABLES,
     ),

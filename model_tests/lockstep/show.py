@@ -1,0 +1,81 @@
+"""How values, calls and a target's own exceptions read in a report.
+
+One way to write a call everywhere a person reads one: the numbered steps of ``pagedkv
+check``, the trace viewer, and the sentences of the sessions' divergences (a ``Prefix`` is its
+hash's first eight hex digits, its token count and its extra key, never 32 raw bytes). An
+exception that is not one of ``specs.errors`` comes from inside the target, and its class alone
+(a bare ``AssertionError()``) says nothing: it is shown with the innermost frame it was raised
+in, outside pagedkv's own comparison code.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from specs.content_hash import Prefix
+from specs.errors import PagedKVError
+from specs.types import AllocStatus, Device, ExtraKey
+
+_HARNESS = tuple(
+    str(Path(__file__).resolve().parents[1] / layer) + os.sep for layer in ("lockstep", "oracle")
+)
+"""pagedkv's own code between a caller and the target (the sessions, the guard's worker
+thread, the stdio client): a frame there is not where the target failed."""
+
+
+def show_value(value: object) -> str:
+    """Compact, readable Python-ish rendering for reports."""
+    if isinstance(value, Device | AllocStatus):
+        return value.name
+    if isinstance(value, ExtraKey):
+        fields = {"lora_id": value.lora_id, "cache_salt": value.cache_salt}
+        parts = [f"{k}={v!r}" for k, v in fields.items() if v is not None]
+        return f"ExtraKey({', '.join(parts)})"
+    if isinstance(value, Prefix):
+        digest = value.hash.hex()[:8] if isinstance(value.hash, bytes) else repr(value.hash)
+        return f"Prefix({digest}…, {value.num_tokens}, {show_value(value.extra_key)})"
+    if isinstance(value, PagedKVError):
+        return type(value).__name__
+    if isinstance(value, bytes) and len(value) > 8:
+        return f"{value.hex()[:8]}…"
+    if isinstance(value, list):
+        return "[" + ", ".join(show_value(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(show_value(v) for v in value) + ")"
+    return repr(value)
+
+
+def show_call(op: str, args: Sequence[object]) -> str:
+    return f"{op}({', '.join(show_value(a) for a in args)})"
+
+
+def show_error(error: BaseException) -> str:
+    """``repr`` of a typed error; for any other, also where the target raised it:
+    ``AssertionError() at vllm/core/block/common.py:63 in decr (assert block_id in ...)``."""
+    text = repr(error)
+    if isinstance(error, PagedKVError):
+        return text
+    frame = _innermost_frame(error)
+    if frame is None:
+        return text
+    where = f"{_short_path(frame.filename)}:{frame.lineno} in {frame.name}"
+    line = (frame.line or "").strip()
+    return f"{text} at {where}" + (f" ({line})" if line else "")
+
+
+def _innermost_frame(error: BaseException) -> traceback.FrameSummary | None:
+    frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ else []
+    for frame in reversed(frames):
+        if not os.path.abspath(frame.filename).startswith(_HARNESS):
+            return frame
+    return None
+
+
+def _short_path(filename: str) -> str:
+    """Relative to the current directory when inside it, else as it is."""
+    path = os.path.abspath(filename)
+    relative = os.path.relpath(path)
+    return path if relative.startswith(os.pardir) else relative
