@@ -14,7 +14,8 @@ After every call:
   what it carries agrees with what the block's holders now hold (a copy into a block nobody holds
   is harmless; one into a block handed out blank since, and written, would overwrite data);
 - S6 typed errors; after a failed call an atomic target (``atomic = True``) shows the same free
-  count, and a target that is not may have changed anything, so the run ends there.
+  count, and where it offers ``block()`` and ``lookup`` the same held blocks and cached hashes
+  (``pool_reading.py``); a target that is not may have changed anything, so the run ends there.
 
 KV data is checked at the manager level, where a step's copies and writes are defined.
 """
@@ -25,7 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from model_tests.lockstep.calls import Divergence, run_call
+from model_tests.lockstep.calls import Divergence, DivergenceKind, run_call
+from model_tests.lockstep.pool_reading import PoolReading, changes, hash_of_call, read_pool, reread
+from model_tests.lockstep.show import show_call, show_error
 from model_tests.lockstep.step import Step
 from specs.content_hash import Prefix
 from specs.errors import OutOfBlocksError, PagedKVError
@@ -72,18 +75,22 @@ class PoolSafetySession:
         return get() if callable(get) else None
 
     def call(self, method: str, *args: Any) -> Any:
-        free_before = self.target.num_free_blocks()
+        reading = self._read(method, args)
         result, error = run_call(self.target, method, args, {})
         if error is not None:
             if not isinstance(error, PagedKVError):
-                raise Divergence(f"{method}{args}: the target raised an untyped {error!r}")
+                raise Divergence(
+                    f"{show_call(method, args)}: the target raised an untyped {show_error(error)}",
+                    "untyped",
+                )
             if not self.atomic and isinstance(error, OutOfBlocksError):
                 self.ended = True
-            elif self.target.num_free_blocks() != free_before:
+            elif changed := changes(reading, reread(self.target, reading)):
                 if self.atomic:
                     raise Divergence(
-                        f"{method}{args} raised {type(error).__name__}, but the target, which"
-                        " declares itself atomic, changed its free count"
+                        f"{show_call(method, args)} raised {type(error).__name__}, but the"
+                        " target, which declares itself atomic, changed: " + "; ".join(changed),
+                        "atomicity",
                     )
                 self.ended = True
             self.steps.append(Step(method, args, error))
@@ -91,11 +98,36 @@ class PoolSafetySession:
         apply = getattr(self, f"_{method}", None)
         if apply is not None:
             apply(result, *args)
-        problems = self.problems()
-        if problems:
-            raise Divergence(f"{method}{args}: " + "; ".join(problems))
+        findings = self.findings()
+        if findings:
+            call = show_call(method, args)
+            raise Divergence(
+                f"{call}: " + "; ".join(message for _, message in findings),
+                parts=[(kind, f"{call}: {message}") for kind, message in findings],
+            )
         self.steps.append(Step(method, args, result))
         return result
+
+    def _read(self, method: str, args: tuple[Any, ...]) -> PoolReading:
+        """The free count; for a target that declares itself atomic, also every held block and
+        the lookup of every full block's hash and of the one the call would cache."""
+        if not self.atomic:
+            return read_pool(self.target, (), ())
+        size = self.config.block_size
+        hashes = {
+            holding.prefix.child_hash(holding.tokens)
+            for holdings in self.holders.values()
+            for holding in holdings[:1]
+            if holding.prefix is not None and len(holding.tokens) == size
+        }
+        would_cache = hash_of_call(method, args, size, self._tokens_of)
+        if would_cache is not None:
+            hashes.add(would_cache)
+        return read_pool(self.target, self.holders, hashes)
+
+    def _tokens_of(self, block: BlockId) -> tuple[Token, ...] | None:
+        holdings = self.holders.get(block)
+        return holdings[0].tokens if holdings else None
 
     # --- what each call does to the holdings -----------------------------------------------------
 
@@ -103,7 +135,7 @@ class PoolSafetySession:
         """One holding of ``block`` leaves it (they are all alike, or a problem was reported)."""
         found = self.holders.get(block)
         if not found:
-            raise Divergence(f"the target's block {block} is used, but nobody holds it")
+            raise Divergence(f"the target's block {block} is used, but nobody holds it", "aliasing")
         holding = found.pop()
         if not found:
             del self.holders[block]
@@ -122,7 +154,8 @@ class PoolSafetySession:
         if self.holders.get(block):
             raise Divergence(
                 f"allocate_mutable() gave block {block}, which {len(self.holders[block])} holder(s)"
-                " still hold: a new block must be one nobody holds"
+                " still hold: a new block must be one nobody holds",
+                "aliasing",
             )
         self._give(block, Holding(None, ()))
 
@@ -136,7 +169,8 @@ class PoolSafetySession:
         if block == old and others > 0:
             raise Divergence(
                 f"append_tokens({old}, ...) wrote into block {old} in place while {others} other"
-                " holder(s) hold it: a shared block must be copied before it is written"
+                " holder(s) hold it: a shared block must be copied before it is written",
+                "aliasing",
             )
         holding = self._take(old)
         self._moved(block, old, holding)
@@ -149,7 +183,7 @@ class PoolSafetySession:
         for block in chain:
             found = self.holders.get(block)
             if not found:
-                raise Divergence(f"fork shared block {block}, which nobody holds")
+                raise Divergence(f"fork shared block {block}, which nobody holds", "aliasing")
             self._give(block, found[0])
 
     def _cow_if_not_appendable(self, block: BlockId, old: BlockId) -> None:
@@ -163,12 +197,15 @@ class PoolSafetySession:
             sources_of.setdefault(destination, set()).add(source)
         twice = {d: sorted(s) for d, s in sources_of.items() if len(s) > 1}
         if twice:
-            raise Divergence(f"clear_copy_on_writes(): blocks receive two sources: {twice}")
+            raise Divergence(
+                f"clear_copy_on_writes(): blocks receive two sources: {twice}", "pairs"
+            )
         clobbered = [d for d in sources_of if self._clobbers(d)]
         if clobbered:
             raise Divergence(
                 f"clear_copy_on_writes(): copies into {clobbered}, whose holders now hold other"
-                " data than those copies carry: the copies would overwrite it"
+                " data than those copies carry: the copies would overwrite it",
+                "pairs",
             )
         self.carried.clear()
 
@@ -182,20 +219,27 @@ class PoolSafetySession:
     # --- the checks ----------------------------------------------------------------------------
 
     def problems(self) -> list[str]:
-        problems = []
-        for block, found in self.holders.items():
-            for other in found[1:]:
-                why = found[0].conflict(other)
+        return [message for _, message in self.findings()]
+
+    def findings(self) -> list[tuple[DivergenceKind, str]]:
+        """S1 and S2 as they stand now, each finding with its kind."""
+        found: list[tuple[DivergenceKind, str]] = []
+        for block, holdings in self.holders.items():
+            for other in holdings[1:]:
+                why = holdings[0].conflict(other)
                 if why:
-                    problems.append(f"block {block} is held twice {why}")
+                    found.append(("aliasing", f"block {block} is held twice {why}"))
         null = self.null_block()
         held = len(self.holders) + (1 if null is not None and null not in self.holders else 0)
         expected = self.config.num_blocks - held
         free = self.target.num_free_blocks()
         if free != expected:
             what = "a block is leaked" if free < expected else "a held block is counted free"
-            problems.append(
-                f"the target reports {free} free blocks, but {held} of {self.config.num_blocks}"
-                f" are held, which leaves {expected}: {what}"
+            found.append(
+                (
+                    "accounting",
+                    f"the target reports {free} free blocks, but {held} of"
+                    f" {self.config.num_blocks} are held, which leaves {expected}: {what}",
+                )
             )
-        return problems
+        return found

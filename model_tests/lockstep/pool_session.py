@@ -13,13 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from model_tests.lockstep.bijection import Bijection
+from model_tests.lockstep.bijection import Bijection, Conflict
 from model_tests.lockstep.calls import Divergence, run_call, shared_error
+from model_tests.lockstep.pool_reading import PoolReading, changes, hash_of_call, read_pool, reread
+from model_tests.lockstep.show import show_call, show_value
 from model_tests.lockstep.step import Step
 from reference.pool_adapter import ReferenceBlockPool
 from specs.errors import InvalidArgumentError
 from specs.operations import ALLOCATING_POOL_OPERATIONS as ALLOCATING
 from specs.operations import OPERATIONS
+from specs.pool_view import PoolView
 from specs.types import BlockId
 
 
@@ -32,30 +35,54 @@ class IsomorphicPoolSession:
 
     def call(self, method: str, *args: Any) -> Any:
         target_args = self._translate_args(method, args)
-        free_before = self.target.num_free_blocks()
+        before = self.model.view()
+        reading = self._read(method, args, before)
         target_result, target_error = run_call(self.target, method, target_args, {})
         kwargs: dict[str, Any] = {}
         if method in ALLOCATING and target_error is None:
             kwargs["choice"] = self._choice(target_result)
-        free_in_model = self.model.view().free
         model_result, model_error = run_call(self.model, method, args, kwargs)
         if isinstance(model_error, InvalidArgumentError) and "choice" in kwargs:
             raise Divergence(
-                f"{method}: the target's choice is not allowed: {model_error}", "choice"
+                f"{show_call(method, args)}: the target's choice is not allowed: {model_error}",
+                "choice",
             )
         if model_error is not None or target_error is not None:
             model_error = shared_error(
-                f"{method}{args}", (model_result, model_error), (target_result, target_error)
+                show_call(method, args),
+                (model_result, model_error),
+                (target_result, target_error),
             )
-            if self.target.num_free_blocks() != free_before:
+            changed = changes(reading, reread(self.target, reading), self._name)
+            if changed:
                 raise Divergence(
-                    f"{method} raised {model_error!r} but changed the target", "atomicity"
+                    f"{show_call(method, args)} raised {type(model_error).__name__} but changed"
+                    " the target (a failed call must change nothing): " + "; ".join(changed),
+                    "atomicity",
                 )
             self.steps.append(Step(method, args, model_error))
             return model_error
-        self._compare(method, args, model_result, target_result, free_in_model)
+        self._compare(method, args, model_result, target_result, before)
         self.steps.append(Step(method, args, model_result))
         return model_result
+
+    def _read(self, method: str, args: tuple[Any, ...], before: PoolView) -> PoolReading:
+        """What the protocol shows of the target now: the free count, every block that stands
+        for one of the model's, and the lookup of every cached hash and of the one the call
+        would cache."""
+        hashes = set(before.cached)
+        size = self.model.config.block_size
+        would_cache = hash_of_call(
+            method, args, size, lambda b: before.blocks[b].tokens if b in before.blocks else None
+        )
+        if would_cache is not None:
+            hashes.add(would_cache)
+        return read_pool(self.target, self.ids.to_model, hashes)
+
+    def _name(self, block: BlockId) -> str:
+        """A target block as a report names it: its id, and the model's block it stands for."""
+        stands_for = self.ids.to_model.get(block)
+        return str(block) if stands_for is None else f"{block} (the model's {stands_for})"
 
     def _choice(self, target_block: Any) -> BlockId | None:
         stands_for = self.ids.to_model.get(target_block)
@@ -64,30 +91,68 @@ class IsomorphicPoolSession:
         return None
 
     def _compare(
-        self,
-        method: str,
-        args: tuple[Any, ...],
-        mine: Any,
-        theirs: Any,
-        free_before: frozenset[BlockId],
+        self, method: str, args: tuple[Any, ...], mine: Any, theirs: Any, before: PoolView
     ) -> None:
         """Free blocks keep their correspondence until taken again (a pending copy may still
         name one as its source); taking one rebinds it, any other block must match."""
-        if method in ALLOCATING and mine in free_before:
+        if method in ALLOCATING and mine in before.free:
             self.ids.rebind(mine, theirs)
         elif method in ALLOCATING:
-            self.ids.bind(mine, theirs)
+            try:
+                self.ids.bind(mine, theirs)
+            except Conflict as conflict:
+                raise Divergence(
+                    self._wrong_block(method, args, mine, theirs, before, conflict), "result"
+                ) from None
         expected = self._translate_result(method, mine)
         if expected != theirs:
+            ids = "" if expected == mine else f" (in target ids {show_value(expected)})"
             raise Divergence(
-                f"{method}{args}: the model returned {mine!r} (target ids {expected!r}),"
-                f" the target {theirs!r}"
+                f"{show_call(method, args)}: the model returned {show_value(mine)}{ids},"
+                f" the target {show_value(theirs)}"
             )
         mine_free, their_free = self.model.num_free_blocks(), self.target.num_free_blocks()
         if mine_free != their_free:
             raise Divergence(
                 f"the model has {mine_free} free blocks, the target {their_free}", "count"
             )
+
+    def _wrong_block(
+        self,
+        method: str,
+        args: tuple[Any, ...],
+        mine: BlockId,
+        theirs: BlockId,
+        before: PoolView,
+        conflict: Conflict,
+    ) -> str:
+        """Why the block the target answered cannot be the one the model answered, in words:
+        what the model's answer is, and what the target's block already stands for."""
+        if mine in before.cached.values():
+            what = f"the block already cached for this content (the model's {mine}"
+        elif method in ("append_tokens", "cow_if_not_appendable") and args[0] == mine:
+            what = f"the block the caller passed, kept since it needed no copy (the model's {mine}"
+        else:
+            what = f"the model's block {mine} (which it already held"
+        counterpart = conflict.target_has
+        what += "" if counterpart is None else f", the target's {counterpart}"
+        stands = conflict.model_has
+        theirs_is = (
+            "a block the model has no counterpart for"
+            if stands is None
+            else f"the model's block {stands}, holding {self._contents(stands)}"
+        )
+        return (
+            f"{show_call(method, args)}: the target answered its block {theirs}, which stands"
+            f" for {theirs_is}; the answer must be {what})"
+        )
+
+    def _contents(self, block: BlockId) -> str:
+        view = self.model.view().blocks.get(block)
+        if view is None:
+            return "nothing known"
+        cached = "cached, " if view.content_hash is not None else ""
+        return f"{cached}tokens {list(view.tokens)}"
 
     def _target_id(self, block: Any) -> Any:
         """A bound id maps; a free one maps to a block the target does not use either."""
