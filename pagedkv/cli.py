@@ -61,6 +61,8 @@ from model_tests.oracle.check import (
 )
 from model_tests.oracle.codec import Level
 from model_tests.oracle.exec_target import close_target
+from model_tests.oracle.known import KnownError
+from model_tests.oracle.known import load as load_known
 from model_tests.oracle.record import CorpusError, check_out, record_level
 from model_tests.oracle.soak import CHECKPOINT, soak
 from model_tests.oracle.trace import Trace
@@ -92,6 +94,7 @@ ONE_LINE_ERRORS: tuple[type[Exception], ...] = (
     timeout.SettingError,
     CorpusError,
     profiles.ProfileError,
+    KnownError,
 )
 """Bad input of every kind: the message is the whole report."""
 
@@ -131,6 +134,8 @@ class Output:
         self.console.print(
             Panel(Text(report.verdict), style="green" if report.ok else "red", expand=False)
         )
+        for line in report.known:
+            self.console.print(Text(line, style="magenta"))
         if report.config:
             self.console.print(Text.assemble(("config ", "dim"), report.config))
         if report.steps:
@@ -243,6 +248,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     trace.check_writable(args.trace_out)
+    known = None if args.known is None else load_known(args.known, level)
     factory = targets.check(args.target, level, args.timeout)
 
     with out.status(f"checking {args.target} against the reference ...") as update:
@@ -260,6 +266,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
             progress=progress,
             profile=profile,
             timeout=args.timeout,
+            known=known,
         )
     hint = None
     if result.trace_path is not None:
@@ -549,6 +556,12 @@ def parser() -> argparse.ArgumentParser:
         "--trace-out",
         default=DEFAULT_TRACE,
         help=f"where a divergence's trace goes ({DEFAULT_TRACE})",
+    )
+    check.add_argument(
+        "--known",
+        default=None,
+        metavar="FILE",
+        help="known differences to count and step past (TOML; specs/oracle.md §9)",
     )
     _timeout_option(check)
 

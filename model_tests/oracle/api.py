@@ -13,6 +13,8 @@ from pathlib import Path
 from model_tests.oracle import targets, trace
 from model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
 from model_tests.oracle.codec import Level
+from model_tests.oracle.known import KnownDifferences
+from model_tests.oracle.known import load as load_known
 from model_tests.oracle.record import Corpus, record_level
 from model_tests.oracle.targets import Factory
 from model_tests.oracle.trace import Trace, Verdict
@@ -33,14 +35,19 @@ def check(
     timeout: float | None = None,
     profile: str = "pagedkv",
     policy: Mapping[str, str] | None = None,
+    known: KnownDifferences | str | Path | None = None,
 ) -> CheckResult:
     """Drive ``target`` and the reference (under ``profile``, with ``policy``'s options
     overriding it; ``specs/policy.md``) or the safety tier alone (``profile="safety"``) with
     about ``steps`` calls; ``result.passed``, or the
     shrunk failing run (written to ``trace_out`` when given). Each call into the target may take
     ``timeout`` seconds (None: ``$PAGEDKV_TIMEOUT`` or 30; ``math.inf``: forever). A target that
-    cannot be loaded or built raises ``targets.TargetError``."""
+    cannot be loaded or built raises ``targets.TargetError``. ``known`` differences (a file's
+    path, or a ``KnownDifferences``; ``specs/oracle.md`` §9) are counted and stepped past; a bad
+    file raises ``known.KnownError``."""
     chosen = named_profile(profile, dict(policy or {}))
+    if known is not None and not isinstance(known, KnownDifferences):
+        known = load_known(known, level)
     factory = _factory(target, level, timeout)
     return run_check(
         factory,
@@ -50,6 +57,7 @@ def check(
         trace_out=trace_out,
         timeout=timeout,
         profile=chosen,
+        known=known,
     )
 
 

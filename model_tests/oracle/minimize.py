@@ -72,13 +72,22 @@ class Minimized:
 
 
 def minimize(
-    failing: Trace, factory: Callable[[Any], Any], *, budget: int = MAX_REPLAYS
+    failing: Trace,
+    factory: Callable[[Any], Any],
+    *,
+    budget: int = MAX_REPLAYS,
+    same: Callable[[Trace, Verdict], bool] | None = None,
 ) -> Minimized | None:
     """``failing`` with every step deleted that it can fail without, the same way; None if the
-    trace does not fail at its last step when replayed (then there is nothing to keep)."""
+    trace does not fail at its last step when replayed (then there is nothing to keep). ``same``
+    narrows what counts as the same way (a check stepping past known differences keeps a
+    candidate only if its failure is not one of them, or, for a known class's example, still
+    is that one)."""
     original = trace.replay_target(failing, factory)
     count = len(failing.ops)
     if original.status != "divergence" or count == 0 or original.step != count:
+        return None
+    if same is not None and not same(failing, original):
         return None
     calls: list[Call] = [(op.op, op.args) for op in failing.ops]
     head, last = calls[:-1], calls[-1]
@@ -97,14 +106,15 @@ def minimize(
         except (trace.TraceError, CodecError):
             return False
         verdict = trace.replay_target(candidate, factory)
-        same = (
+        alike = (
             verdict.status == "divergence"
             and verdict.step == len(candidate.ops)
             and verdict.kind == original.kind
+            and (same is None or same(candidate, verdict))
         )
-        if same:
+        if alike:
             verdicts[len(kept)] = (candidate, verdict)
-        return same
+        return alike
 
     kept = ddmin(head, fails)
     if len(kept) == len(head):

@@ -4,7 +4,7 @@ safety tier, and print one table.
     python -m model_tests.peers.run fetch
     python -m model_tests.peers.run check [--peer NAME ...] [--steps N] [--seed S]
                                           [--switch NAME ...] [--policy NAME=VALUE ...]
-                                          [--traces DIR]
+                                          [--traces DIR] [--known [FILE]]
 
 ``check`` runs ``pagedkv check``'s search (``run_check``) on each peer at its level: under
 its profile (``vllm-v0``, ``vllm-v1``, ``nano-vllm``; ``specs/policy.md``), where the reference
@@ -20,6 +20,12 @@ the finding. Each trace is written to ``DIR/<peer>.<tier>.jsonl`` (default ``.pe
 defect, ``specs/peers.md``), ``--policy`` overrides an option of every peer's profile. Exit code
 0 when every peer ran (whatever its verdict), 2 when a peer's files are not fetched or an argument
 is wrong.
+
+``--known`` steps past each peer's known defects instead (``pagedkv check --known``,
+``specs/oracle.md`` §9): every check runs once, as the engine is, with the peer's file in
+``known/`` (``known/<peer>.toml``; ``--known FILE`` takes one file for every peer chosen), and
+the table counts the runs that ended on each defect before giving the next unknown divergence.
+Without it the defects show, as ``make peers`` shows them.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from typing import Any
 
 from model_tests.oracle.check import CheckResult, run_check
 from model_tests.oracle.codec import Level
+from model_tests.oracle.known import KnownDifferences, KnownError
+from model_tests.oracle.known import load as load_known
 from model_tests.peers import sources
 from model_tests.peers.nano_vllm_manager import NanoVllmManager
 from model_tests.peers.nano_vllm_manager import Switches as NanoSwitches
@@ -42,6 +50,9 @@ from model_tests.peers.vllm_v0_manager import VllmV0Manager
 from model_tests.peers.vllm_v1_pool import Switches as V1PoolSwitches
 from model_tests.peers.vllm_v1_pool import VllmV1Pool
 from specs.policy import SAFETY, Profile, profile
+
+KNOWN = Path(__file__).resolve().parent / "known"
+"""Each peer's known differences, ``<peer>.toml``: its defects of ``specs/peers.md``."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,10 @@ class Peer:
     def profiles(self, overrides: dict[str, str]) -> list[Profile]:
         """Its engine's profile, then the safety tier drawing what the engine offers."""
         return [profile(self.profile, overrides), profile(f"{SAFETY}:{self.profile}", overrides)]
+
+    @property
+    def known_file(self) -> Path:
+        return KNOWN / f"{self.name}.toml"
 
 
 PEERS = (
@@ -134,6 +149,12 @@ class Row:
         trace = self.result.trace
         return "-" if trace is None or self.result.passed else str(len(trace.ops))
 
+    @property
+    def stepped_past(self) -> str:
+        """``D4x9 D1x3``: the runs that ended on each known difference."""
+        runs = sorted(self.result.stepped.runs.items(), key=lambda item: (-item[1], item[0]))
+        return " ".join(f"{name}x{count}" for name, count in runs) or "-"
+
 
 def check_peer(
     peer: Peer,
@@ -142,9 +163,13 @@ def check_peer(
     switched: Sequence[str],
     overrides: dict[str, str],
     traces: Path | None,
+    known: KnownDifferences | None = None,
 ) -> list[Row]:
+    """The peer's checks: each round of switches under each tier; with ``known``, one round as
+    the engine is, stepping past its known differences."""
     rows = []
-    for switches in peer.rounds(switched):
+    rounds = [tuple(switched)] if known is not None else peer.rounds(switched)
+    for switches in rounds:
         for chosen in peer.profiles(overrides):
             tier = "safety" if chosen.safety else "profile"
             name = ".".join([peer.name, tier, *(["switched"] if switches else [])])
@@ -158,13 +183,23 @@ def check_peer(
                 seed=seed,
                 trace_out=trace_out,
                 profile=chosen,
+                known=known,
             )
             rows.append(Row(peer, switches, result))
     return rows
 
 
 def table(rows: Sequence[Row]) -> str:
-    head = ("peer", "past defects", "checked under", "verdict", "found after", "shrunk", "finding")
+    head = (
+        "peer",
+        "past defects",
+        "checked under",
+        "stepped past",
+        "verdict",
+        "found after",
+        "shrunk",
+        "finding",
+    )
     lines = [head]
     for row in rows:
         lines.append(
@@ -172,6 +207,7 @@ def table(rows: Sequence[Row]) -> str:
                 row.peer.name,
                 row.peer.label(row.switched),
                 row.result.profile.describe(),
+                row.stepped_past,
                 row.verdict,
                 row.found_after,
                 row.shrunk_steps,
@@ -207,6 +243,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("--switch", action="append", default=[], help="an adapter switch")
     check.add_argument("--policy", action="append", default=[], help="NAME=VALUE, every profile")
     check.add_argument("--traces", type=Path, default=sources.cache_root() / "traces")
+    check.add_argument(
+        "--known",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILE",
+        help="step past known defects: each peer's known/<peer>.toml, or FILE for every peer",
+    )
     args = parser.parse_args(argv)
     if args.command == "fetch":
         try:
@@ -238,9 +282,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"peers: error: {missing[0]} is not fetched: run make peers-fetch", file=sys.stderr)
         return 2
+    try:
+        stepping = {peer.name: _known(peer, args.known) for peer in chosen}
+    except KnownError as error:
+        print(f"peers: error: {error}", file=sys.stderr)
+        return 2
     rows: list[Row] = []
     for peer in chosen:
-        found = check_peer(peer, args.steps, args.seed, args.switch, overrides, args.traces)
+        found = check_peer(
+            peer, args.steps, args.seed, args.switch, overrides, args.traces, stepping[peer.name]
+        )
         for row in found:
             what = f"{row.peer.name} ({row.peer.label(row.switched)}, {row.result.profile.name})"
             print(f"peers: {what}: {row.verdict}", file=sys.stderr, flush=True)
@@ -249,7 +300,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for row in rows:
         if row.result.trace_path is not None:
             print(f"{row.peer.name} ({row.tier}): trace {row.result.trace_path}")
+        for name, path in sorted(row.result.known_traces.items()):
+            print(f"{row.peer.name} ({row.tier}): {name} example {path}")
     return 0
+
+
+def _known(peer: Peer, chosen: str | None) -> KnownDifferences | None:
+    """The known differences a check of ``peer`` steps past: none (``chosen`` None), its own
+    file (``""``), or the file named."""
+    if chosen is None:
+        return None
+    return load_known(chosen or peer.known_file, peer.level)
 
 
 if __name__ == "__main__":

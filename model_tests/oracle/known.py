@@ -1,0 +1,294 @@
+"""Known differences: classes of divergence a check records and steps past (``pagedkv check
+--known FILE``; ``specs/oracle.md`` §9).
+
+Once an engine author understands a divergence (an upstream defect, say), the next one is what
+they want to see. A run that ends on a known difference cannot go on in lockstep: the target's
+state now differs from the reference's, and nothing defines what either should do next. So the
+run ends there, is counted under its class (its shortest example kept as a trace), and is no
+failure; the search goes on with new runs. A divergence matches a class only when its call, its
+kind and, where the class says, its message and the run's configuration all match; a call that
+broke several rules at once matches only if each of its findings does, so a known difference
+never hides an unknown one.
+
+The file is TOML::
+
+    level = "manager"                        # optional: the level the file is for
+
+    [[difference]]
+    name = "D4"                              # how the report counts it; entries may share one
+    about = "no extra key in the hash"       # optional, for the reader
+    operation = "allocate"                   # the failing call: a name, or a list of names
+    kind = ["error", "aliasing"]             # what it is about (below): a name or a list
+    message = "under different extra keys"   # optional: a regular expression (re.search)
+    config = { enable_caching = true }       # optional: the run's configuration
+
+Kinds are those of ``Divergence`` (``model_tests/lockstep/calls.py``): ``result``, ``error``,
+``untyped``, ``atomicity``, ``table``, ``choice``, ``count``, ``promise``, and the safety
+tier's ``aliasing``, ``accounting``, ``placement``, ``pairs``, ``kv``; besides them
+``configuration`` (the target and the reference disagree about a configuration: operation
+``create``) and ``check`` (another check of the machine's, e.g. a copy-on-write mapping sending
+two sources into one block). A ``config`` value is a value, a list of values (any of them), or,
+for ``sliding_window``, ``"set"`` / ``"unset"``. A hang is never a known difference (the target
+cannot be called again), nor is a failure of pagedkv itself.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from model_tests.lockstep.calls import KINDS, Divergence
+from model_tests.lockstep.capture import RunRecord
+from model_tests.oracle import codec
+from model_tests.oracle.codec import Level
+
+OTHER_KINDS = ("configuration", "check")
+ALL_KINDS = (*KINDS, *OTHER_KINDS)
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+ENTRY_KEYS = ("name", "about", "operation", "kind", "message", "config")
+MAX_FILE_BYTES = 1 << 20
+_PROMISE = re.compile(r"said (OK|yes|NEVER)|NEVER swap")
+
+
+class KnownError(ValueError):
+    """A known-differences file that cannot be used, in one line."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a failed run ended on, in the terms a class matches."""
+
+    operation: str
+    parts: tuple[tuple[str, str], ...]
+    """(kind, message) for each rule the call broke."""
+    config: Any
+
+
+@dataclass(frozen=True)
+class Difference:
+    name: str
+    about: str
+    operations: frozenset[str]
+    kinds: frozenset[str]
+    message: re.Pattern[str] | None
+    config: tuple[tuple[str, tuple[object, ...]], ...]
+    """(field, the values it may have); ``"set"`` / ``"unset"`` for an optional field."""
+
+    def matches(self, operation: str, kind: str, message: str, config: Any) -> bool:
+        if operation not in self.operations or kind not in self.kinds:
+            return False
+        if self.message is not None and not self.message.search(message):
+            return False
+        return all(_holds(getattr(config, name, None), allowed) for name, allowed in self.config)
+
+
+def _holds(value: object, allowed: tuple[object, ...]) -> bool:
+    return any(_is(value, one) for one in allowed)
+
+
+def _is(value: object, wanted: object) -> bool:
+    """``value`` is ``wanted``: equal and of one type (``True`` is not ``1``), an int equal to a
+    float, or, for an optional field, ``"set"`` / ``"unset"``."""
+    if wanted == "set":
+        return value is not None
+    if wanted == "unset":
+        return value is None
+    if isinstance(value, bool) or isinstance(wanted, bool):
+        return type(value) is type(wanted) and value == wanted
+    return value == wanted and isinstance(value, int | float | str)
+
+
+@dataclass(frozen=True)
+class KnownDifferences:
+    level: Level | None
+    differences: tuple[Difference, ...]
+    source: str = ""
+
+    def about(self, name: str) -> str:
+        return next((d.about for d in self.differences if d.name == name and d.about), "")
+
+    def classify(self, finding: Finding) -> str | None:
+        """The class ``finding`` belongs to (its first finding's), or None if any of its
+        findings matches no class."""
+        names = []
+        for kind, message in finding.parts:
+            found = next(
+                (
+                    d.name
+                    for d in self.differences
+                    if d.matches(finding.operation, kind, message, finding.config)
+                ),
+                None,
+            )
+            if found is None:
+                return None
+            names.append(found)
+        return names[0] if names else None
+
+
+def finding_of(failure: BaseException, record: RunRecord) -> Finding | None:
+    """The run's failure as a class would match it; None for what is never known (a hang, an
+    error of pagedkv's own)."""
+    if record.checking_config is not None:
+        return Finding("create", (("configuration", str(failure)),), record.checking_config)
+    operation = record.calls[-1][0] if record.calls else "create"
+    if isinstance(failure, Divergence):
+        return Finding(operation, failure.parts, record.config)
+    if type(failure) is AssertionError:  # a check of the machine's own
+        message = " ".join(str(failure).split())
+        kind = "promise" if _PROMISE.search(message) else "check"
+        return Finding(operation, ((kind, message),), record.config)
+    return None
+
+
+# --- reading a file ---------------------------------------------------------------------------
+
+
+def load(path: str | Path, level: Level) -> KnownDifferences:
+    """Read and validate a known-differences file for a check at ``level``; ``KnownError``
+    names the first problem."""
+    where = str(path)
+    try:
+        with Path(path).open("rb") as file:  # at most the limit: /dev/zero is refused, not read
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as error:
+        raise KnownError(f"{where}: cannot read it ({error.strerror or error})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise KnownError(f"{where}: larger than {MAX_FILE_BYTES} bytes")
+    try:
+        parsed = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise KnownError(
+            f"{where}: not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None
+    except tomllib.TOMLDecodeError as error:
+        raise KnownError(f"{where}: not TOML: {error}") from None
+    return parse(parsed, level, where)
+
+
+def parse(
+    data: Mapping[str, Any], level: Level, where: str = "known differences"
+) -> KnownDifferences:
+    extra = sorted(set(data) - {"level", "difference"})
+    if extra:
+        raise KnownError(f"{where}: unknown key {extra[0]!r} (known: level, difference)")
+    declared = data.get("level")
+    if declared is not None and declared not in ("manager", "pool"):
+        raise KnownError(f"{where}: level is 'manager' or 'pool', got {declared!r}")
+    if declared is not None and declared != level:
+        raise KnownError(f"{where}: the file is for the {declared} level, the check is at {level}")
+    entries = data.get("difference")
+    if entries is None or entries == []:
+        raise KnownError(f"{where}: no [[difference]] entries")
+    if not isinstance(entries, list):
+        raise KnownError(f"{where}: difference must be an array of tables ([[difference]])")
+    differences = tuple(
+        _difference(entry, level, f"{where}: difference {number}")
+        for number, entry in enumerate(entries, 1)
+    )
+    return KnownDifferences(declared, differences, where)
+
+
+def _difference(entry: object, level: Level, where: str) -> Difference:
+    if not isinstance(entry, dict):
+        raise KnownError(f"{where}: expected a table")
+    name = entry.get("name")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise KnownError(
+            f"{where}: name must be 1-64 letters, digits, '_', '.' or '-', got {name!r}"
+        )
+    where = f"{where} ({name})"
+    extra = sorted(set(entry) - set(ENTRY_KEYS))
+    if extra:
+        raise KnownError(f"{where}: unknown key {extra[0]!r} (known: {', '.join(ENTRY_KEYS)})")
+    about = entry.get("about", "")
+    if not isinstance(about, str):
+        raise KnownError(f"{where}: about must be a string")
+    operations = _names(entry, "operation", (*codec.OPS[level], "create"), where)
+    kinds = _names(entry, "kind", ALL_KINDS, where)
+    message = entry.get("message")
+    pattern = None
+    if message is not None:
+        if not isinstance(message, str) or not message:
+            raise KnownError(f"{where}: message must be a non-empty regular expression")
+        try:
+            pattern = re.compile(message)
+        except re.error as error:
+            raise KnownError(f"{where}: message is not a regular expression: {error}") from None
+    return Difference(
+        name, about, operations, kinds, pattern, _config(entry.get("config", {}), level, where)
+    )
+
+
+def _names(entry: dict[str, Any], key: str, allowed: tuple[str, ...], where: str) -> frozenset[str]:
+    value = entry.get(key)
+    if value is None:
+        raise KnownError(f"{where}: {key} is missing")
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise KnownError(f"{where}: {key} is an empty list")
+    for one in values:
+        if one not in allowed:
+            raise KnownError(f"{where}: unknown {key} {one!r} (known: {', '.join(allowed)})")
+    return frozenset(values)
+
+
+def _config(value: object, level: Level, where: str) -> tuple[tuple[str, tuple[object, ...]], ...]:
+    if not isinstance(value, dict):
+        raise KnownError(f"{where}: config must be a table")
+    types = {f.name: f.type for f in fields(codec.CONFIG_TYPES[level])}
+    out = []
+    for name, wanted in value.items():
+        if name not in types:
+            raise KnownError(f"{where}: config has no field {name!r} (fields: {', '.join(types)})")
+        allowed = tuple(wanted) if isinstance(wanted, list) else (wanted,)
+        if not allowed:
+            raise KnownError(f"{where}: config.{name} is an empty list")
+        for one in allowed:
+            _check_value(name, str(types[name]), one, where)
+        out.append((name, allowed))
+    return tuple(out)
+
+
+def _check_value(name: str, annotation: str, value: object, where: str) -> None:
+    optional = "None" in annotation
+    if optional and value in ("set", "unset"):
+        return
+    if "bool" in annotation:
+        ok = isinstance(value, bool)
+    elif "float" in annotation:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    if not ok:
+        also = ', or "set" / "unset"' if optional else ""
+        raise KnownError(
+            f"{where}: config.{name} cannot be {value!r} (expected {annotation}{also})"
+        )
+
+
+# --- what a check stepped past ----------------------------------------------------------------
+
+
+@dataclass
+class Stepped:
+    """The runs that ended on each known class, with the shortest example of each."""
+
+    runs: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, RunRecord] = field(default_factory=dict)
+    messages: dict[str, str] = field(default_factory=dict)
+
+    def add(self, name: str, record: RunRecord, message: str) -> None:
+        self.runs[name] = self.runs.get(name, 0) + 1
+        kept = self.examples.get(name)
+        if kept is None or len(record.calls) < len(kept.calls):
+            self.examples[name] = record
+            self.messages[name] = message
+
+    @property
+    def total(self) -> int:
+        return sum(self.runs.values())
