@@ -1,8 +1,9 @@
 """Deliberately broken variants of ``IndependentManager``: fixtures the oracle must reject.
 
-Each class has exactly one bug, named by the class and stated in its docstring. None of the
-bugs is an allowed choice of the spec, so a sound isomorphic comparison against the reference
-must report a divergence for each (given a scenario that reaches the bug).
+Each class has exactly one bug, named by the class and stated in its docstring, except the last,
+which has two (for stepping past a known difference to the next one). None of the bugs is an
+allowed choice of the spec, so a sound isomorphic comparison against the reference must report a
+divergence for each (given a scenario that reaches the bug).
 """
 
 from __future__ import annotations
@@ -198,3 +199,8 @@ BROKEN: tuple[type[IndependentManager], ...] = (
     BrokenCanSwapInForgetsLookahead,
 )
 """Every broken variant, for tests that expect the oracle to reject each."""
+
+
+class BrokenLeaksAndIgnoresExtraKey(BrokenHashIgnoresExtraKey, BrokenFreeLeaksLastBlock):
+    """Both bugs at once: one of them declared a known difference (``pagedkv check --known``,
+    ``specs/oracle.md`` §9), a check must step past it and find the other."""

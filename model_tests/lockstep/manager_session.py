@@ -19,7 +19,7 @@ from model_tests.lockstep.calls import Divergence, call_both, comparable, run_ca
 from model_tests.lockstep.ledger import Ledger
 from model_tests.lockstep.observation import Observation, differences, observe
 from model_tests.lockstep.places import Place, Slot, misplaced
-from model_tests.lockstep.show import show_call, show_value
+from model_tests.lockstep.show import free_count_differs, show_call, show_value
 from model_tests.lockstep.step import Step
 from reference.allocation import Picker, allowed_choices
 from reference.manager_adapter import ReferenceBlockSpaceManager
@@ -123,7 +123,7 @@ class IsomorphicManagerSession:
                 prefer[device] |= wanted[device]
         self._align(before, slots, previous, released, bind=True)
         self._compare_result(method, args, before, model_result, target_result)
-        self._compare_counts(after, observed)
+        self._compare_counts(method, args, after, observed)
         self._forget_freed(after)
         self.seen = observed
         self.ledger.record(method, args)
@@ -330,14 +330,16 @@ class IsomorphicManagerSession:
             return theirs  # type: ignore[no-any-return]
         return ids.target_of(block)
 
-    def _compare_counts(self, after: ManagerView, observed: Observation) -> None:
+    def _compare_counts(
+        self, method: str, args: tuple[Any, ...], after: ManagerView, observed: Observation
+    ) -> None:
         for device in Device:
             pool = after.pool(device)
             mine = len(pool.free) + len(pool.evictable)
             if observed.free[device] != mine:
+                what = f"free {device.value} blocks"
                 raise Divergence(
-                    f"the model has {mine} free {device.value} blocks, the target"
-                    f" {observed.free[device]}",
+                    free_count_differs(show_call(method, args), what, mine, observed.free[device]),
                     "count",
                 )
 

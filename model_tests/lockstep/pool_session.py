@@ -16,7 +16,7 @@ from typing import Any
 from model_tests.lockstep.bijection import Bijection, Conflict
 from model_tests.lockstep.calls import Divergence, run_call, shared_error
 from model_tests.lockstep.pool_reading import PoolReading, changes, hash_of_call, read_pool, reread
-from model_tests.lockstep.show import show_call, show_value
+from model_tests.lockstep.show import free_count_differs, show_call, show_value
 from model_tests.lockstep.step import Step
 from reference.pool_adapter import ReferenceBlockPool
 from specs.errors import InvalidArgumentError
@@ -114,7 +114,8 @@ class IsomorphicPoolSession:
         mine_free, their_free = self.model.num_free_blocks(), self.target.num_free_blocks()
         if mine_free != their_free:
             raise Divergence(
-                f"the model has {mine_free} free blocks, the target {their_free}", "count"
+                free_count_differs(show_call(method, args), "free blocks", mine_free, their_free),
+                "count",
             )
 
     def _wrong_block(
@@ -137,22 +138,25 @@ class IsomorphicPoolSession:
         counterpart = conflict.target_has
         what += "" if counterpart is None else f", the target's {counterpart}"
         stands = conflict.model_has
-        theirs_is = (
-            "a block the model has no counterpart for"
-            if stands is None
-            else f"the model's block {stands}, holding {self._contents(stands)}"
-        )
+        if stands is None:
+            theirs_is = "which stands for no block of the model's"
+        elif method in ("append_tokens", "cow_if_not_appendable") and args[0] == stands:
+            theirs_is = f"the block the caller passed (the model's {stands}), kept"
+        else:
+            theirs_is = (
+                f"which stands for the model's block {stands} (before the call:"
+                f" {_contents(before, stands)})"
+            )
+        why = ""
+        if mine in before.cached.values():
+            why = (
+                ": content already cached is not held twice (a hit, or a dedup when a block"
+                " fills; specs/block_pool.md §5, the profile's promotion option)"
+            )
         return (
-            f"{show_call(method, args)}: the target answered its block {theirs}, which stands"
-            f" for {theirs_is}; the answer must be {what})"
+            f"{show_call(method, args)}: the target answered its block {theirs}, {theirs_is};"
+            f" the answer must be {what}){why}"
         )
-
-    def _contents(self, block: BlockId) -> str:
-        view = self.model.view().blocks.get(block)
-        if view is None:
-            return "nothing known"
-        cached = "cached, " if view.content_hash is not None else ""
-        return f"{cached}tokens {list(view.tokens)}"
 
     def _target_id(self, block: Any) -> Any:
         """A bound id maps; a free one maps to a block the target does not use either."""
@@ -193,3 +197,15 @@ class IsomorphicPoolSession:
 
     def problems(self) -> list[str]:
         return []
+
+
+def _contents(view: PoolView, block: BlockId) -> str:
+    """What a block holds, in a few words."""
+    found = view.blocks.get(block)
+    if found is None:
+        return "not a block of the pool"
+    if found.ref_count == 0 and found.content_hash is None:
+        return "free"
+    cached = ", cached" if found.content_hash is not None else ""
+    held = f"{found.ref_count} holder{'' if found.ref_count == 1 else 's'}"
+    return f"tokens {list(found.tokens)}, {held}{cached}"

@@ -79,3 +79,22 @@ def _short_path(filename: str) -> str:
     path = os.path.abspath(filename)
     relative = os.path.relpath(path)
     return path if relative.startswith(os.pardir) else relative
+
+
+def free_count_differs(call: str, what: str, reference: int, target: int) -> str:
+    """The sentence for free counts that differ after ``call``: which side holds more, and
+    what that means (``what``: ``free blocks``, ``free gpu blocks`` ...)."""
+    if target < reference:
+        held = reference - target
+        why = (
+            f"the target holds {held} block{'' if held == 1 else 's'} more than the reference:"
+            " one the reference gave back (or never took) is still in use there (a leak, or an"
+            " extra block taken)"
+        )
+    else:
+        early = target - reference
+        why = (
+            f"the target counts {early} block{'' if early == 1 else 's'} free that the reference"
+            " still holds: given back too early, or never taken"
+        )
+    return f"after {call}, the target has {target} {what}, the reference {reference}: {why}"

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import math
 import random
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, reject, settings
-from hypothesis.errors import HypothesisException, StopTest, Unsatisfiable
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.errors import Unsatisfiable
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -34,8 +33,9 @@ from model_tests.oracle import codec, trace
 from model_tests.oracle.codec import Level
 from model_tests.oracle.exec_target import close_target
 from model_tests.oracle.guard import guard
-from model_tests.oracle.known import Finding, KnownDifferences, Stepped, finding_of
+from model_tests.oracle.known import KnownDifferences
 from model_tests.oracle.minimize import minimize
+from model_tests.oracle.stepping import Stepping
 from model_tests.oracle.trace import Trace, Verdict
 from specs.policy import Profile
 from specs.policy import profile as named_profile
@@ -93,11 +93,8 @@ class CheckResult:
     shrunk_from: int | None = None
     """Steps in Hypothesis's shrunk run, when deleting steps made it shorter."""
     notes: list[str] = field(default_factory=list)
-    known: KnownDifferences | None = None
-    stepped: Stepped = field(default_factory=Stepped)
-    """The runs that ended on a known difference, per class, and an example of each."""
-    known_traces: dict[str, Path] = field(default_factory=dict)
-    """Each class's example, minimized, as written next to the main trace."""
+    stepped: Stepping | None = None
+    """With known differences: the runs that ended on each, and an example of each."""
 
     @property
     def passed(self) -> bool:
@@ -132,14 +129,14 @@ def run_check(
     if trace_out is not None:
         trace.check_writable(trace_out)
     seed = random.randrange(2**32) if seed is None else seed
-    result = CheckResult(level, seed, profile, known=known)
+    result = CheckResult(level, seed, profile)
     factory = guard(factory, timeout)
     case = machine_case(factory, level, profile)
     if adapt_case is not None:
         case = adapt_case(case)
-    ending = _Ending()
-    if known is not None:
-        case = _stepping_past(case, ending)
+    stepping = result.stepped = None if known is None else Stepping(known)
+    if stepping is not None:
+        case = stepping.wrap(case)
     failing = False
 
     def on_run_end(record: RunRecord) -> None:
@@ -148,11 +145,8 @@ def run_check(
             return  # declined before it began
         result.runs += 1
         result.calls += len(record.calls)
-        ending.known = _known_class(known, ending.failure, record)
-        if ending.known is not None:
-            assert ending.failure is not None
-            if not failing:  # after the first unknown failure, runs are Hypothesis's shrinking
-                result.stepped.add(ending.known, record, failure_message(ending.failure))
+        # after the first unknown failure, runs are Hypothesis's shrinking: not counted
+        if stepping is not None and stepping.ended(record, count=not failing):
             if progress is not None:
                 progress(result.runs, result.calls, failing)
             return
@@ -191,11 +185,12 @@ def run_check(
             result.failure = failure
     if result.failure is None and result.runs == 0:
         result.failure = NothingCovered("the target declined every configuration the check drew")
-    elif result.failure is None and result.stepped.total == result.runs:
+    elif result.failure is None and stepping is not None and stepping.total == result.runs:
         result.failure = AllKnown(
             f"every one of the {result.runs} runs ended on a known difference"
         )
-    _write_known(result, factory, trace_out)
+    if stepping is not None and trace_out is not None and not result.hung:
+        result.notes += stepping.write_examples(factory, trace_out)
     if result.failure is None or isinstance(result.failure, NothingCovered):
         result.message = failure_message(result.failure) if result.failure else ""
         return result
@@ -209,81 +204,6 @@ def run_check(
     if result.trace is not None:
         _finish(result, factory, trace_out)
     return result
-
-
-@dataclass
-class _Ending:
-    """How the run now in its teardown ends: the failure on its way out, and its known class."""
-
-    failure: BaseException | None = None
-    known: str | None = None
-
-
-def _stepping_past(case: type[Any], ending: _Ending) -> type[Any]:
-    """``case`` whose runs end on a known difference without failing. Its teardown sees the
-    failure on its way out (Hypothesis calls it in a ``finally``); once the run's hook has
-    classified it as known, the teardown rejects the example: the run counts as neither a pass
-    nor a failure, and Hypothesis neither reports it nor shrinks towards it, so a shrunk failure
-    is always an unknown one. The first failure of a run ends it, so a known difference never
-    hides an unknown one found before it."""
-
-    def teardown(self: Any) -> None:
-        error = sys.exc_info()[1]
-        own = isinstance(error, HypothesisException | StopTest)  # its control flow, no failure
-        ending.failure = None if own or not isinstance(error, Exception) else error
-        ending.known = None
-        case.teardown(self)
-        if ending.known is not None:
-            reject()
-
-    return type(f"{case.__name__}_past_known", (case,), {"teardown": teardown})
-
-
-def _known_class(
-    known: KnownDifferences | None, failure: BaseException | None, record: RunRecord
-) -> str | None:
-    if known is None or failure is None or not record.failed:
-        return None
-    finding = finding_of(failure, record)
-    return None if finding is None else known.classify(finding)
-
-
-def _verdict_class(
-    known: KnownDifferences | None, candidate: Trace, verdict: Verdict
-) -> str | None:
-    """The known class of a replayed divergence at the trace's last step."""
-    if known is None or not candidate.ops or verdict.status != "divergence":
-        return None
-    parts = verdict.parts or ((verdict.kind, verdict.message),)
-    return known.classify(Finding(candidate.ops[-1].op, parts, candidate.config))
-
-
-def _still(known: KnownDifferences | None, name: str) -> Callable[[Trace, Verdict], bool]:
-    def same(candidate: Trace, verdict: Verdict) -> bool:
-        return _verdict_class(known, candidate, verdict) == name
-
-    return same
-
-
-def _write_known(result: CheckResult, factory: Any, trace_out: str | Path | None) -> None:
-    """Each known class's shortest example, minimized while it stays that class, written next to
-    the main trace (``x.jsonl`` -> ``x.known-NAME.jsonl``)."""
-    if trace_out is None or result.hung:
-        return
-    for name, record in sorted(result.stepped.examples.items()):
-        try:
-            example = trace.trace_of_run(record)
-        except (trace.TraceError, codec.CodecError):
-            continue
-        minimized = minimize(example, factory, same=_still(result.known, name))
-        if minimized is not None:
-            example = minimized.trace
-        path = Path(trace_out)
-        beside = path.with_name(f"{path.stem}.known-{name}{path.suffix or '.jsonl'}")
-        try:
-            result.known_traces[name] = trace.write(example, beside)
-        except trace.TraceError as error:
-            result.notes.append(f"note: the example of {name} was not written: {error}")
 
 
 def _effort(result: CheckResult) -> str:
@@ -320,9 +240,8 @@ def _finish(result: CheckResult, factory: Any, trace_out: str | Path | None) -> 
     assert result.trace is not None
     callable_again = not result.hung or getattr(factory, "retries_after_hang", False)
     if callable_again:
-        minimized = minimize(
-            result.trace, factory, same=lambda t, v: _verdict_class(result.known, t, v) is None
-        )
+        same = None if result.stepped is None else result.stepped.unknown
+        minimized = minimize(result.trace, factory, same=same)
         if minimized is not None and len(minimized.trace.ops) < minimized.before:
             result.shrunk_from = minimized.before
             result.trace = minimized.trace
@@ -427,31 +346,6 @@ class Report:
         return "\n".join(lines)
 
 
-def _stepped_past(result: CheckResult) -> str:
-    """``12 runs ended on known differences: D4 (9), D1 (3)``."""
-    counts = sorted(result.stepped.runs.items(), key=lambda item: (-item[1], item[0]))
-    total = result.stepped.total
-    classes = ", ".join(f"{name} ({runs})" for name, runs in counts)
-    return f"{total} run{'' if total == 1 else 's'} ended on known differences: {classes}"
-
-
-def _known_lines(result: CheckResult) -> list[str]:
-    """One line per known class stepped past: its runs, what it is, its example."""
-    if result.known is None:
-        return []
-    head = f"known differences ({result.known.source}):"
-    if not result.stepped.total:
-        return [f"{head} no run ended on one"]
-    lines = [f"{head} {_stepped_past(result)}"]
-    for name, runs in sorted(result.stepped.runs.items(), key=lambda item: (-item[1], item[0])):
-        about = result.known.about(name)
-        line = f"  {name}: {runs} run{'' if runs == 1 else 's'}" + (f"; {about}" if about else "")
-        example = result.known_traces.get(name)
-        lines.append(line + (f"; example: {example}" if example is not None else ""))
-        lines.append(f"    e.g. {result.stepped.messages[name]}")
-    return lines
-
-
 def show_config(config: Any) -> str:
     fields = ", ".join(f"{k}={v!r}" for k, v in codec.encode_config(config).items())
     return f"{type(config).__name__}({fields})"
@@ -466,14 +360,14 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
     where = f"{result.level} level, {mode}, profile {result.profile.describe()}, seed {result.seed}"
     title = f"pagedkv check {target} ({where})"
     declined = _declined_lines(result.declined)
-    known = _known_lines(result)
+    known = [] if result.stepped is None else result.stepped.lines()
     if result.passed:
         agrees = (
             "holds to the safety tier" if result.profile.safety else "agrees with the reference"
         )
         verdict = f"PASS: {result.runs} runs, {result.calls} calls; the target {agrees}"
-        if result.stepped.total:
-            verdict += f"; {_stepped_past(result)}"
+        if result.stepped is not None and result.stepped.total:
+            verdict += f"; {result.stepped.summary()}"
         if declined:
             verdict += f" (and {len(result.declined)} configurations it declines)"
         return Report(True, title, verdict, notes=declined, known=known)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -269,26 +269,3 @@ def _check_value(name: str, annotation: str, value: object, where: str) -> None:
         raise KnownError(
             f"{where}: config.{name} cannot be {value!r} (expected {annotation}{also})"
         )
-
-
-# --- what a check stepped past ----------------------------------------------------------------
-
-
-@dataclass
-class Stepped:
-    """The runs that ended on each known class, with the shortest example of each."""
-
-    runs: dict[str, int] = field(default_factory=dict)
-    examples: dict[str, RunRecord] = field(default_factory=dict)
-    messages: dict[str, str] = field(default_factory=dict)
-
-    def add(self, name: str, record: RunRecord, message: str) -> None:
-        self.runs[name] = self.runs.get(name, 0) + 1
-        kept = self.examples.get(name)
-        if kept is None or len(record.calls) < len(kept.calls):
-            self.examples[name] = record
-            self.messages[name] = message
-
-    @property
-    def total(self) -> int:
-        return sum(self.runs.values())

@@ -152,8 +152,8 @@ class Row:
     @property
     def stepped_past(self) -> str:
         """``D4x9 D1x3``: the runs that ended on each known difference."""
-        runs = sorted(self.result.stepped.runs.items(), key=lambda item: (-item[1], item[0]))
-        return " ".join(f"{name}x{count}" for name, count in runs) or "-"
+        stepped = self.result.stepped
+        return "-" if stepped is None else stepped.short()
 
 
 def check_peer(
@@ -300,7 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for row in rows:
         if row.result.trace_path is not None:
             print(f"{row.peer.name} ({row.tier}): trace {row.result.trace_path}")
-        for name, path in sorted(row.result.known_traces.items()):
+        traces = {} if row.result.stepped is None else row.result.stepped.traces
+        for name, path in sorted(traces.items()):
             print(f"{row.peer.name} ({row.tier}): {name} example {path}")
     return 0
 
