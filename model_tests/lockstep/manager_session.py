@@ -18,7 +18,7 @@ from model_tests.lockstep.bijection import Bijection
 from model_tests.lockstep.calls import Divergence, call_both, comparable, run_call, shared_error
 from model_tests.lockstep.ledger import Ledger
 from model_tests.lockstep.observation import Observation, differences, observe
-from model_tests.lockstep.places import Place, Slot, misplaced
+from model_tests.lockstep.places import Place, Slot, misplaced, not_a_hit
 from model_tests.lockstep.show import free_count_differs, show_call, show_value
 from model_tests.lockstep.step import Step
 from reference.allocation import Picker, allowed_choices
@@ -225,10 +225,12 @@ class IsomorphicManagerSession:
                 wanted[device].add(stands_for)
                 if not bind:
                     continue
+                hit = not_a_hit(before, self.model.view(), where, device, stands_for)
                 raise Divergence(
                     f"{where}: the target took its block {theirs} (the model's cached block"
                     f" {stands_for}) where the model has {mine}: the spec does not allow taking"
-                    f" that block there (free blocks first, then the oldest, tail first)",
+                    f" that block there (free blocks first, then the oldest, tail first)"
+                    + (f"; nor can it serve there as a cache hit: {hit}" if hit else ""),
                     "choice",
                 )
             if bind:

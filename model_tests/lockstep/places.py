@@ -142,6 +142,29 @@ def _why_apart(view: ManagerView, here: Place, there: Place) -> str:
     )
 
 
+def not_a_hit(
+    before: ManagerView, after: ManagerView, place: Place, device: Device, block: BlockId
+) -> str:
+    """Why the model's cached ``block`` (as it was before the call) cannot serve ``place`` (as it
+    is after) as a cache hit, in words; ``""`` when it could, or when that cannot be told."""
+    cached = before.pool(device).blocks.get(block)
+    if place.owner != "sequence" or cached is None or cached.prefix is None:
+        return ""
+    key, tokens = _contents(after, place)
+    start = place.index * after.config.block_size
+    here = tokens[start:]
+    if cached.prefix.extra_key != key:
+        return (
+            f"it was cached under another extra key ({show_value(cached.prefix.extra_key)},"
+            f" here {show_value(key)}): two requests that must never share data"
+        )
+    if cached.tokens != here:
+        return f"it holds other tokens ({_tokens(cached.tokens)}, here {_tokens(here)})"
+    if cached.prefix.num_tokens != start:
+        return f"it holds the block at token {cached.prefix.num_tokens}, here {start}"
+    return ""
+
+
 def _tokens(tokens: tuple[Token, ...]) -> str:
     if len(tokens) <= MAX_SHOWN_TOKENS:
         return str(list(tokens))

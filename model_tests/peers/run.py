@@ -307,9 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _known(peer: Peer, chosen: str | None) -> KnownDifferences | None:
-    """The known differences a check of ``peer`` steps past: none (``chosen`` None), its own
-    file (``""``), or the file named."""
-    if chosen is None:
+    """The known differences a check of ``peer`` steps past: none (``chosen`` None, or ``""``
+    for a peer without a file: nothing known), its own file (``""``), or the file named."""
+    if chosen is None or (chosen == "" and not peer.known_file.exists()):
         return None
     return load_known(chosen or peer.known_file, peer.level)
 
