@@ -18,7 +18,7 @@ from model_tests.lockstep.bijection import Bijection
 from model_tests.lockstep.calls import Divergence, call_both, comparable, run_call, shared_error
 from model_tests.lockstep.ledger import Ledger
 from model_tests.lockstep.observation import Observation, differences, observe
-from model_tests.lockstep.places import Place, Slot, misplaced, not_a_hit
+from model_tests.lockstep.places import Place, Slot, cannot_serve, misplaced, not_a_hit
 from model_tests.lockstep.show import free_count_differs, show_call, show_value
 from model_tests.lockstep.step import Step
 from reference.allocation import Picker, allowed_choices
@@ -28,7 +28,7 @@ from reference.pool_state import PoolState
 from specs.errors import OutOfBlocksError, PagedKVError
 from specs.manager_view import ManagerView
 from specs.operations import OPERATIONS
-from specs.types import BlockId, CopyPair, Device
+from specs.types import NO_EXTRA_KEY, BlockId, CopyPair, Device, ExtraKey
 
 
 class ManagerSession(Protocol):
@@ -153,7 +153,13 @@ class IsomorphicManagerSession:
             self.ended = True
             self.steps.append(Step(method, args, target[1]))
             return target[1]
-        model_error = shared_error(show_call(method, args), model, target)
+        try:
+            model_error = shared_error(show_call(method, args), model, target)
+        except Divergence as divergence:
+            reused = self._reused_across(method, args, model[1], target[1])
+            if not reused:
+                raise
+            raise Divergence(f"{divergence}; {reused}", divergence.kind) from None
         now = self.observe(self.model.view())
         if now != self.seen:
             if self.model.policy.atomic:
@@ -166,6 +172,41 @@ class IsomorphicManagerSession:
             self.ended = True  # the policy lets a call fail midway: what is left is undefined
         self.steps.append(Step(method, args, model_error))
         return model_error
+
+    def _reused_across(
+        self,
+        method: str,
+        args: tuple[Any, ...],
+        model_error: BaseException | None,
+        target_error: BaseException | None,
+    ) -> str:
+        """When the reference ran out of blocks for an ``allocate`` the target made: the cached
+        blocks of the reference's that the target's new tables reuse where they cannot serve as
+        a hit (what let it need fewer blocks), in words; ``""`` if none."""
+        if method != "allocate" or target_error is not None:
+            return ""
+        if not isinstance(model_error, OutOfBlocksError) or len(args) < 3:
+            return ""
+        seq_ids, prompt = args[1], args[2]
+        key = args[3] if len(args) > 3 and isinstance(args[3], ExtraKey) else NO_EXTRA_KEY
+        view, size = self.model.view(), self.model.view().config.block_size
+        try:
+            tables = observe(self.target, seq_ids, ()).tables
+        except Divergence:
+            return ""
+        for seq_id in seq_ids:
+            for index, block in enumerate(tables.get(seq_id, [])):
+                stands_for = self.maps[Device.GPU].to_model.get(block)
+                if stands_for is None:
+                    continue
+                here = prompt[index * size : (index + 1) * size]
+                why = cannot_serve(view.gpu.blocks.get(stands_for), key, here, index * size)
+                if why:
+                    return (
+                        f"the target gave sequence {seq_id} block {index} its block {block}, the"
+                        f" reference's cached block {stands_for}, but {why}"
+                    )
+        return ""
 
     # --- agreeing on ids -----------------------------------------------------------------------
 

@@ -9,11 +9,13 @@ positions, extra keys or tokens: a sharing that would alias two requests' data).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model_tests.lockstep.bijection import Bijection
 from model_tests.lockstep.show import show_value
 from specs.manager_view import ManagerView
+from specs.pool_view import BlockView
 from specs.types import BlockId, Device, ExtraKey, Token
 
 MAX_SHOWN_TOKENS = 12
@@ -147,19 +149,25 @@ def not_a_hit(
 ) -> str:
     """Why the model's cached ``block`` (as it was before the call) cannot serve ``place`` (as it
     is after) as a cache hit, in words; ``""`` when it could, or when that cannot be told."""
-    cached = before.pool(device).blocks.get(block)
-    if place.owner != "sequence" or cached is None or cached.prefix is None:
+    if place.owner != "sequence":
         return ""
     key, tokens = _contents(after, place)
     start = place.index * after.config.block_size
-    here = tokens[start:]
+    return cannot_serve(before.pool(device).blocks.get(block), key, tokens[start:], start)
+
+
+def cannot_serve(cached: BlockView | None, key: ExtraKey, here: Sequence[Token], start: int) -> str:
+    """Why a cached block cannot hold the block of ``here``'s tokens at token ``start`` under
+    ``key``, in words; ``""`` when it could, or when it is not a cached block."""
+    if cached is None or cached.prefix is None:
+        return ""
     if cached.prefix.extra_key != key:
         return (
             f"it was cached under another extra key ({show_value(cached.prefix.extra_key)},"
             f" here {show_value(key)}): two requests that must never share data"
         )
-    if cached.tokens != here:
-        return f"it holds other tokens ({_tokens(cached.tokens)}, here {_tokens(here)})"
+    if cached.tokens != tuple(here):
+        return f"it holds other tokens ({_tokens(cached.tokens)}, here {_tokens(tuple(here))})"
     if cached.prefix.num_tokens != start:
         return f"it holds the block at token {cached.prefix.num_tokens}, here {start}"
     return ""

@@ -440,9 +440,12 @@ class Verdict:
     def describe(self) -> str:
         if self.ok:
             return f"pass: {self.steps} steps replayed, the target agrees with the reference"
-        where = "creating the target" if self.step == 0 else f"step {self.step}: {self.call}"
         head = "stale trace" if self.status == "stale" else "divergence"
-        return f"{head} at {where}: {self.message}"
+        if self.step == 0:
+            return f"{head} at creating the target: {self.message}"
+        if self.message.startswith(f"{self.call}"):  # the message names the call itself
+            return f"{head} at step {self.step}: {self.message}"
+        return f"{head} at step {self.step}: {self.call}: {self.message}"
 
 
 def show_expect(level: Level, op: str, expect: JSON) -> str:

@@ -31,6 +31,23 @@ class CowDropsTheSourceFirst(OptimizedBlockPool):
         return copy
 
 
+class RecordsTheHashFirst(OptimizedBlockPool):
+    """An ``allocate_immutable`` that misses records its hash before it takes a block: when no
+    block is left, it raises with the hash already pointing at a block that holds other data.
+    Neither the free count nor any held block changes; the hash lookup does."""
+
+    atomic = True
+
+    def take_full(
+        self, prefix: PrefixParts, tokens: tuple[Token, ...], content_hash: BlockHash | None
+    ) -> BlockId:
+        full = self._num_used == self._num_blocks  # no free or evictable block: it will raise
+        if content_hash is not None and content_hash not in self._cached and full:
+            self._cached[content_hash] = self._first_id  # the bug: before the block is sure
+            self._take_block()  # raises OutOfBlocksError, the hash left behind
+        return super().take_full(prefix, tokens, content_hash)
+
+
 class KeepsItsBlockWhenFilled(OptimizedBlockPool):
     """A block that fills with content already cached in another block stays the caller's (no
     dedup onto the cached block): under the ``pagedkv`` profile, a different block answered."""
