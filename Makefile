@@ -78,10 +78,13 @@ clean:
 	rm -rf $(VENV) .hypothesis .mypy_cache .ruff_cache *.egg-info build dist
 
 # Real peers (model_tests/peers/, specs/peers.md): fetch their published wheels' block-manager
-# files into .peers/ (nothing of theirs is committed), then check each against the reference.
-# Not part of `make test`. PEERS_ARGS passes options, e.g. PEERS_ARGS="--steps 4000 --seed 3".
+# files into .peers/ (nothing of theirs is committed), then check each against the reference:
+# as the engine is and with its defects switched off, then as it is, stepping past its known
+# defects (model_tests/peers/known/). Not part of `make test`. PEERS_ARGS passes options, e.g.
+# PEERS_ARGS="--steps 4000 --seed 3".
 peers-fetch:
 	$(BIN)/python -m model_tests.peers.run fetch
 
 peers: peers-fetch
 	$(BIN)/python -m model_tests.peers.run check $(PEERS_ARGS)
+	$(BIN)/python -m model_tests.peers.run check --known $(PEERS_ARGS)

@@ -12,7 +12,7 @@ from typing import Any, Literal, Protocol, get_args
 
 from hypothesis import currently_in_test_context, event
 
-from model_tests.lockstep.show import show_error
+from model_tests.lockstep.show import show_error, show_value
 from specs.errors import PagedKVError
 
 
@@ -141,7 +141,7 @@ def run_call(
 
 
 def _describe(result: Any, error: BaseException | None) -> str:
-    return f"raised {show_error(error)}" if error is not None else f"returned {result!r}"
+    return f"raised {show_error(error)}" if error is not None else f"returned {show_value(result)}"
 
 
 def construction_outcome(factory: Any, config: object) -> str:

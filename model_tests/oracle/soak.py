@@ -31,6 +31,7 @@ from typing import Any
 from model_tests.lockstep.calls import Divergence, run_call, shared_error
 from model_tests.lockstep.capture import Call
 from model_tests.lockstep.manager_session import IsomorphicManagerSession
+from model_tests.lockstep.show import show_call, show_value
 from model_tests.machines.manager_machine import held_references, mapping_problems
 from model_tests.oracle import trace
 from model_tests.oracle.exec_target import close_target
@@ -92,10 +93,11 @@ class Lockstep:
         result, error = run_call(self.model, method, args, {})
         theirs, their_error = run_call(self.target, method, args, {})
         if error is not None or their_error is not None:
-            return shared_error(method, (result, error), (theirs, their_error))
+            return shared_error(show_call(method, args), (result, error), (theirs, their_error))
         if result != theirs:
             raise Divergence(
-                f"{method}{args}: the reference returned {result!r}, the target {theirs!r}"
+                f"{show_call(method, args)}: the reference returned {show_value(result)},"
+                f" the target {show_value(theirs)}"
             )
         return result
 

@@ -21,11 +21,12 @@ defect, ``specs/peers.md``), ``--policy`` overrides an option of every peer's pr
 0 when every peer ran (whatever its verdict), 2 when a peer's files are not fetched or an argument
 is wrong.
 
-``--known`` steps past each peer's known defects instead (``pagedkv check --known``,
-``specs/oracle.md`` §9): every check runs once, as the engine is, with the peer's file in
-``known/`` (``known/<peer>.toml``; ``--known FILE`` takes one file for every peer chosen), and
-the table counts the runs that ended on each defect before giving the next unknown divergence.
-Without it the defects show, as ``make peers`` shows them.
+``--known`` steps past each peer's known defects instead of switching them off (``pagedkv check
+--known``, ``specs/oracle.md`` §9): every check runs once, as the engine is, with the peer's
+file in ``known/`` (``known/<peer>.toml``, none for a peer without defects; ``--known FILE``
+takes one file for every peer chosen), and the table counts the runs that ended on each defect
+before giving the next unknown divergence (traces ``DIR/<peer>.<tier>.stepping.jsonl``, each
+defect's example ``DIR/<peer>.<tier>.stepping.known-<defect>.jsonl``). ``make peers`` runs both.
 """
 
 from __future__ import annotations
@@ -172,7 +173,8 @@ def check_peer(
     for switches in rounds:
         for chosen in peer.profiles(overrides):
             tier = "safety" if chosen.safety else "profile"
-            name = ".".join([peer.name, tier, *(["switched"] if switches else [])])
+            stepping = ["stepping"] if known is not None else []
+            name = ".".join([peer.name, tier, *(["switched"] if switches else []), *stepping])
             trace_out = None if traces is None else traces / f"{name}.jsonl"
             if trace_out is not None:
                 trace_out.parent.mkdir(parents=True, exist_ok=True)
