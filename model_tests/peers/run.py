@@ -192,16 +192,11 @@ def check_peer(
 
 
 def table(rows: Sequence[Row]) -> str:
-    head = (
-        "peer",
-        "past defects",
-        "checked under",
-        "stepped past",
-        "verdict",
-        "found after",
-        "shrunk",
-        "finding",
-    )
+    """One line per check; the column of known defects stepped past only when there were any
+    to step past (``--known``)."""
+    stepping = any(row.result.stepped is not None for row in rows)
+    head = ("peer", "past defects", "checked under", *(["stepped past"] if stepping else []))
+    head += ("verdict", "found after", "shrunk", "finding")
     lines = [head]
     for row in rows:
         lines.append(
@@ -209,7 +204,7 @@ def table(rows: Sequence[Row]) -> str:
                 row.peer.name,
                 row.peer.label(row.switched),
                 row.result.profile.describe(),
-                row.stepped_past,
+                *([row.stepped_past] if stepping else []),
                 row.verdict,
                 row.found_after,
                 row.shrunk_steps,

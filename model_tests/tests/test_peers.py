@@ -8,11 +8,13 @@ so an adapter that stopped being faithful, or a loader that stopped loading, fai
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from model_tests.oracle.check import run_check
+from model_tests.oracle.known import load as load_known
 from model_tests.peers import sources
 from model_tests.peers.nano_vllm_manager import NanoVllmManager
 from model_tests.peers.run import PEERS, Peer, main
@@ -159,6 +161,37 @@ def test_the_runner_refuses_a_bad_policy(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["check", "--policy", "atomic"]) == 2
     assert "--policy takes name=value" in capsys.readouterr().err
     assert [peer.profile for peer in PEERS] == ["vllm-v0", "vllm-v1", "nano-vllm"]
+
+
+@needs(sources.NANO_VLLM)
+def test_nano_vllm_steps_past_its_known_defect(tmp_path: Path) -> None:
+    """With its known-differences file, nano-vllm's search counts the runs that end on D6 and
+    goes on past them; every other run passes (specs/peers.md: nothing else was found)."""
+    peer = next(p for p in PEERS if p.name == "nano-vllm-manager")
+    result = run_check(
+        peer.factory(),
+        peer.level,
+        steps=600,
+        seed=0,
+        trace_out=tmp_path / "nano.jsonl",
+        profile=profile(f"safety:{peer.profile}"),
+        known=load_known(peer.known_file, peer.level),
+    )
+    assert result.passed, result.message
+    assert result.stepped is not None and set(result.stepped.runs) == {"D6"}
+    assert "under different extra keys" in result.stepped.messages["D6"]
+    assert result.stepped.traces["D6"].exists()
+
+
+def test_the_runner_refuses_a_bad_known_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    if not all(peer.source.fetched for peer in PEERS):
+        pytest.skip("the peers are not fetched (make peers-fetch)")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[difference]]\nname = 'x'\n")
+    assert main(["check", "--known", str(bad)]) == 2
+    assert "operation is missing" in capsys.readouterr().err
 
 
 PAST = Switches(
