@@ -72,6 +72,10 @@ class SimulatedKV:
     def holds(self, device: Device, block: BlockId, slot: int, content: SlotContent) -> bool:
         return kv_model.read(self.kv, (device, block, slot)) == content
 
+    def read(self, device: Device, block: BlockId, slot: int) -> SlotContent | None:
+        """What the slot holds: a report says whose KV it is."""
+        return kv_model.read(self.kv, (device, block, slot))
+
     def copy_blocks(self, pairs: Sequence[CopyPair]) -> None:
         self.kv = kv_model.copy_blocks(self.kv, pairs, self.block_size, Device.GPU, Device.GPU)
 
@@ -279,6 +283,28 @@ class SafetySession:
         ]
         return [(kind, message) for kind, messages in found for message in messages]
 
+    def _whose_kv(self, device: Device, block: BlockId, slot: int, wanted: SlotContent) -> str:
+        """What the slot holds instead, in words, where the KV store can say."""
+        read = getattr(self.kv, "read", None)
+        if not callable(read):
+            return "its prefix's KV was lost or overwritten"
+        held = read(device, block, slot)
+        if held is None:
+            return "it holds no KV: nothing was written or copied there"
+        if not isinstance(held, SlotContent):
+            return "its prefix's KV was lost or overwritten"
+        if held.extra_key != wanted.extra_key:
+            return (
+                f"it holds KV computed under another extra key ({show_value(held.extra_key)},"
+                f" here {show_value(wanted.extra_key)}): another request's data"
+            )
+        if held.tokens[-1:] == wanted.tokens[-1:] and len(held.tokens) == len(wanted.tokens):
+            return "it holds that token's KV after other tokens: another sequence's data"
+        return (
+            f"it holds the KV of token {len(held.tokens) - 1} of another sequence: its prefix's"
+            " KV was lost or overwritten"
+        )
+
     def _released(self, seq_id: int, index: int) -> bool:
         """Block ``index`` of the sequence lies wholly before the oldest position the next token
         attends to: nothing reads it again, whatever block its entry names."""
@@ -438,8 +464,8 @@ class SafetySession:
                 if not self.kv.holds(group.device, block, slot, wanted):
                     problems.append(
                         f"sequence {seq_id}: the KV in {group.device.value} block {block} slot"
-                        f" {slot} is not that of its token {position} (its prefix's KV was lost or"
-                        " overwritten)"
+                        f" {slot} is not that of its token {position}"
+                        f" ({self._whose_kv(group.device, block, slot, wanted)})"
                     )
                     break
         for group_id, cross in view.cross.items():

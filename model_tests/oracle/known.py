@@ -10,26 +10,8 @@ kind and, where the class says, its message and the run's configuration all matc
 broke several rules at once matches only if each of its findings does, so a known difference
 never hides an unknown one.
 
-The file is TOML::
-
-    level = "manager"                        # optional: the level the file is for
-
-    [[difference]]
-    name = "D4"                              # how the report counts it; entries may share one
-    about = "no extra key in the hash"       # optional, for the reader
-    operation = "allocate"                   # the failing call: a name, or a list of names
-    kind = ["error", "aliasing"]             # what it is about (below): a name or a list
-    message = "under different extra keys"   # optional: a regular expression (re.search)
-    config = { enable_caching = true }       # optional: the run's configuration
-
-Kinds are those of ``Divergence`` (``model_tests/lockstep/calls.py``): ``result``, ``error``,
-``untyped``, ``atomicity``, ``table``, ``choice``, ``count``, ``promise``, and the safety
-tier's ``aliasing``, ``accounting``, ``placement``, ``pairs``, ``kv``; besides them
-``configuration`` (the target and the reference disagree about a configuration: operation
-``create``) and ``check`` (another check of the machine's, e.g. a copy-on-write mapping sending
-two sources into one block). A ``config`` value is a value, a list of values (any of them), or,
-for ``sliding_window``, ``"set"`` / ``"unset"``. A hang is never a known difference (the target
-cannot be called again), nor is a failure of pagedkv itself.
+The file's format, the kinds and the matching rules are ``specs/oracle.md`` §9. A hang is never
+a known difference (the target cannot be called again), nor is a failure of pagedkv itself.
 """
 
 from __future__ import annotations
@@ -51,6 +33,8 @@ ALL_KINDS = (*KINDS, *OTHER_KINDS)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ENTRY_KEYS = ("name", "about", "operation", "kind", "message", "config")
 MAX_FILE_BYTES = 1 << 20
+ANY = "*"
+"""An ``operation`` or ``kind`` that stands for every one."""
 _PROMISE = re.compile(r"said (OK|yes|NEVER)|NEVER swap")
 
 
@@ -228,6 +212,8 @@ def _names(entry: dict[str, Any], key: str, allowed: tuple[str, ...], where: str
     value = entry.get(key)
     if value is None:
         raise KnownError(f"{where}: {key} is missing")
+    if value == ANY:  # every name: a finding checked after any call (the KV data, say)
+        return frozenset(allowed)
     values = value if isinstance(value, list) else [value]
     if not values:
         raise KnownError(f"{where}: {key} is an empty list")

@@ -151,6 +151,13 @@ def test_a_class_matches_its_operation_kind_message_and_configuration() -> None:
     assert not classify("can_allocate", "error", "returned NEVER", windowed)
     assert not classify("allocate", "result", "returned NEVER", windowed)
     assert not classify("can_allocate", "result", "returned LATER", windowed)
+    anywhere = parse(
+        {"difference": [{"name": "K", "operation": "*", "kind": "kv", "message": "another"}]},
+        "manager",
+    )
+    for op in ("allocate", "free", "get_common_computed_block_ids"):
+        assert anywhere.classify(Finding(op, (("kv", "under another key"),), windowed)) == "K"
+    assert anywhere.classify(Finding("free", (("table", "under another key"),), windowed)) is None
 
 
 def _finding(failure: BaseException, record: RunRecord) -> Finding:

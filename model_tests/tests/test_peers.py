@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from model_tests.oracle import trace
 from model_tests.oracle.check import run_check
+from model_tests.oracle.known import Finding
 from model_tests.oracle.known import load as load_known
 from model_tests.peers import sources
 from model_tests.peers.nano_vllm_manager import NanoVllmManager
@@ -258,3 +260,31 @@ def test_vllm_v0_d12_fork_while_swapped_out_corrupts_ref_counts() -> None:
     assert manager.swap_in(1) == [(2, 0), (2, 1)]  # one shared CPU block, two GPU blocks
     with pytest.raises(AssertionError):
         manager.append_slots(3, [1], 0)
+
+
+@needs(sources.VLLM_V0)
+def test_vllm_v0_d4_hands_a_request_another_tenants_kv() -> None:
+    """D4 without two tables at once: a windowed sequence's released block stays cached, and a
+    request under another extra key hits it; the safety tier reads its KV a step later and says
+    whose it is (a known-differences class of D4 matches that sentence)."""
+    config = ManagerConfig(4, 6, 1, 0.0, sliding_window=3, enable_caching=True)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate", (1, [2], [3], ExtraKey(lora_id=2))),
+        *[("append_slots", (2, [token], 0)) for token in (1, 4, 1, 3, 1)],
+        ("mark_blocks_as_computed", (1,)),
+        ("allocate", (3, [4], [3, 1, 4, 1, 5], ExtraKey())),
+        ("get_common_computed_block_ids", ([4],)),
+    ]
+    peer = next(p for p in PEERS if p.name == "vllm-0.6.3-manager")
+    made = trace.trace_of_calls(
+        "manager", config, calls, profile(f"safety:{peer.profile}").policy, safety=True
+    )
+    verdict = trace.replay(made, peer.factory())
+    assert (verdict.status, verdict.step, verdict.kind) == ("divergence", 9, "kv"), (
+        verdict.describe()
+    )
+    assert "computed under another extra key (ExtraKey(lora_id=2), here ExtraKey())" in (
+        verdict.message
+    )
+    known = load_known(peer.known_file, peer.level)
+    assert known.classify(Finding("get_common_computed_block_ids", verdict.parts, config)) == "D4"
