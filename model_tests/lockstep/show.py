@@ -5,13 +5,14 @@ check``, the trace viewer, and the sentences of the sessions' divergences (a ``P
 hash's first eight hex digits, its token count and its extra key, never 32 raw bytes). An
 exception that is not one of ``specs.errors`` comes from inside the target, and its class alone
 (a bare ``AssertionError()``) says nothing: it is shown with the innermost frame it was raised
-in, outside pagedkv's own comparison code.
+in, outside pagedkv's own comparison code (for a ``RecursionError``, the frame that recurses).
 """
 
 from __future__ import annotations
 
 import os
 import traceback
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,20 +59,30 @@ def show_error(error: BaseException) -> str:
     text = repr(error)
     if isinstance(error, PagedKVError):
         return text
-    frame = _innermost_frame(error)
-    if frame is None:
+    frames = _target_frames(error)
+    if not frames:
         return text
-    where = f"{_short_path(frame.filename)}:{frame.lineno} in {frame.name}"
+    frame, depth = frames[-1], ""
+    if isinstance(error, RecursionError):  # its innermost frame is wherever the stack ran out
+        frame, count = _most_repeated(frames)
+        depth = f", {count} calls deep"
+    where = f"{_short_path(frame.filename)}:{frame.lineno} in {frame.name}{depth}"
     line = (frame.line or "").strip()
     return f"{text} at {where}" + (f" ({line})" if line else "")
 
 
-def _innermost_frame(error: BaseException) -> traceback.FrameSummary | None:
+def _target_frames(error: BaseException) -> list[traceback.FrameSummary]:
+    """The traceback's frames outside pagedkv's own comparison code, outermost first."""
     frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ else []
-    for frame in reversed(frames):
-        if not os.path.abspath(frame.filename).startswith(_HARNESS):
-            return frame
-    return None
+    return [f for f in frames if not os.path.abspath(f.filename).startswith(_HARNESS)]
+
+
+def _most_repeated(frames: list[traceback.FrameSummary]) -> tuple[traceback.FrameSummary, int]:
+    """The frame a runaway recursion repeats, and how often (the innermost of the most frequent
+    line)."""
+    counts = Counter((f.filename, f.lineno, f.name) for f in frames)
+    (key, count), *_ = counts.most_common(1)
+    return next(f for f in reversed(frames) if (f.filename, f.lineno, f.name) == key), count
 
 
 def _short_path(filename: str) -> str:

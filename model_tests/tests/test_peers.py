@@ -288,3 +288,24 @@ def test_vllm_v0_d4_hands_a_request_another_tenants_kv() -> None:
     )
     known = load_known(peer.known_file, peer.level)
     assert known.classify(Finding("get_common_computed_block_ids", verdict.parts, config)) == "D4"
+
+
+@needs(sources.VLLM_V0)
+def test_vllm_v0_d9_an_append_after_a_window_release_recurses() -> None:
+    """D9's cycle of ``prev_block`` links, met by the content hash of an appended block (found
+    stepping past D2 and D4); the report names the frame that recurses, not where the stack
+    ran out."""
+    config = ManagerConfig(1, 6, 1, 0.0, sliding_window=1, enable_caching=True)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate", (1, [2, 3], [3, 1, 4, 1])),
+        ("append_slots", (3, [5], 0)),
+    ]
+    peer = next(p for p in PEERS if p.name == "vllm-0.6.3-manager")
+    made = trace.trace_of_calls(
+        "manager", config, calls, profile(f"safety:{peer.profile}").policy, safety=True
+    )
+    verdict = trace.replay(made, peer.factory())
+    assert (verdict.status, verdict.step, verdict.kind) == ("divergence", 2, "untyped")
+    assert "RecursionError(" in verdict.message and "in content_hash, " in verdict.message
+    known = load_known(peer.known_file, peer.level)
+    assert known.classify(Finding("append_slots", verdict.parts, config)) == "D9"

@@ -111,3 +111,16 @@ def test_free_counts_that_differ_say_which_side_holds_more() -> None:
         " block more than the reference: one the reference gave back (or never took) is still"
         " in use there (a leak, or an extra block taken)"
     )
+
+
+def test_a_runaway_recursion_names_the_frame_that_recurses() -> None:
+    """Not the frame where the stack happened to run out."""
+
+    def deeper(depth: int) -> int:
+        return deeper(depth + 1) + 1
+
+    try:
+        deeper(0)
+    except RecursionError as error:
+        shown = show_error(error)
+    assert " in deeper, " in shown and " calls deep (return deeper(depth + 1) + 1)" in shown
