@@ -380,9 +380,9 @@ class IsomorphicManagerSession:
             pool = after.pool(device)
             mine = len(pool.free) + len(pool.evictable)
             if observed.free[device] != mine:
-                what = f"free {device.value} blocks"
+                theirs = observed.free[device]
                 raise Divergence(
-                    free_count_differs(show_call(method, args), what, mine, observed.free[device]),
+                    free_count_differs(show_call(method, args), device.value, mine, theirs),
                     "count",
                 )
 

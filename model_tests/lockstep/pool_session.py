@@ -114,7 +114,7 @@ class IsomorphicPoolSession:
         mine_free, their_free = self.model.num_free_blocks(), self.target.num_free_blocks()
         if mine_free != their_free:
             raise Divergence(
-                free_count_differs(show_call(method, args), "free blocks", mine_free, their_free),
+                free_count_differs(show_call(method, args), "", mine_free, their_free),
                 "count",
             )
 

@@ -92,9 +92,10 @@ def _short_path(filename: str) -> str:
     return path if relative.startswith(os.pardir) else relative
 
 
-def free_count_differs(call: str, what: str, reference: int, target: int) -> str:
+def free_count_differs(call: str, device: str, reference: int, target: int) -> str:
     """The sentence for free counts that differ after ``call``: which side holds more, and
-    what that means (``what``: ``free blocks``, ``free gpu blocks`` ...)."""
+    what that means (``device``: ``""``, ``"gpu"``, ``"cpu"``)."""
+    what = " ".join(["free", *([device] if device else []), "block" if target == 1 else "blocks"])
     if target < reference:
         held = reference - target
         why = (

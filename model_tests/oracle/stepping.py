@@ -108,6 +108,7 @@ class Stepping:
             minimized = minimize(example, factory, same=self._still(name))
             if minimized is not None:
                 example = minimized.trace
+                self.messages[name] = minimized.verdict.message  # the example's own
             path = Path(trace_out)
             beside = path.with_name(f"{path.stem}.known-{name}{path.suffix or '.jsonl'}")
             try:

@@ -120,7 +120,7 @@ _SHAPES: tuple[tuple[re.Pattern[str], Rule | None], ...] = (
         ),
         None,  # by operation
     ),
-    (re.compile(r"free (gpu |cpu )?blocks, the reference \d+:"), FREE_COUNTS),
+    (re.compile(r"free (gpu |cpu )?blocks?, the reference \d+:"), FREE_COUNTS),
     (re.compile(r"^\w+.*: (model raised|model returned .*, target raised|both raised)"), ERRORS),
     (
         re.compile(
