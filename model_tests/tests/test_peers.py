@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from model_tests.lockstep.show import show_error
 from model_tests.oracle import trace
 from model_tests.oracle.check import run_check
 from model_tests.oracle.known import Finding
@@ -309,3 +310,21 @@ def test_vllm_v0_d9_an_append_after_a_window_release_recurses() -> None:
     assert "RecursionError(" in verdict.message and "in content_hash, " in verdict.message
     known = load_known(peer.known_file, peer.level)
     assert known.classify(Finding("append_slots", verdict.parts, config)) == "D9"
+
+
+@needs(sources.VLLM_V0)
+def test_vllm_v0_d9_a_full_block_without_a_hash_after_a_window_release() -> None:
+    """D9's cycle again: the appended block reuses the released entry's object, so the
+    sequence's later blocks link back to it and no block of the cycle has a hash; the next
+    ``can_swap_out`` asserts on it (found stepping past D9's recursion)."""
+    config = ManagerConfig(2, 6, 1, 0.0, sliding_window=1, enable_caching=True)
+    manager = VllmV0Manager(config)
+    manager.allocate(1, [2, 3, 4], [3, 1, 4, 1, 5, 9])
+    manager.append_slots(4, [2], 0)
+    with pytest.raises(AssertionError) as raised:
+        manager.can_swap_out(1)
+    peer = next(p for p in PEERS if p.name == "vllm-0.6.3-manager")
+    known = load_known(peer.known_file, peer.level)
+    message = f"can_swap_out(1): the target raised an untyped {show_error(raised.value)}"
+    assert " in is_block_cached (assert block.content_hash is not None)" in message, message
+    assert known.classify(Finding("can_swap_out", (("untyped", message),), config)) == "D9"
