@@ -294,7 +294,7 @@ class OptimizedBlockPool:
         if not self._caching or not checked:
             return []
         runs = [self.computed_run(chain, 0, len(chain) - 1) for chain in checked]
-        return common_prefix(checked, min(runs))
+        return checked[0][: common_length(checked, min(runs))]
 
     # --- the trusted core: ids this pool handed out, room already checked ----------------------
 
@@ -487,18 +487,19 @@ class OptimizedBlockPool:
         )
 
 
-def common_prefix(chains: Sequence[Sequence[BlockId]], limit: int) -> list[BlockId]:
-    """The longest list that is a prefix of every chain, at most ``limit`` long. Prefix equality
-    is monotone in the length, so a binary search over C-speed slice comparisons finds it."""
+def common_length(chains: Sequence[Sequence[BlockId]], limit: int) -> int:
+    """The length of the longest list that is a prefix of every chain, at most ``limit``. Prefix
+    equality is monotone in the length, so a binary search over C-speed slice comparisons finds
+    it."""
     first = chains[0]
     others = chains[1:]
     low, high = 0, limit
     if all(other[:high] == first[:high] for other in others):
-        return list(first[:high])
+        return high
     while low < high - 1:  # first[:low] is common, first[:high] is not
         middle = (low + high) // 2
         if all(other[:middle] == first[:middle] for other in others):
             low = middle
         else:
             high = middle
-    return list(first[:low])
+    return low

@@ -19,13 +19,19 @@ questions a scheduler asks of every running sequence at every step cost O(1) amo
   a mark looks only at blocks filled since.
 - ``computed_run``: how many leading entries are known computed. A full block is never written
   again and keeps its mark while held (a swap carries it along), so the run only grows.
+- ``computed_ids``: the last answer to ``get_common_computed_block_ids`` for this table alone, a
+  read-only list (``optimized/block_ids.py``) handed out again until the run grows. The entries of
+  the run never change while the table stays on its device: a swap, which gives them new ids, and
+  a window release, which points them at the null block, drop it. Once it holds every entry but
+  the last, it is the answer until the table grows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from optimized.block_ids import NO_BLOCK_IDS, BlockIds
 from optimized.block_pool import OptimizedBlockPool
 from optimized.sequence_group import SequenceGroup
 from specs.accounting import blocks_touched_by_append
@@ -58,6 +64,7 @@ class BlockTable:
     """Entries ``num_released .. access_end`` have not been given the pending access yet."""
     marked: int = 0
     computed_run: int = 0
+    computed_ids: BlockIds = field(default_factory=lambda: NO_BLOCK_IDS)
 
     @classmethod
     def for_prompt(
@@ -98,6 +105,7 @@ class BlockTable:
             self.num_released,
             marked=self.marked,
             computed_run=self.computed_run,
+            computed_ids=self.computed_ids,
         )
 
     def held_blocks(self) -> list[BlockId]:
@@ -164,6 +172,7 @@ class BlockTable:
             pool.release(blocks[index])
             blocks[index] = null_block
         self.num_released = num_out
+        self.computed_ids = NO_BLOCK_IDS  # a null entry ends every run
 
     def append(self, pool: OptimizedBlockPool, new_tokens: Sequence[Token], lookahead: int) -> None:
         """Append ``new_tokens`` block by block (the pool copies shared blocks and dedups filled
@@ -230,6 +239,19 @@ class BlockTable:
         run = pool.computed_run(self.blocks, run, end)
         self.computed_run = run
         return run
+
+    def computed_prefix(self, pool: OptimizedBlockPool) -> BlockIds:
+        """The leading computed entries, the last entry excluded (the model computes at least
+        one token of every sequence): the same list as last time unless the run grew."""
+        run = self.computed_prefix_length(pool, len(self.blocks) - 1)
+        ids = self.computed_ids
+        if len(ids) != run:
+            ids = self.computed_ids = BlockIds.prefix(self.blocks, run)
+        return ids
+
+    def moved(self) -> None:
+        """The table's blocks were swapped to another device: every entry has a new id."""
+        self.computed_ids = NO_BLOCK_IDS
 
     def num_cached_tokens(self, pool: OptimizedBlockPool) -> int:
         """Tokens in the leading run of computed blocks: the prefill a cache lets it skip. Only

@@ -86,3 +86,52 @@ def test_allocate_refuses_a_group_or_sequence_id_in_use(
     with pytest.raises(DuplicateSequenceError, match=says):
         manager.allocate(group_id, seq_ids, [1])
     assert manager.view().comparable() == before
+
+
+@pytest.mark.parametrize("factory", FACTORIES, ids=lambda f: f.__name__)
+def test_common_computed_blocks_of_no_sequence_and_of_one_swapped_back(
+    factory: BlockSpaceManagerFactory,
+) -> None:
+    """No sequence shares nothing; a group that went to the CPU and back has new ids, and its
+    answer names them, not the ones it had before (the optimized manager keeps answers)."""
+    config = ManagerConfig(
+        block_size=2, num_gpu_blocks=8, num_cpu_blocks=8, watermark=0.0, enable_caching=True
+    )
+    manager = factory(config)
+    assert manager.get_common_computed_block_ids([]) == []
+    manager.allocate(1, [10, 11], [1, 2, 3, 4, 5])
+    manager.mark_blocks_as_computed(1)
+    before = manager.get_common_computed_block_ids([10, 11])
+    assert before == manager.get_block_table(10)[:2]
+    assert manager.get_common_computed_block_ids([]) == []
+    manager.swap_out(1)
+    manager.allocate(2, [20], [9, 9, 9, 9, 9, 9])  # takes the GPU blocks group 1 gave up
+    manager.free(20)
+    manager.swap_in(1)
+    after = manager.get_common_computed_block_ids([10, 11])
+    assert after == manager.get_block_table(11)[:2] == manager.get_common_computed_block_ids([10])
+
+
+def test_the_optimized_managers_common_computed_blocks_cannot_be_changed() -> None:
+    """It hands one answer to every caller until the answer changes: a caller must not be able
+    to change it for the next one."""
+    config = ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=8, enable_caching=True)
+    manager = OptimizedBlockSpaceManager(config)
+    manager.allocate(1, [10], [1, 2, 3, 4, 5])
+    manager.mark_blocks_as_computed(1)
+    found = manager.get_common_computed_block_ids([10])
+    for change in (
+        lambda: found.append(7),
+        lambda: found.extend([7]),
+        lambda: found.pop(),
+        lambda: found.clear(),
+        lambda: found.__setitem__(0, 7),
+        lambda: found.__delitem__(0),
+        lambda: found.sort(),
+    ):
+        with pytest.raises(TypeError, match="cannot be changed"):
+            change()
+    copy = list(found)
+    copy.append(7)
+    assert manager.get_common_computed_block_ids([10]) == found == copy[:2]
+    assert type(found[:1]) is list and found == manager.get_block_table(10)[:2]
