@@ -73,23 +73,11 @@ class BlockTable:
         """Full chunks of the prompt as immutable blocks (cache hits where possible), the tail as
         a mutable block. The caller has checked that the pool has a block for every chunk."""
         size = pool.block_size
-        caching = pool.caching
         prompt = tuple(tokens)
-        key = group.extra_key
-        blocks: list[BlockId] = []
-        hashes: list[BlockHash] = []
-        parent = ROOT
-        hasher = group.hasher
         num_full = len(prompt) // size * size
-        for start in range(0, num_full, size):
-            chunk = prompt[start : start + size]
-            if caching:
-                content_hash = hasher(parent, chunk)
-                blocks.append(pool.take_full((parent, start, key), chunk, content_hash))
-                hashes.append(content_hash)
-                parent = content_hash
-            else:
-                blocks.append(pool.take_full((parent, start, key), chunk, None))
+        chunks = [prompt[start : start + size] for start in range(0, num_full, size)]
+        hashes = group.hasher.chain(ROOT, chunks) if pool.caching else []
+        blocks = pool.take_full_blocks(chunks, hashes if pool.caching else None, group.extra_key)
         if num_full < len(prompt):
             blocks.append(pool.fill(pool.take(), None, prompt[num_full:], None))
         return cls(group, list(prompt), blocks, hashes)
@@ -174,21 +162,26 @@ class BlockTable:
         self.num_released = num_out
         self.computed_ids = NO_BLOCK_IDS  # a null entry ends every run
 
-    def append(self, pool: OptimizedBlockPool, new_tokens: Sequence[Token], lookahead: int) -> None:
+    def append(
+        self, pool: OptimizedBlockPool, new_tokens: tuple[Token, ...], lookahead: int
+    ) -> None:
         """Append ``new_tokens`` block by block (the pool copies shared blocks and dedups filled
         ones), then make sure ``lookahead`` empty slots follow them. The caller has checked the
         worst case (``blocks_touched_by_append``) against the free blocks."""
-        size = pool.block_size
         tokens, blocks = self.tokens, self.blocks
+        size = pool.block_size
         position = len(tokens)
-        end = position + len(new_tokens)
+        tokens.extend(new_tokens)
+        end = len(tokens)
         if position < end:
             index = position // size
-            tokens.extend(new_tokens)
             # The common case: the tokens go into the block that holds the last ones, which is
             # the table's own and does not fill, so the entry stays as it is.
-            in_place = end < (index + 1) * size and index < len(blocks)
-            if not (in_place and pool.append_in_place(blocks[index], tuple(new_tokens))):
+            if not (
+                end < (index + 1) * size
+                and index < len(blocks)
+                and pool.append_in_place(blocks[index], new_tokens)
+            ):
                 if self.access_end > index:
                     self.settle(pool, index)  # the block receiving tokens may be replaced
                 self._fill_blocks(pool, position, end)
@@ -199,24 +192,26 @@ class BlockTable:
         """Hand tokens ``position .. end`` (already in ``tokens``) to their blocks, one block at a
         time, taking new blocks past the table's end; a block that fills is hashed, once."""
         size = pool.block_size
-        tokens, blocks, hashes = self.tokens, self.blocks, self.hashes
-        key, hasher = self.group.extra_key, self.group.hasher
+        tokens, blocks = self.tokens, self.blocks
         while position < end:
             index = position // size
             if index == len(blocks):
                 blocks.append(pool.take())
             block_end = (index + 1) * size
-            chunk_end = min(end, block_end)
-            chunk = tuple(tokens[position:chunk_end])
-            if pool.caching and chunk_end == block_end:
-                parent = hashes[index - 1] if index else ROOT
-                content_hash = hasher(parent, tokens[block_end - size : block_end])
-                hashes.append(content_hash)
-                prefix = (parent, block_end - size, key)
+            if end < block_end:  # the last tokens, which do not fill their block
+                blocks[index] = pool.fill(blocks[index], None, tuple(tokens[position:end]), None)
+                return
+            chunk = tuple(tokens[position:block_end])
+            if pool.caching:
+                start = block_end - size
+                parent = self.hashes[index - 1] if index else ROOT
+                content_hash = self.group.hasher(parent, tokens[start:block_end])
+                self.hashes.append(content_hash)
+                prefix = (parent, start, self.group.extra_key)
                 blocks[index] = pool.fill(blocks[index], prefix, chunk, content_hash)
             else:
                 blocks[index] = pool.fill(blocks[index], None, chunk, None)
-            position = chunk_end
+            position = block_end
 
     # --- what is computed -----------------------------------------------------------------------
 
