@@ -26,6 +26,7 @@ from optimized.block_ids import NO_BLOCK_IDS, BlockIds
 from optimized.block_pool import OptimizedBlockPool, common_length
 from optimized.block_table import BlockTable
 from optimized.sequence_group import SequenceGroup
+from optimized.tokens import plain_tokens
 from specs.accounting import (
     alloc_status,
     blocks_for,
@@ -86,6 +87,11 @@ class OptimizedBlockSpaceManager:
         if config.sliding_window is not None:
             self._window = config.sliding_window
             self._null_block = self._gpu.allocate_mutable()
+        self._empty_gpu_capacity = config.num_gpu_blocks - (
+            1 if self._null_block is not None else 0
+        )
+        """Free GPU blocks when nothing is allocated (the null block stays)."""
+        self._watermark = config.watermark_blocks
         self._access_stamps = itertools.count(1)
         """Orders accesses: tables keep theirs aside (``BlockTable.access``) with a stamp."""
         self._known_prompt: tuple[Token, ...] | None = None
@@ -133,32 +139,27 @@ class OptimizedBlockSpaceManager:
         seen.update(dict.fromkeys(group.cross_blocks))
         return list(seen)
 
-    def _empty_gpu_capacity(self) -> int:
-        """Free GPU blocks when nothing is allocated (the null block stays)."""
-        return self._config.num_gpu_blocks - (1 if self._null_block is not None else 0)
-
     def _gpu_status(self, needed: int) -> AllocStatus:
-        return alloc_status(
-            needed,
-            self._gpu.num_free_blocks(),
-            self._empty_gpu_capacity(),
-            self._config.watermark_blocks,
-        )
+        return alloc_status(needed, self._gpu.num_free, self._empty_gpu_capacity, self._watermark)
 
     # --- admission ------------------------------------------------------------------------------
 
-    def _prompt_tokens(self, prompt: object) -> Sequence[Token]:
+    def _prompt_tokens(self, prompt: object) -> tuple[Token, ...]:
+        """The prompt's tokens, checked (in C loops: ``optimized/tokens.py``); the same tuple
+        again needs no second look, as it cannot have changed."""
         known = self._known_prompt
         if prompt is known and known is not None:
             return known
-        tokens = check_tokens(prompt)
-        if type(prompt) is tuple:
+        if type(prompt) is tuple and prompt and plain_tokens(prompt):
             self._known_prompt = prompt
-        return tokens
+            return prompt
+        if type(prompt) is list and prompt and plain_tokens(prompt):
+            return tuple(prompt)
+        return tuple(check_tokens(prompt))  # an empty prompt is refused here
 
     def _prompt_blocks(
         self, prompt: object, encoder: object, lookahead: int = 0
-    ) -> tuple[Sequence[Token], list[Token] | None, int]:
+    ) -> tuple[tuple[Token, ...], list[Token] | None, int]:
         tokens = self._prompt_tokens(prompt)
         encoder_tokens = check_encoder_support(self._config, encoder)
         needed = blocks_for(len(tokens) + lookahead, self._block_size)
@@ -174,7 +175,9 @@ class OptimizedBlockSpaceManager:
     ) -> AllocStatus:
         """Whether a new group with this prompt fits on the GPU, keeping the watermark free. Cache
         hits are not counted on: the answer must hold whatever gets evicted meanwhile."""
-        lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
+        lookahead = num_lookahead_slots
+        if type(lookahead) is not int or lookahead < 0:
+            lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
         _, _, needed = self._prompt_blocks(prompt, encoder_prompt, lookahead)
         return self._gpu_status(needed)
 
