@@ -39,6 +39,7 @@ from model_tests.lockstep.manager_session import (
 )
 from model_tests.lockstep.safety_session import SafetySession
 from model_tests.lockstep.views import Views
+from model_tests.machines.draws import BOOLEANS, FOLLOW_TEMPLATE, integers, sampled, small_tokens
 from model_tests.machines.kv_harness import (
     AbstractKV,
     CachedPrefixes,
@@ -285,7 +286,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         for side, view in self.sides():
             for seq_id, positions in new_tokens.items():
                 Writer(side).write_tokens(view, seq_id, positions)
-        if data.draw(st.sampled_from([True, True, False]), label="mark computed now"):
+        if data.draw(sampled((True, True, False)), label="mark computed now"):
             self.both("mark_blocks_as_computed", group_id)
 
     def fresh_id(self) -> int:
@@ -293,9 +294,9 @@ class ManagerLockstep(RuleBasedStateMachine):
         return self.next_id
 
     def _tokens(self, data: st.DataObject, start: int, count: int) -> list[Token]:
-        if data.draw(st.sampled_from([True, True, True, False]), label="follow template"):
+        if data.draw(FOLLOW_TEMPLATE, label="follow template"):
             return [TEMPLATE[(start + i) % len(TEMPLATE)] for i in range(count)]
-        return data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))
+        return data.draw(small_tokens(count, 3))
 
     def _never_is_final(self, prompt: list[Token], lookahead: int, encoder: Any) -> None:
         """I7: a NEVER holds in an empty manager too (the reference's, or a fresh target's under
@@ -319,19 +320,19 @@ class ManagerLockstep(RuleBasedStateMachine):
     @rule(target=groups, data=st.data())
     def allocate(self, data: st.DataObject) -> int:
         size = self.config.block_size
-        length = data.draw(st.integers(1, 3 * size + 1), label="prompt length")
+        length = data.draw(integers(1, 3 * size + 1), label="prompt length")
         prompt = self._tokens(data, 0, length)
         # sequences of a group share the prompt's partial tail, which only copy-on-write lets
         # them write
         many = self.policy.groups == "many_sequences" and self.policy.copy_on_write
-        num_seqs = data.draw(st.integers(1, 3 if many else 1), label="sequences")
-        key = data.draw(st.sampled_from(EXTRA_KEYS), label="extra key")
+        num_seqs = data.draw(integers(1, 3 if many else 1), label="sequences")
+        key = data.draw(sampled(EXTRA_KEYS), label="extra key")
         encoder = None
         plain = not self.config.enable_caching and self.config.sliding_window is None
         offered = plain and self.policy.encoder
-        if offered and data.draw(st.sampled_from([False, False, True]), label="encoder"):
-            encoder = self._tokens(data, 5, data.draw(st.integers(1, 2 * size), label="enc"))
-        lookahead = data.draw(st.integers(0, 2 if self.policy.lookahead else 0), label="lookahead")
+        if offered and data.draw(sampled((False, False, True)), label="encoder"):
+            encoder = self._tokens(data, 5, data.draw(integers(1, 2 * size), label="enc"))
+        lookahead = data.draw(integers(0, 2 if self.policy.lookahead else 0), label="lookahead")
         status = self.both("can_allocate", prompt, lookahead, encoder)
         group_id = self.fresh_id()
         if isinstance(status, PagedKVError):
@@ -368,9 +369,9 @@ class ManagerLockstep(RuleBasedStateMachine):
     @rule(group=groups, data=st.data())
     def append_slots(self, group: int, data: st.DataObject) -> None:
         """One decode step for a group: ask, then append to each of its sequences."""
-        num_new = data.draw(st.sampled_from([1, 1, 1, 0, 2, 3]), label="new tokens")
-        lookaheads = [0, 0, 1, 2] if self.policy.lookahead else [0]
-        lookahead = data.draw(st.sampled_from(lookaheads), label="lookahead")
+        num_new = data.draw(sampled((1, 1, 1, 0, 2, 3)), label="new tokens")
+        lookaheads = (0, 0, 1, 2) if self.policy.lookahead else (0,)
+        lookahead = data.draw(sampled(lookaheads), label="lookahead")
         allowed = self.both("can_append_slots", group, num_new, lookahead)
         if isinstance(allowed, PagedKVError):
             return
@@ -476,7 +477,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         assert self.model is not None
         view = self.views.model()
         on_gpu = [g for g, group in sorted(view.groups.items()) if group.device is Device.GPU]
-        finishes = bool(on_gpu) and data.draw(st.booleans(), label="a request finishes")
+        finishes = bool(on_gpu) and data.draw(BOOLEANS, label="a request finishes")
         if finishes:
             group_id = data.draw(st.sampled_from(on_gpu), label="finished group")
             for seq_id in self.ledger.members(group_id):

@@ -33,6 +33,7 @@ from model_tests.lockstep.calls import assert_same_state, call_both, constructio
 from model_tests.lockstep.pool_safety_session import PoolSafetySession
 from model_tests.lockstep.pool_session import IsomorphicPoolSession
 from model_tests.lockstep.views import Views
+from model_tests.machines.draws import FOLLOW_TEMPLATE, SAMPLE, integers, small_tokens
 from reference.pool_adapter import ReferenceBlockPool
 from specs import invariants
 from specs.content_hash import Prefix
@@ -189,10 +190,10 @@ class PoolLockstep(RuleBasedStateMachine):
         return self.mode == "safety" and self.policy.cow_pairs == "as_recorded"
 
     def _tokens(self, data: st.DataObject, chain: Chain, count: int) -> list[Token]:
-        if data.draw(st.sampled_from([True, True, True, False]), label="follow template"):
+        if data.draw(FOLLOW_TEMPLATE, label="follow template"):
             start = chain.num_tokens
             return [TEMPLATE[(start + i) % len(TEMPLATE)] for i in range(count)]
-        return data.draw(st.lists(st.integers(0, 2), min_size=count, max_size=count))
+        return data.draw(small_tokens(count, 2))
 
     # --- chains -------------------------------------------------------------------------------
 
@@ -214,7 +215,7 @@ class PoolLockstep(RuleBasedStateMachine):
         scheduler: this is what fills the pool, so it is what makes eviction happen."""
         for chain in list(self.live):
             sample = chain.blocks and self.offers("fork")
-            if sample and data.draw(st.sampled_from([False] * 5 + [True]), label="sample"):
+            if sample and data.draw(SAMPLE, label="sample"):
                 self.live.append(self._fork(chain))
             if isinstance(self._grow(chain, data), OutOfBlocksError):
                 self._preempt(chain)
@@ -259,7 +260,7 @@ class PoolLockstep(RuleBasedStateMachine):
     def _append(
         self, chain: Chain, data: st.DataObject, room: int, before: PoolView | None
     ) -> object:
-        count = data.draw(st.integers(1, room), label="count")
+        count = data.draw(integers(1, room), label="count")
         tokens = self._tokens(data, chain, count)
         last = chain.blocks[-1]
         result = self.both("append_tokens", last, chain.prefix_of_last(), tokens)
