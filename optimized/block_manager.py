@@ -22,10 +22,17 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from optimized.block_pool import OptimizedBlockPool, common_prefix
+from optimized.block_ids import NO_BLOCK_IDS, BlockIds
+from optimized.block_pool import OptimizedBlockPool, common_length
 from optimized.block_table import BlockTable
 from optimized.sequence_group import SequenceGroup
-from specs.accounting import alloc_status, blocks_for, blocks_touched_by_append
+from optimized.tokens import plain_tokens
+from specs.accounting import (
+    alloc_status,
+    blocks_for,
+    blocks_touched_by_append,
+    most_blocks_touched,
+)
 from specs.errors import DuplicateSequenceError, OutOfBlocksError
 from specs.manager_view import GroupView, ManagerView, SeqView
 from specs.types import (
@@ -45,6 +52,7 @@ from specs.validation import (
     check_extra_key,
     check_id,
     check_manager_config,
+    check_new_tokens,
     check_on_device,
     check_seq_ids,
     check_time,
@@ -52,6 +60,10 @@ from specs.validation import (
     lookup_group,
     lookup_sequence,
 )
+
+GPU, CPU = Device.GPU, Device.CPU
+"""The devices, as module names: reading an ``Enum`` member through its class costs about as much
+as the rest of a scheduler query on CPython 3.11."""
 
 
 class OptimizedBlockSpaceManager:
@@ -75,6 +87,11 @@ class OptimizedBlockSpaceManager:
         if config.sliding_window is not None:
             self._window = config.sliding_window
             self._null_block = self._gpu.allocate_mutable()
+        self._empty_gpu_capacity = config.num_gpu_blocks - (
+            1 if self._null_block is not None else 0
+        )
+        """Free GPU blocks when nothing is allocated (the null block stays)."""
+        self._watermark = config.watermark_blocks
         self._access_stamps = itertools.count(1)
         """Orders accesses: tables keep theirs aside (``BlockTable.access``) with a stamp."""
         self._known_prompt: tuple[Token, ...] | None = None
@@ -122,32 +139,27 @@ class OptimizedBlockSpaceManager:
         seen.update(dict.fromkeys(group.cross_blocks))
         return list(seen)
 
-    def _empty_gpu_capacity(self) -> int:
-        """Free GPU blocks when nothing is allocated (the null block stays)."""
-        return self._config.num_gpu_blocks - (1 if self._null_block is not None else 0)
-
     def _gpu_status(self, needed: int) -> AllocStatus:
-        return alloc_status(
-            needed,
-            self._gpu.num_free_blocks(),
-            self._empty_gpu_capacity(),
-            self._config.watermark_blocks,
-        )
+        return alloc_status(needed, self._gpu.num_free, self._empty_gpu_capacity, self._watermark)
 
     # --- admission ------------------------------------------------------------------------------
 
-    def _prompt_tokens(self, prompt: object) -> Sequence[Token]:
+    def _prompt_tokens(self, prompt: object) -> tuple[Token, ...]:
+        """The prompt's tokens, checked (in C loops: ``optimized/tokens.py``); the same tuple
+        again needs no second look, as it cannot have changed."""
         known = self._known_prompt
         if prompt is known and known is not None:
             return known
-        tokens = check_tokens(prompt)
-        if type(prompt) is tuple:
+        if type(prompt) is tuple and prompt and plain_tokens(prompt):
             self._known_prompt = prompt
-        return tokens
+            return prompt
+        if type(prompt) is list and prompt and plain_tokens(prompt):
+            return tuple(prompt)
+        return tuple(check_tokens(prompt))  # an empty prompt is refused here
 
     def _prompt_blocks(
         self, prompt: object, encoder: object, lookahead: int = 0
-    ) -> tuple[Sequence[Token], list[Token] | None, int]:
+    ) -> tuple[tuple[Token, ...], list[Token] | None, int]:
         tokens = self._prompt_tokens(prompt)
         encoder_tokens = check_encoder_support(self._config, encoder)
         needed = blocks_for(len(tokens) + lookahead, self._block_size)
@@ -163,7 +175,9 @@ class OptimizedBlockSpaceManager:
     ) -> AllocStatus:
         """Whether a new group with this prompt fits on the GPU, keeping the watermark free. Cache
         hits are not counted on: the answer must hold whatever gets evicted meanwhile."""
-        lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
+        lookahead = num_lookahead_slots
+        if type(lookahead) is not int or lookahead < 0:
+            lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
         _, _, needed = self._prompt_blocks(prompt, encoder_prompt, lookahead)
         return self._gpu_status(needed)
 
@@ -211,47 +225,59 @@ class OptimizedBlockSpaceManager:
         self, group_id: int, num_new_tokens: int = 1, num_lookahead_slots: int = 0
     ) -> bool:
         """Whether every sequence of the group can take ``num_new_tokens`` tokens and
-        ``num_lookahead_slots`` lookahead slots, assuming every touched block needs a new one."""
+        ``num_lookahead_slots`` lookahead slots, assuming every touched block needs a new one.
+        A sequence's worst case is at most one block per new slot and one more
+        (``specs.accounting.most_blocks_touched``): while that many are free for every
+        sequence, the answer is yes without adding the worst cases up."""
         found = self._groups.get(group_id) if type(group_id) is int else None
-        if found is None or found.device is not Device.GPU:
-            found = self._group_on(group_id, Device.GPU, "append to")
-        num_new = check_count("num_new_tokens", num_new_tokens)
-        lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
+        if found is None or found.device is not GPU:
+            found = self._group_on(group_id, GPU, "append to")
+        num_new = num_new_tokens
+        if type(num_new) is not int or num_new < 0:
+            num_new = check_count("num_new_tokens", num_new_tokens)
+        lookahead = num_lookahead_slots
+        if type(lookahead) is not int or lookahead < 0:
+            lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
+        free = self._gpu.num_free
+        members = found.members
+        if len(members) * most_blocks_touched(num_new, lookahead) <= free:
+            return True
         size = self._block_size
         needed = 0
-        for table in found.members.values():
+        for table in members.values():
             needed += blocks_touched_by_append(
                 len(table.tokens), len(table.blocks), size, num_new, lookahead
             )
-        return needed <= self._gpu.num_free_blocks()
+        return needed <= free
 
     def append_slots(
         self, seq_id: int, tokens: Sequence[Token], num_lookahead_slots: int = 0
     ) -> list[CopyPair]:
         """Append a sequence's new tokens (and lookahead slots); returns the copy-on-write pairs
-        the copy kernel must run before the model writes the new tokens."""
+        the copy kernel must run before the model writes the new tokens. The exact worst case
+        is only worked out when the free blocks do not cover its bound, as in
+        ``can_append_slots``."""
         table = self._tables.get(seq_id) if type(seq_id) is int else None
         if table is None:
             table = self._table(seq_id)
-        group = table.group
-        if group.device is not Device.GPU:
-            check_on_device(group.group_id, group.device, Device.GPU, "append to")
-        new_tokens = check_tokens(tokens, allow_empty=True)
-        lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
+        if table.group.device is not GPU:
+            group = table.group
+            check_on_device(group.group_id, group.device, GPU, "append to")
+        new_tokens = check_new_tokens(tokens)
+        lookahead = num_lookahead_slots
+        if type(lookahead) is not int or lookahead < 0:
+            lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
         gpu = self._gpu
-        needed = blocks_touched_by_append(
-            len(table.tokens), len(table.blocks), self._block_size, len(new_tokens), lookahead
-        )
-        free = gpu.num_free_blocks()
-        if needed > free:
-            raise OutOfBlocksError(
-                f"sequence {seq_id} may need {needed} GPU blocks, only {free} are free"
-            )
-        null_block = self._null_block
-        if null_block is not None and new_tokens:  # a null block means a sliding window
-            table.release_out_of_window(gpu, self._window, null_block)
+        if most_blocks_touched(len(new_tokens), lookahead) > gpu.num_free:
+            needed = table.blocks_touched_by_append(self._block_size, len(new_tokens), lookahead)
+            if needed > gpu.num_free:
+                raise OutOfBlocksError(
+                    f"sequence {seq_id} may need {needed} GPU blocks, only {gpu.num_free} are free"
+                )
+        if self._null_block is not None and new_tokens:  # a null block means a sliding window
+            table.release_out_of_window(gpu, self._window, self._null_block)
         table.append(gpu, new_tokens, lookahead)
-        return gpu.clear_copy_on_writes()
+        return gpu.clear_copy_on_writes() if gpu.pending_cows else []
 
     def fork(self, parent_id: int, child_id: int) -> None:
         """The child joins the parent's group sharing every block; nothing is allocated."""
@@ -332,6 +358,7 @@ class OptimizedBlockSpaceManager:
 
         for table in group.members.values():
             table.settle(source)  # accesses land on the blocks that were accessed
+            table.moved()
             blocks = table.blocks
             for index in range(table.num_released, len(blocks)):
                 blocks[index] = move(blocks[index])
@@ -376,15 +403,33 @@ class OptimizedBlockSpaceManager:
 
     def get_common_computed_block_ids(self, seq_ids: Sequence[int]) -> list[BlockId]:
         """The computed prefix every listed sequence shares: prefill it may skip. A sequence's
-        last entry never counts: the model must compute at least one of its tokens."""
-        if type(seq_ids) is list and len(seq_ids) == 1 and self._caching:  # one sequence
-            table = self._tables.get(seq_ids[0]) if type(seq_ids[0]) is int else None
-            if table is not None and table.group.device is Device.GPU:
-                blocks = table.blocks
-                end = len(blocks) - 1
-                if table.computed_run >= end and not table.num_released:  # nothing new to read
-                    return blocks[:end]
-                return blocks[: table.computed_prefix_length(self._gpu, end)]
+        last entry never counts: the model must compute at least one of its tokens.
+
+        The answer is a read-only list (``optimized/block_ids.py``), the same object for as
+        long as it stays the answer: each table keeps its own computed prefix, and a group the
+        common prefix of the prefixes it was last asked about. Plain ids of GPU sequences take
+        the short way; anything else is checked in the spec's order first."""
+        if type(seq_ids) is list and self._caching:
+            if len(seq_ids) == 1:  # most groups have one sequence
+                table = self._tables.get(seq_ids[0]) if type(seq_ids[0]) is int else None
+                if table is not None and table.group.device is GPU:
+                    known = table.computed_ids
+                    if len(known) == len(table.blocks) - 1:
+                        return known
+                    return table.computed_prefix(self._gpu)
+            prefixes: list[BlockIds] = []
+            for seq_id in seq_ids:
+                table = self._tables.get(seq_id) if type(seq_id) is int else None
+                if table is None or table.group.device is not GPU:
+                    break
+                known = table.computed_ids
+                if len(known) != len(table.blocks) - 1:  # else all but the last: nothing to add
+                    known = table.computed_prefix(self._gpu)
+                prefixes.append(known)
+            else:
+                if len(prefixes) <= 1:
+                    return prefixes[0] if prefixes else NO_BLOCK_IDS
+                return self._common_prefix(prefixes, self._tables[seq_ids[0]].group)
         tables = [self._table(s) for s in check_seq_ids(seq_ids)]
         for table in tables:
             group = table.group
@@ -393,11 +438,22 @@ class OptimizedBlockSpaceManager:
                 check_on_device(group.group_id, group.device, Device.GPU, action)
         if not self._caching or not tables:
             return []
-        gpu = self._gpu
-        runs = [t.computed_prefix_length(gpu, len(t.blocks) - 1) for t in tables]
-        if len(tables) == 1:
-            return tables[0].blocks[: runs[0]]
-        return common_prefix([t.blocks for t in tables], min(runs))
+        prefixes = [table.computed_prefix(self._gpu) for table in tables]
+        return prefixes[0] if len(prefixes) == 1 else self._common_prefix(prefixes, tables[0].group)
+
+    @staticmethod
+    def _common_prefix(prefixes: list[BlockIds], group: SequenceGroup) -> BlockIds:
+        """The common prefix of several sequences' computed prefixes, kept on the first one's
+        group: equal prefixes have the same answer (and the kept ones are mostly the very same
+        objects, which compare at once)."""
+        known = group.common_ids
+        if known is not None and known[0] == prefixes:
+            return known[1]
+        first = prefixes[0]
+        length = common_length(prefixes, min(len(p) for p in prefixes))
+        common = first if length == len(first) else BlockIds.prefix(first, length)
+        group.common_ids = (prefixes, common)
+        return common
 
     def get_num_cached_tokens(self, seq_id: int) -> int:
         table = self._table(seq_id)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from optimized.evictor import Evictor
 from optimized.free_list import FreeList
-from specs.content_hash import Prefix
+from specs.content_hash import ROOT, Prefix
 from specs.errors import DoubleFreeError, OutOfBlocksError
 from specs.pool_view import BlockView, PoolView
 from specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, ExtraKey, PoolConfig, Token
@@ -75,14 +75,18 @@ class OptimizedBlockPool:
         self._free = FreeList(config.block_ids)
         self._evictor = Evictor()
         self._cached: dict[BlockHash, BlockId] = {}
-        self._pending_cows: dict[BlockId, tuple[int, BlockId]] = {}
+        self.pending_cows: dict[BlockId, tuple[int, BlockId]] = {}
         """destination -> (stamp, source), in the order the copies were requested (stamps rise
         with it). A destination keeps its contents (held or evictable) for as long as its pair is
         pending: the pair goes when the block is blanked or evicted, before it can be taken again.
         So no two pending pairs share a destination, and a dict gives both the order and O(1)
-        removal."""
+        removal. Only the pool changes it; the manager reads whether it is empty, to skip
+        ``clear_copy_on_writes`` after an append that copied nothing."""
         self._next_copy_stamp = 0
-        self._num_used = 0
+        self.num_free = num_blocks
+        """Blocks an allocation could take now, free plus evictable (``num_free_blocks``): kept as
+        blocks are taken and released, never recounted, and read as a plain field by the manager,
+        which compares it with a worst case at every append. Only the pool writes it."""
         self._hits = 0
         self._queries = 0
 
@@ -118,7 +122,7 @@ class OptimizedBlockPool:
     def _take_block(self) -> BlockId:
         """A block with ref count 1: the lowest free id, else the evictor's choice (which loses
         its hash). Raises before changing anything when neither is left."""
-        if self._num_used == self._num_blocks:
+        if not self.num_free:
             raise OutOfBlocksError(
                 f"no free or evictable block left (all {self._config.num_blocks} are in use)"
             )
@@ -129,10 +133,10 @@ class OptimizedBlockPool:
             evicted_hash = self._hashes[index]
             assert evicted_hash is not None
             del self._cached[evicted_hash]
-            self._pending_cows.pop(block, None)
+            self.pending_cows.pop(block, None)
             self._blank(index)
         self._ref_counts[block - self._first_id] = 1
-        self._num_used += 1
+        self.num_free -= 1
         return block
 
     def _acquire(self, block: BlockId) -> None:
@@ -140,7 +144,7 @@ class OptimizedBlockPool:
         index = block - self._first_id
         if self._ref_counts[index] == 0:
             self._evictor.remove(block)
-            self._num_used += 1
+            self.num_free -= 1
         self._ref_counts[index] += 1
 
     def _release(self, block: BlockId) -> None:
@@ -151,10 +155,10 @@ class OptimizedBlockPool:
         self._ref_counts[index] -= 1
         if self._ref_counts[index]:
             return
-        self._num_used -= 1
+        self.num_free += 1
         prefix = self._prefixes[index]
         if prefix is None:
-            self._pending_cows.pop(block, None)
+            self.pending_cows.pop(block, None)
             self._blank(index)
             self._free.push(block)
         else:
@@ -211,10 +215,10 @@ class OptimizedBlockPool:
         """Queue a copy for the kernel, which reads every source before writing any destination.
         A source still waiting for its own copy holds no data yet, so the copy reads from where
         that one would (one dict lookup: pending copies are keyed by destination)."""
-        earlier = self._pending_cows.get(source)
+        earlier = self.pending_cows.get(source)
         if earlier is not None:
             source = earlier[1]
-        self._pending_cows[destination] = (self._next_copy_stamp, source)
+        self.pending_cows[destination] = (self._next_copy_stamp, source)
         self._next_copy_stamp += 1
 
     def append_tokens(self, block: BlockId, prefix: Prefix, tokens: Sequence[Token]) -> BlockId:
@@ -233,10 +237,10 @@ class OptimizedBlockPool:
 
     def clear_copy_on_writes(self) -> list[CopyPair]:
         """The (source, destination) pairs the copy kernel must run, in order; the list empties."""
-        if not self._pending_cows:
+        if not self.pending_cows:
             return []
-        pairs = [(source, destination) for destination, (_, source) in self._pending_cows.items()]
-        self._pending_cows.clear()
+        pairs = [(source, destination) for destination, (_, source) in self.pending_cows.items()]
+        self.pending_cows.clear()
         return pairs
 
     # --- freeing and forking -------------------------------------------------------------------
@@ -294,7 +298,7 @@ class OptimizedBlockPool:
         if not self._caching or not checked:
             return []
         runs = [self.computed_run(chain, 0, len(chain) - 1) for chain in checked]
-        return common_prefix(checked, min(runs))
+        return checked[0][: common_length(checked, min(runs))]
 
     # --- the trusted core: ids this pool handed out, room already checked ----------------------
 
@@ -321,6 +325,37 @@ class OptimizedBlockPool:
         self._queries += 1
         self._cache(block, prefix, tokens, content_hash)
         return block
+
+    def take_full_blocks(
+        self,
+        blocks: Sequence[tuple[Token, ...]],
+        hashes: Sequence[BlockHash] | None,
+        extra_key: ExtraKey,
+    ) -> list[BlockId]:
+        """``take_full`` for each of a sequence's leading full blocks in turn, their hashes (None
+        without caching) given by the caller: block ``i`` follows ``hashes[i - 1]`` (the root
+        first) and ``i * block_size`` tokens. One call for a whole prompt."""
+        if hashes is None:
+            taken = [self._take_block() for _ in blocks]
+            for block, tokens in zip(taken, blocks, strict=True):
+                self._tokens[block - self._first_id] = tokens
+            return taken
+        cached, size = self._cached, self._block_size
+        taken = []
+        parent = ROOT
+        for index, (tokens, content_hash) in enumerate(zip(blocks, hashes, strict=True)):
+            hit = cached.get(content_hash)
+            if hit is not None:
+                self._hits += 1
+                self._acquire(hit)
+                taken.append(hit)
+            else:
+                block = self._take_block()
+                self._cache(block, (parent, index * size, extra_key), tokens, content_hash)
+                taken.append(block)
+            parent = content_hash
+        self._queries += len(taken)
+        return taken
 
     def fill(
         self,
@@ -418,7 +453,7 @@ class OptimizedBlockPool:
 
     def num_free_blocks(self) -> int:
         """Blocks an allocation could take now: free plus evictable, i.e. all but the used."""
-        return self._num_blocks - self._num_used
+        return self.num_free
 
     def hit_rate(self) -> float:
         """Hits over lookups of ``allocate_immutable``; 0.0 before any, -1.0 without caching."""
@@ -432,14 +467,14 @@ class OptimizedBlockPool:
         With nothing in use every block is free (already blank) or evictable, so blanking the
         evictable blocks onto the free list (and dropping the copies into them) gives a fresh
         pool."""
-        if self._num_used:
+        if self.num_free < self._num_blocks:
             return False
         for block in self._evictor.blocks():
             self._blank(block - self._first_id)
             self._free.push(block)
         self._evictor.clear()
         self._cached.clear()
-        self._pending_cows.clear()
+        self.pending_cows.clear()
         self._hits = 0
         self._queries = 0
         return True
@@ -480,25 +515,26 @@ class OptimizedBlockPool:
             evictable=self._evictor.blocks(),
             cached=dict(self._cached),
             pending_cows=tuple(
-                (source, destination) for destination, (_, source) in self._pending_cows.items()
+                (source, destination) for destination, (_, source) in self.pending_cows.items()
             ),
             hits=self._hits,
             queries=self._queries,
         )
 
 
-def common_prefix(chains: Sequence[Sequence[BlockId]], limit: int) -> list[BlockId]:
-    """The longest list that is a prefix of every chain, at most ``limit`` long. Prefix equality
-    is monotone in the length, so a binary search over C-speed slice comparisons finds it."""
+def common_length(chains: Sequence[Sequence[BlockId]], limit: int) -> int:
+    """The length of the longest list that is a prefix of every chain, at most ``limit``. Prefix
+    equality is monotone in the length, so a binary search over C-speed slice comparisons finds
+    it."""
     first = chains[0]
     others = chains[1:]
     low, high = 0, limit
     if all(other[:high] == first[:high] for other in others):
-        return list(first[:high])
+        return high
     while low < high - 1:  # first[:low] is common, first[:high] is not
         middle = (low + high) // 2
         if all(other[:middle] == first[:middle] for other in others):
             low = middle
         else:
             high = middle
-    return list(first[:low])
+    return low

@@ -19,13 +19,19 @@ questions a scheduler asks of every running sequence at every step cost O(1) amo
   a mark looks only at blocks filled since.
 - ``computed_run``: how many leading entries are known computed. A full block is never written
   again and keeps its mark while held (a swap carries it along), so the run only grows.
+- ``computed_ids``: the last answer to ``get_common_computed_block_ids`` for this table alone, a
+  read-only list (``optimized/block_ids.py``) handed out again until the run grows. The entries of
+  the run never change while the table stays on its device: a swap, which gives them new ids, and
+  a window release, which points them at the null block, drop it. Once it holds every entry but
+  the last, it is the answer until the table grows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from optimized.block_ids import NO_BLOCK_IDS, BlockIds
 from optimized.block_pool import OptimizedBlockPool
 from optimized.sequence_group import SequenceGroup
 from specs.accounting import blocks_touched_by_append
@@ -58,6 +64,7 @@ class BlockTable:
     """Entries ``num_released .. access_end`` have not been given the pending access yet."""
     marked: int = 0
     computed_run: int = 0
+    computed_ids: BlockIds = field(default_factory=lambda: NO_BLOCK_IDS)
 
     @classmethod
     def for_prompt(
@@ -66,23 +73,11 @@ class BlockTable:
         """Full chunks of the prompt as immutable blocks (cache hits where possible), the tail as
         a mutable block. The caller has checked that the pool has a block for every chunk."""
         size = pool.block_size
-        caching = pool.caching
         prompt = tuple(tokens)
-        key = group.extra_key
-        blocks: list[BlockId] = []
-        hashes: list[BlockHash] = []
-        parent = ROOT
-        hasher = group.hasher
         num_full = len(prompt) // size * size
-        for start in range(0, num_full, size):
-            chunk = prompt[start : start + size]
-            if caching:
-                content_hash = hasher(parent, chunk)
-                blocks.append(pool.take_full((parent, start, key), chunk, content_hash))
-                hashes.append(content_hash)
-                parent = content_hash
-            else:
-                blocks.append(pool.take_full((parent, start, key), chunk, None))
+        chunks = [prompt[start : start + size] for start in range(0, num_full, size)]
+        hashes = group.hasher.chain(ROOT, chunks) if pool.caching else []
+        blocks = pool.take_full_blocks(chunks, hashes if pool.caching else None, group.extra_key)
         if num_full < len(prompt):
             blocks.append(pool.fill(pool.take(), None, prompt[num_full:], None))
         return cls(group, list(prompt), blocks, hashes)
@@ -98,6 +93,7 @@ class BlockTable:
             self.num_released,
             marked=self.marked,
             computed_run=self.computed_run,
+            computed_ids=self.computed_ids,
         )
 
     def held_blocks(self) -> list[BlockId]:
@@ -164,22 +160,28 @@ class BlockTable:
             pool.release(blocks[index])
             blocks[index] = null_block
         self.num_released = num_out
+        self.computed_ids = NO_BLOCK_IDS  # a null entry ends every run
 
-    def append(self, pool: OptimizedBlockPool, new_tokens: Sequence[Token], lookahead: int) -> None:
+    def append(
+        self, pool: OptimizedBlockPool, new_tokens: tuple[Token, ...], lookahead: int
+    ) -> None:
         """Append ``new_tokens`` block by block (the pool copies shared blocks and dedups filled
         ones), then make sure ``lookahead`` empty slots follow them. The caller has checked the
         worst case (``blocks_touched_by_append``) against the free blocks."""
-        size = pool.block_size
         tokens, blocks = self.tokens, self.blocks
+        size = pool.block_size
         position = len(tokens)
-        end = position + len(new_tokens)
+        tokens.extend(new_tokens)
+        end = len(tokens)
         if position < end:
             index = position // size
-            tokens.extend(new_tokens)
             # The common case: the tokens go into the block that holds the last ones, which is
             # the table's own and does not fill, so the entry stays as it is.
-            in_place = end < (index + 1) * size and index < len(blocks)
-            if not (in_place and pool.append_in_place(blocks[index], tuple(new_tokens))):
+            if not (
+                end < (index + 1) * size
+                and index < len(blocks)
+                and pool.append_in_place(blocks[index], new_tokens)
+            ):
                 if self.access_end > index:
                     self.settle(pool, index)  # the block receiving tokens may be replaced
                 self._fill_blocks(pool, position, end)
@@ -190,24 +192,26 @@ class BlockTable:
         """Hand tokens ``position .. end`` (already in ``tokens``) to their blocks, one block at a
         time, taking new blocks past the table's end; a block that fills is hashed, once."""
         size = pool.block_size
-        tokens, blocks, hashes = self.tokens, self.blocks, self.hashes
-        key, hasher = self.group.extra_key, self.group.hasher
+        tokens, blocks = self.tokens, self.blocks
         while position < end:
             index = position // size
             if index == len(blocks):
                 blocks.append(pool.take())
             block_end = (index + 1) * size
-            chunk_end = min(end, block_end)
-            chunk = tuple(tokens[position:chunk_end])
-            if pool.caching and chunk_end == block_end:
-                parent = hashes[index - 1] if index else ROOT
-                content_hash = hasher(parent, tokens[block_end - size : block_end])
-                hashes.append(content_hash)
-                prefix = (parent, block_end - size, key)
+            if end < block_end:  # the last tokens, which do not fill their block
+                blocks[index] = pool.fill(blocks[index], None, tuple(tokens[position:end]), None)
+                return
+            chunk = tuple(tokens[position:block_end])
+            if pool.caching:
+                start = block_end - size
+                parent = self.hashes[index - 1] if index else ROOT
+                content_hash = self.group.hasher(parent, tokens[start:block_end])
+                self.hashes.append(content_hash)
+                prefix = (parent, start, self.group.extra_key)
                 blocks[index] = pool.fill(blocks[index], prefix, chunk, content_hash)
             else:
                 blocks[index] = pool.fill(blocks[index], None, chunk, None)
-            position = chunk_end
+            position = block_end
 
     # --- what is computed -----------------------------------------------------------------------
 
@@ -230,6 +234,19 @@ class BlockTable:
         run = pool.computed_run(self.blocks, run, end)
         self.computed_run = run
         return run
+
+    def computed_prefix(self, pool: OptimizedBlockPool) -> BlockIds:
+        """The leading computed entries, the last entry excluded (the model computes at least
+        one token of every sequence): the same list as last time unless the run grew."""
+        run = self.computed_prefix_length(pool, len(self.blocks) - 1)
+        ids = self.computed_ids
+        if len(ids) != run:
+            ids = self.computed_ids = BlockIds.prefix(self.blocks, run)
+        return ids
+
+    def moved(self) -> None:
+        """The table's blocks were swapped to another device: every entry has a new id."""
+        self.computed_ids = NO_BLOCK_IDS
 
     def num_cached_tokens(self, pool: OptimizedBlockPool) -> int:
         """Tokens in the leading run of computed blocks: the prefill a cache lets it skip. Only

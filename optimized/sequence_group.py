@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from optimized.block_ids import BlockIds
 from specs.content_hash import BlockHasher
 from specs.types import BlockId, Device, ExtraKey, Token
 
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
 class SequenceGroup:
     """``members`` maps each live sequence id to its table, in the group's order (``allocate``'s
     ids, then forked children). An encoder-decoder group also owns its cross-attention table.
-    ``hasher`` hashes the group's full blocks under its extra key (every table shares it)."""
+    ``hasher`` hashes the group's full blocks under its extra key (every table shares it).
+    ``common_ids``: see its note."""
 
     group_id: int
     members: dict[int, BlockTable]
@@ -26,6 +28,10 @@ class SequenceGroup:
     encoder_tokens: tuple[Token, ...] = ()
     cross_blocks: list[BlockId] = field(default_factory=list)
     hasher: BlockHasher = field(init=False)
+    common_ids: tuple[list[BlockIds], BlockIds] | None = None
+    """The last ``get_common_computed_block_ids`` of several sequences, the first of them in this
+    group: the computed prefixes it was asked about, and their common prefix. The prefixes are
+    read-only and replaced whenever they change, so the same prefixes have the same answer."""
 
     def __post_init__(self) -> None:
         self.hasher = BlockHasher(self.extra_key)

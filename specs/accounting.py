@@ -43,6 +43,32 @@ def blocks_touched_by_append(
     return touched + new_blocks if new_blocks > 0 else touched
 
 
+def most_blocks_touched(num_new: int, lookahead: int) -> int:
+    """A bound on ``blocks_touched_by_append`` that needs nothing of the table: the new tokens
+    and lookahead slots land in at most one block each, and the block holding the first of
+    them may be an existing one. A caller with this many free blocks knows any append fits.
+
+    pre: num_new >= 0 and lookahead >= 0
+    post: _ == num_new + lookahead + 1
+    """
+    return num_new + lookahead + 1
+
+
+def _bounded(
+    num_tokens: int, num_blocks: int, block_size: int, num_new: int, lookahead: int
+) -> bool:
+    """``most_blocks_touched`` bounds ``blocks_touched_by_append``, for every table that holds its
+    tokens (checked by CrossHair).
+
+    pre: block_size >= 1
+    pre: num_tokens >= 0 and num_new >= 0 and lookahead >= 0
+    pre: num_tokens <= num_blocks * block_size
+    post: _
+    """
+    worst = blocks_touched_by_append(num_tokens, num_blocks, block_size, num_new, lookahead)
+    return worst <= most_blocks_touched(num_new, lookahead)
+
+
 def _worst_case_slot_by_slot(
     num_tokens: int, num_blocks: int, block_size: int, num_new: int, lookahead: int
 ) -> int:

@@ -116,6 +116,20 @@ class BlockHasher:
         body = _count_and_tokens(count).pack(count, *tokens)
         return hashlib.sha256(b"".join((BLOCK_DOMAIN, parent, body, self._key_bytes))).digest()
 
+    def chain(self, parent: BlockHash, blocks: Sequence[Sequence[Token]]) -> list[BlockHash]:
+        """The hashes of consecutive full blocks (all of one length) after ``parent``: a
+        prompt's blocks, hashed in one loop, each after the one before."""
+        if not blocks:
+            return []
+        count = len(blocks[0])
+        pack = _count_and_tokens(count).pack
+        key, sha256 = self._key_bytes, hashlib.sha256
+        hashes: list[BlockHash] = []
+        for tokens in blocks:
+            parent = sha256(b"".join((BLOCK_DOMAIN, parent, pack(count, *tokens), key))).digest()
+            hashes.append(parent)
+        return hashes
+
 
 @dataclass(frozen=True, slots=True)
 class Prefix:

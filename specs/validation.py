@@ -175,6 +175,22 @@ def check_tokens(tokens: object, *, allow_empty: bool = False) -> list[Token]:
     return checked
 
 
+def check_new_tokens(tokens: object) -> tuple[Token, ...]:
+    """The tokens of an append (none is allowed), as a tuple: a block keeps its tokens in one.
+    A decode step appends one token or a few: plain ints pass in one short loop.
+
+    raises: InvalidArgumentError
+    post: _ == tuple(tokens) and all(0 <= token <= MAX_TOKEN for token in _)
+    """
+    if type(tokens) is list or type(tokens) is tuple:
+        for token in tokens:
+            if type(token) is not int or not 0 <= token <= MAX_TOKEN:
+                break
+        else:
+            return tuple(tokens)
+    return tuple(check_tokens(tokens, allow_empty=True))
+
+
 def check_extra_key(extra_key: object) -> ExtraKey:
     """
     raises: InvalidArgumentError

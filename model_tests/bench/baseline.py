@@ -5,7 +5,9 @@
 a temporary directory, and their imports are renamed into it, so the old code runs its own
 validation, accounting and hashing. Only ``specs.types`` and ``specs.errors`` stay shared: both
 sides must take the same configurations and return the same ``AllocStatus`` and errors. That is
-faithful only if those two files did not change since the commit, which is checked.
+faithful only if those two files kept every line they had at the commit (lines added since, such
+as new types at the end, leave the old code's names as they were), which is checked; the bench's
+replay check then compares every answer of the old manager with the recording.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def package_name(revision: str) -> str:
 def export(revision: str, directory: Path | None = None) -> tuple[Path, str]:
     """(the directory to put on ``sys.path``, the target spec of the commit's manager)."""
     commit = _git("rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}").decode().strip()
-    changed = _git("diff", "--name-only", commit, "--", *SHARED).decode().split()
+    changed = _changed_lines(commit)
     if changed:
         raise BaselineError(
             f"{', '.join(changed)} changed since {revision}: the two managers would not share"
@@ -61,6 +63,21 @@ def export(revision: str, directory: Path | None = None) -> tuple[Path, str]:
     for source in (root / package).rglob("*.py"):
         source.write_text(_renamed(source.read_text(encoding="utf-8"), package), encoding="utf-8")
     return root, f"{package}.{FACTORY}"
+
+
+def _changed_lines(commit: str) -> list[str]:
+    """The shared files that lost or changed a line since ``commit`` (additions are fine)."""
+    changed = []
+    for path in SHARED:
+        diff = _git("diff", "--unified=0", commit, "--", path).decode(errors="replace")
+        removed = [
+            line
+            for line in diff.splitlines()
+            if line.startswith("-") and not line.startswith("---")
+        ]
+        if removed:
+            changed.append(path)
+    return changed
 
 
 def _renamed(text: str, package: str) -> str:

@@ -178,6 +178,6 @@ def optimized_block_prefixes(tokens: list[int], split: int, block_size: int) -> 
     key = ExtraKey()
     pool = OptimizedBlockPool(PoolConfig(2 * MAX_BLOCKS, block_size))
     table = BlockTable.for_prompt(SequenceGroup(0, {}, Device.GPU, key), pool, tokens[:split])
-    table.append(pool, tokens[split:], 0)
+    table.append(pool, tuple(tokens[split:]), 0)
     parents = [ROOT, *table.hashes]
     return [Prefix(parents[i], i * block_size, key) for i in range(len(tokens) // block_size + 1)]

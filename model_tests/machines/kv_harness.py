@@ -58,6 +58,9 @@ class KVSide:
     config: ManagerConfig
     defrag: DefragConfig | None = None
     placement: Defragmenter | None = field(init=False, default=None)
+    version: int = field(init=False, default=0)
+    """Rises with every change to the side's data or placement: a check of a side whose version
+    and expected contents are those of a check that passed would pass again."""
 
     def gpu_position(self, block: BlockId) -> int:
         """Where GPU block ``block``'s data sits: its physical id."""
@@ -82,32 +85,50 @@ class KVSide:
     ) -> None:
         """The engine tells the defragmenter which GPU tables changed and which are gone."""
         assert self.placement is not None
+        self.version += 1
         self.placement.update_state(changed, finished)
 
     def defragment(self) -> list[tuple[BlockId, BlockId]]:
         """The engine's ``defragment()`` and the exchange of its pairs; returns the pairs."""
         assert self.placement is not None
+        self.version += 1
         pairs = self.placement.defragment()
-        self.run_exchanges(pairs)
+        self._exchange(pairs)
         return pairs
 
     def defrag_view(self) -> DefragmenterView | None:
         return None if self.placement is None else self.placement.view()
 
     def run_copies(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
-        raise NotImplementedError
+        self.version += 1
+        self._copy(pairs)
 
     def run_swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
-        raise NotImplementedError
-
-    def run_exchanges(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
-        """A defragmentation's exchanges, in physical ids."""
-        raise NotImplementedError
+        self.version += 1
+        self._swap(pairs, to)
 
     def write(
         self, device: Device, places: Sequence[Place], contents: Sequence[SlotContent]
     ) -> None:
         """The model writes the KV of ``contents[i]`` into ``places[i]``."""
+        self.version += 1
+        self._write(device, places, contents)
+
+    # --- what each kind of side implements ----------------------------------------------------
+
+    def _copy(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+        raise NotImplementedError
+
+    def _swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
+        raise NotImplementedError
+
+    def _exchange(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+        """A defragmentation's exchanges, in physical ids."""
+        raise NotImplementedError
+
+    def _write(
+        self, device: Device, places: Sequence[Place], contents: Sequence[SlotContent]
+    ) -> None:
         raise NotImplementedError
 
     def mismatches(self, device: Device, batch: Batch) -> list[int]:
@@ -129,20 +150,20 @@ class AbstractKV(KVSide):
     def position(self, device: Device, block: BlockId) -> int:
         return self.gpu_position(block) if device is Device.GPU else block
 
-    def run_copies(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+    def _copy(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
         located = self.located(pairs, Device.GPU, Device.GPU)
         size = self.config.block_size
         self.kv = kv_model.copy_blocks(self.kv, located, size, Device.GPU, Device.GPU)
 
-    def run_swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
+    def _swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
         source = Device.CPU if to is Device.GPU else Device.GPU
         located = self.located(pairs, source, to)
         self.kv = kv_model.copy_blocks(self.kv, located, self.config.block_size, source, to)
 
-    def run_exchanges(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+    def _exchange(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
         self.kv = kv_model.exchange_blocks(self.kv, pairs, self.config.block_size, Device.GPU)
 
-    def write(
+    def _write(
         self, device: Device, places: Sequence[Place], contents: Sequence[SlotContent]
     ) -> None:
         for (block, slot), content in zip(self.positions(device, places), contents, strict=True):

@@ -59,16 +59,16 @@ class TorchKV(KVSide):
             return block - self.config.num_gpu_blocks
         return self.gpu_position(block)
 
-    def run_copies(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+    def _copy(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
         located = self.located(pairs, Device.GPU, Device.GPU)
         kernels.copy_blocks(self.stores[Device.GPU], located)
 
-    def run_swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
+    def _swap(self, pairs: Sequence[tuple[BlockId, BlockId]], to: Device) -> None:
         source = Device.CPU if to is Device.GPU else Device.GPU
         located = self.located(pairs, source, to)
         kernels.swap_blocks(self.stores[source], self.stores[to], located)
 
-    def run_exchanges(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
+    def _exchange(self, pairs: Sequence[tuple[BlockId, BlockId]]) -> None:
         assert self.defrag is not None
         kernels.swap_blocks_in_place(self.stores[Device.GPU], pairs, self.defrag.pad_sizes)
 
@@ -76,7 +76,7 @@ class TorchKV(KVSide):
         """``[n, 2]``: K and V of layer 0 for each place (layer ``l`` adds ``l``)."""
         return torch.tensor(values, dtype=torch.float32, device=device)
 
-    def write(
+    def _write(
         self, device: Device, places: Sequence[Place], contents: Sequence[SlotContent]
     ) -> None:
         if not places:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import enum
+from typing import Any
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from optimized.block_manager import OptimizedBlockSpaceManager
+from optimized.tokens import plain_tokens
 from reference.manager_adapter import ReferenceBlockSpaceManager
-from specs.errors import DuplicateSequenceError, SequenceStateError
+from specs.errors import DuplicateSequenceError, InvalidArgumentError, SequenceStateError
 from specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
-from specs.types import AllocStatus, ManagerConfig
+from specs.types import MAX_TOKEN, AllocStatus, ManagerConfig
+from specs.validation import check_tokens
 
 FACTORIES: list[BlockSpaceManagerFactory] = [
     ReferenceBlockSpaceManager,
@@ -86,3 +93,90 @@ def test_allocate_refuses_a_group_or_sequence_id_in_use(
     with pytest.raises(DuplicateSequenceError, match=says):
         manager.allocate(group_id, seq_ids, [1])
     assert manager.view().comparable() == before
+
+
+@pytest.mark.parametrize("factory", FACTORIES, ids=lambda f: f.__name__)
+def test_common_computed_blocks_of_no_sequence_and_of_one_swapped_back(
+    factory: BlockSpaceManagerFactory,
+) -> None:
+    """No sequence shares nothing; a group that went to the CPU and back has new ids, and its
+    answer names them, not the ones it had before (the optimized manager keeps answers)."""
+    config = ManagerConfig(
+        block_size=2, num_gpu_blocks=8, num_cpu_blocks=8, watermark=0.0, enable_caching=True
+    )
+    manager = factory(config)
+    assert manager.get_common_computed_block_ids([]) == []
+    manager.allocate(1, [10, 11], [1, 2, 3, 4, 5])
+    manager.mark_blocks_as_computed(1)
+    before = manager.get_common_computed_block_ids([10, 11])
+    assert before == manager.get_block_table(10)[:2]
+    assert manager.get_common_computed_block_ids([]) == []
+    manager.swap_out(1)
+    manager.allocate(2, [20], [9, 9, 9, 9, 9, 9])  # takes the GPU blocks group 1 gave up
+    manager.free(20)
+    manager.swap_in(1)
+    after = manager.get_common_computed_block_ids([10, 11])
+    assert after == manager.get_block_table(11)[:2] == manager.get_common_computed_block_ids([10])
+
+
+def test_the_optimized_managers_common_computed_blocks_cannot_be_changed() -> None:
+    """It hands one answer to every caller until the answer changes: a caller must not be able
+    to change it for the next one."""
+    config = ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=8, enable_caching=True)
+    manager = OptimizedBlockSpaceManager(config)
+    manager.allocate(1, [10], [1, 2, 3, 4, 5])
+    manager.mark_blocks_as_computed(1)
+    found = manager.get_common_computed_block_ids([10])
+    for change in (
+        lambda: found.append(7),
+        lambda: found.extend([7]),
+        lambda: found.pop(),
+        lambda: found.clear(),
+        lambda: found.__setitem__(0, 7),
+        lambda: found.__delitem__(0),
+        lambda: found.sort(),
+    ):
+        with pytest.raises(TypeError, match="cannot be changed"):
+            change()
+    copy = list(found)
+    copy.append(7)
+    assert manager.get_common_computed_block_ids([10]) == found == copy[:2]
+    assert type(found[:1]) is list and found == manager.get_block_table(10)[:2]
+
+
+class _Level(enum.IntEnum):
+    LOW = 3
+
+
+TOKEN_LIKE = st.one_of(
+    st.integers(-(2**64), 2**64),
+    st.sampled_from([0, 1, MAX_TOKEN, MAX_TOKEN + 1, -1, 2**64 - 1, 2**64, -(2**63) - 1]),
+    st.sampled_from([True, False, _Level.LOW, 1.0, None, "1"]),
+)
+
+
+@given(st.lists(TOKEN_LIKE, max_size=40) | st.tuples(TOKEN_LIKE, TOKEN_LIKE))
+def test_the_optimized_prompt_check_passes_only_what_check_tokens_passes(tokens: Any) -> None:
+    """``optimized/tokens.py`` checks a prompt in C loops: what it passes ``check_tokens``
+    passes, and a prompt of plain ints that ``check_tokens`` passes, it passes too."""
+    try:
+        accepted = check_tokens(tokens, allow_empty=True) == list(tokens)
+    except InvalidArgumentError:
+        accepted = False
+    if plain_tokens(tokens):
+        assert accepted
+    elif accepted:
+        assert not all(type(token) is int for token in tokens)
+
+
+def test_a_prompt_the_fast_check_refuses_gets_the_full_checks_answer() -> None:
+    """On both managers: an int subclass is a token, a bool, a value past MAX_TOKEN or an empty
+    prompt is not, with the same error."""
+    config = ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=8)
+    for factory in FACTORIES:
+        manager = factory(config)
+        assert manager.can_allocate((_Level.LOW, 5, 6)) is AllocStatus.OK
+        for bad in ((1, True), [MAX_TOKEN + 1], (), [-1, 2]):
+            with pytest.raises(InvalidArgumentError):
+                manager.can_allocate(bad)
+        assert manager.can_allocate((MAX_TOKEN, 0)) is AllocStatus.OK

@@ -1,0 +1,39 @@
+"""The strategies the machines draw from inside their rules, made once.
+
+A rule that draws interactively (``data.draw``) with a strategy it builds on the spot pays for
+building and validating that strategy at every draw, which costs more than the draw itself. The
+same strategy built once draws the same choices (Hypothesis draws by a strategy's shape, not its
+identity), so seeds and shrinking are as before.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from hypothesis import strategies as st
+
+FOLLOW_TEMPLATE = st.sampled_from([True, True, True, False])
+"""Whether new tokens follow the shared template (prefixes repeat: hits, dedup)."""
+
+SAMPLE = st.sampled_from([False] * 5 + [True])
+"""Whether a decoding sequence forks (parallel sampling)."""
+
+BOOLEANS = st.booleans()
+
+
+@cache
+def integers(low: int, high: int) -> st.SearchStrategy[int]:
+    return st.integers(low, high)
+
+
+@cache
+def small_tokens(count: int, high: int) -> st.SearchStrategy[list[int]]:
+    """``count`` tokens in ``0 .. high``."""
+    return st.lists(integers(0, high), min_size=count, max_size=count)
+
+
+@cache
+def sampled(options: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    """``st.sampled_from`` of a fixed tuple of options."""
+    return st.sampled_from(options)

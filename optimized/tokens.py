@@ -1,0 +1,33 @@
+"""A prompt's tokens checked in C loops: a scheduler admits prompts of thousands of tokens, and
+asks ``can_allocate`` about each before it allocates it.
+
+``specs.validation.check_tokens`` looks at one token at a time in Python. For a list or tuple of
+plain ints the same verdict comes from passes that run in C: the elements' types are counted
+(every one must be ``int`` itself, so a ``bool`` or any other subclass fails), then the tokens are
+packed as unsigned 64-bit little-endian integers, which ``struct`` refuses for a value outside
+``[0, 2**64)``; a value below ``2**63`` has its last byte (the most significant) below ``0x80``,
+so those bytes, taken every eighth, are ASCII exactly when every token is at most ``MAX_TOKEN``.
+When this says no, the caller runs ``check_tokens``, which accepts what is fine after all (an int
+subclass) or raises its error for the first bad token.
+"""
+
+from __future__ import annotations
+
+import struct
+from operator import countOf
+
+from specs.types import MAX_TOKEN
+
+assert MAX_TOKEN == 2**63 - 1, "the top bit of each packed token is the bound"
+
+
+def plain_tokens(tokens: list[object] | tuple[object, ...]) -> bool:
+    """Whether every element is an ``int`` (not a subclass) in ``[0, MAX_TOKEN]``."""
+    count = len(tokens)
+    if countOf(map(type, tokens), int) != count:
+        return False
+    try:
+        packed = struct.pack(f"<{count}Q", *tokens)
+    except struct.error:  # a negative token, or one of 2**64 or more
+        return False
+    return packed[7::8].isascii()
