@@ -81,6 +81,11 @@ class UsageError(Exception):
     """Bad input: reported as one line on stderr, exit 2."""
 
 
+TARGET_HELP = "package.module:factory, exec:PROGRAM, or one of pagedkv's own: " + ", ".join(
+    targets.ALIASES
+)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the main thread is, so that cleanup runs (``exec:`` programs are
     killed on the way out)."""
@@ -535,10 +540,10 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     check = commands.add_parser("check", help="run the lockstep machine against a target")
-    check.add_argument("--target", required=True, help="package.module:factory or exec:PROGRAM")
+    check.add_argument("--target", required=True, help=TARGET_HELP)
     check.add_argument("--level", default="manager", choices=["manager", "pool"])
     check.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="about how many calls")
-    check.add_argument("--seed", type=int, default=None, help="make the run reproducible")
+    check.add_argument("--seed", type=seed_number, default=None, help="make the run reproducible")
     check.add_argument(
         "--profile",
         default="pagedkv",
@@ -569,12 +574,12 @@ def parser() -> argparse.ArgumentParser:
     record.add_argument("--level", default="all", choices=["manager", "pool", "all"])
     record.add_argument("--out", default="pagedkv-traces", help="directory (pagedkv-traces)")
     record.add_argument("--runs", type=int, default=40, help="traces per level, at least (40)")
-    record.add_argument("--seed", type=int, default=0)
+    record.add_argument("--seed", type=seed_number, default=0)
     record.add_argument("--force", action="store_true", help="replace traces already in --out")
 
     replay = commands.add_parser("replay", help="replay traces against a target")
     replay.add_argument("trace", nargs="+", help="trace files or directories of *.jsonl")
-    replay.add_argument("--target", required=True, help="package.module:factory or exec:PROGRAM")
+    replay.add_argument("--target", required=True, help=TARGET_HELP)
     replay.add_argument(
         "--level", default=None, choices=["manager", "pool"], help="replay only this level's"
     )
@@ -596,7 +601,7 @@ def parser() -> argparse.ArgumentParser:
     )
     soak_.add_argument("--target", default="optimized", help="optimized (default) or any target")
     soak_.add_argument("--steps", type=int, default=100_000, help="calls on each side (100000)")
-    soak_.add_argument("--seed", type=int, default=None, help="make the walk reproducible")
+    soak_.add_argument("--seed", type=seed_number, default=None, help="make the walk reproducible")
     soak_.add_argument(
         "--exact",
         action="store_true",
@@ -611,7 +616,7 @@ def parser() -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench", help="replay a serving workload on the managers and time it (never asserts)"
     )
-    bench.add_argument("--seed", type=int, default=0, help="the workload's seed (0)")
+    bench.add_argument("--seed", type=seed_number, default=0, help="the workload's seed (0)")
     bench.add_argument("--reps", type=int, default=5, help="interleaved repetitions (5)")
     bench.add_argument(
         "--target",
@@ -655,6 +660,17 @@ def parser() -> argparse.ArgumentParser:
         "--trace-out", default=None, help="also write the workload as a pagedkv trace (slow)"
     )
     return top
+
+
+def seed_number(text: str) -> int:
+    """A seed: a whole number from 0 (Hypothesis would take -1 for 1)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0, got {text!r}")
+    return value
 
 
 def _timeout_option(command: argparse.ArgumentParser) -> None:
@@ -706,7 +722,7 @@ def main(
         return fail(f"error: {error}")
     with _sigterm_interrupts():
         try:
-            check_environment()
+            check_environment(args)
             profiles.pin_generation()
             return COMMANDS[args.command](args, Output(out_stream, keys=stdin))
         except ONE_LINE_ERRORS as error:
@@ -729,29 +745,52 @@ def main(
             )
 
 
-def check_environment() -> None:
-    """Every environment value pagedkv reads, checked before any work starts."""
-    timeout.timeout_from_environment()
+def check_environment(args: argparse.Namespace) -> None:
+    """Every environment value the command reads, checked before any work starts (the
+    timeout's only where the command calls a target and ``--timeout`` does not override it)."""
+    if getattr(args, "timeout", False) is None:
+        timeout.timeout_from_environment()
     value = os.environ.get(TRACEBACK_VARIABLE)
     if value not in (None, "", "0", "1"):
         raise timeout.SettingError(f"{TRACEBACK_VARIABLE}={value!r}: expected 0 or 1")
 
 
+STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RESEND_AFTER = 0.1
+"""Seconds before a dropped signal is sent again: once the callback that dropped it is over."""
+
+
 @contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises ``Terminated`` in the main thread while a command runs."""
+    """SIGTERM raises ``Terminated`` and SIGINT ``KeyboardInterrupt`` in the main thread while a
+    command runs, until the command stops."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise Terminated
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    def dropped(unraisable: Any) -> None:
+        # Python prints and drops an exception raised while a garbage-collection callback or a
+        # finalizer runs: a signal that landed there is sent again, so that it stops the command.
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            terminated = isinstance(unraisable.exc_value, Terminated)
+            again = signal.SIGTERM if terminated else signal.SIGINT
+            resend = threading.Timer(RESEND_AFTER, os.kill, (os.getpid(), again))
+            resend.daemon = True
+            resend.start()
+        else:
+            previous_hook(unraisable)
+
+    previous = {number: signal.signal(number, interrupt) for number in STOPPING_SIGNALS}
+    previous_hook, sys.unraisablehook = sys.unraisablehook, dropped
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = previous_hook
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 if __name__ == "__main__":

@@ -209,10 +209,16 @@ def run_check(
 def _effort(result: CheckResult) -> str:
     """What finding the failure took, and what shrinking it took on top."""
     if result.found_after is None:
-        return f"{result.runs} runs, {result.calls} calls"
+        return f"{counted(result.runs, 'run')}, {counted(result.calls, 'call')}"
     runs, calls = result.found_after
-    shrinking = f"; shrinking: {result.runs - runs} runs more" if result.runs > runs else ""
-    return f"found after {calls} calls in {runs} runs{shrinking}"
+    more = result.runs - runs
+    shrinking = f"; shrinking: {counted(more, 'run')} more" if more > 0 else ""
+    return f"found after {counted(calls, 'call')} in {counted(runs, 'run')}{shrinking}"
+
+
+def counted(number: int, noun: str) -> str:
+    """``1 call``, ``2 calls``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _declined_lines(declined: dict[str, str]) -> list[str]:

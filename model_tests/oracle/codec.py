@@ -60,7 +60,8 @@ def parse_json(text: str) -> JSON:
     try:
         value = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as error:
-        raise CodecError(f"not JSON ({error.msg} at column {error.colno})") from None
+        why = error.msg.removesuffix(" at")
+        raise CodecError(f"not JSON ({why}, column {error.colno})") from None
     except RecursionError:
         raise CodecError(f"not a protocol value: nested deeper than {MAX_DEPTH} levels") from None
     if _depth(value) > MAX_DEPTH:

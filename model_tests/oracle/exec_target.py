@@ -168,7 +168,7 @@ class _Peer:
                 why = (
                     f" (shortened: it already hung once for {show(self.factory.timeout)})"
                     if shortened
-                    else " (PAGEDKV_TIMEOUT)"
+                    else " (--timeout or PAGEDKV_TIMEOUT)"
                 )
                 raise TargetTimeout(
                     f"the target program did not answer {_op_of(message)} within"

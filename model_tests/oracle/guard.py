@@ -108,7 +108,7 @@ class GuardedFactory:
             self._worker = None  # abandoned; a new call would never reach it
             raise TargetTimeout(
                 f"the target did not return from {self.hung} within {show(self.timeout)}"
-                " (PAGEDKV_TIMEOUT)"
+                " (--timeout or PAGEDKV_TIMEOUT)"
             ) from None
         if raised is None:
             return result

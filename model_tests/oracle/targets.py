@@ -80,7 +80,7 @@ def load(spec: str, level: Level, timeout: float | None = None) -> Factory:
         found = getattr(found, part)
     if not callable(found):
         raise TargetError(
-            f"target {spec}: {attribute} is a {type(found).__name__}, not a callable factory"
+            f"target {spec}: {attribute} is {type(found).__name__!r}, not a callable factory"
         )
     factory: Factory = found
     return factory

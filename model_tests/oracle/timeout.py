@@ -47,11 +47,9 @@ def parse_timeout(text: str, where: str) -> float:
 
 
 def timeout_from_environment() -> float:
-    for name in ENVIRONMENT:
-        text = os.environ.get(name)
-        if text is not None:
-            return parse_timeout(text, name)
-    return DEFAULT_TIMEOUT
+    """The first of ``ENVIRONMENT`` that is set; each one that is set must be valid."""
+    found = [parse_timeout(text, name) for name in ENVIRONMENT if (text := os.environ.get(name))]
+    return found[0] if found else DEFAULT_TIMEOUT
 
 
 def resolve(timeout: float | None) -> float:

@@ -191,7 +191,9 @@ def check_writable(path: str | Path) -> Path:
     a long search, so that its report is not lost for want of a place to put it."""
     out = Path(path)
     if out.is_dir():
-        raise TraceError(f"{path}: is a directory, not a trace file")
+        raise TraceError(f"{path}: is a directory, not a file")
+    if out.exists() and not out.is_file():
+        raise TraceError(f"{path}: not a regular file (a trace goes there, its page beside it)")
     if out.exists() and not os.access(out, os.W_OK):
         raise TraceError(f"{path}: not writable")
     parent = out.parent
