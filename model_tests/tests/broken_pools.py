@@ -41,7 +41,7 @@ class RecordsTheHashFirst(OptimizedBlockPool):
     def take_full(
         self, prefix: PrefixParts, tokens: tuple[Token, ...], content_hash: BlockHash | None
     ) -> BlockId:
-        full = self._num_used == self._num_blocks  # no free or evictable block: it will raise
+        full = not self.num_free  # no free or evictable block: it will raise
         if content_hash is not None and content_hash not in self._cached and full:
             self._cached[content_hash] = self._first_id  # the bug: before the block is sure
             self._take_block()  # raises OutOfBlocksError, the hash left behind
