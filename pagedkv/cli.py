@@ -74,6 +74,9 @@ from specs.policy import profile as named_profile
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
+EXIT_CLOSED_OUTPUT = 141
+"""As a shell reports a program stopped by SIGPIPE: whoever read the output (``| head``) went
+away before the verdict; never a PASS."""
 TRACEBACK_VARIABLE = "PAGEDKV_TRACEBACK"
 
 
@@ -733,6 +736,14 @@ def main(
         except KeyboardInterrupt:
             print("pagedkv: interrupted", file=err_stream)
             return EXIT_INTERRUPTED
+        except BrokenPipeError:
+            # the reader is gone: nothing more can be said there, and Python's own flush at
+            # exit must not complain either
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            if out_stream is sys.stdout:
+                os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            return EXIT_CLOSED_OUTPUT
         except MemoryError:
             return fail("error: out of memory")
         except BaseException as error:  # a bug of pagedkv's: still one line, never exit 0

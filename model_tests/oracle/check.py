@@ -185,6 +185,11 @@ def run_check(
             result.failure = failure
     if result.failure is None and result.runs == 0:
         result.failure = NothingCovered("the target declined every configuration the check drew")
+    elif result.failure is None and result.calls == 0:
+        result.failure = NothingCovered(
+            f"{counted(result.runs, 'run')} made no call into the target (a larger --steps"
+            " makes more)"
+        )
     elif result.failure is None and stepping is not None and stepping.total == result.runs:
         result.failure = AllKnown(
             f"every one of the {result.runs} runs ended on a known difference"
@@ -234,7 +239,7 @@ def _declined_lines(declined: dict[str, str]) -> list[str]:
 
 
 class NothingCovered(Exception):
-    """No run could be made: the target declined every configuration."""
+    """Nothing was checked: the target declined every configuration, or no run made a call."""
 
 
 class AllKnown(NothingCovered):

@@ -561,3 +561,23 @@ def test_a_termination_dropped_by_a_finalizer_is_sent_again() -> None:
         _DropsTermination()
         time.sleep(10)
     assert time.monotonic() - started < 5
+
+
+def test_a_check_that_made_no_call_fails() -> None:
+    # a budget this small can end with runs that only build the managers: that is no PASS
+    code, out, err = run_here("check", "--target", "reference", "--steps", "1", "--seed", "0")
+    assert code == 1 and "made no call into the target" in out and "nothing was checked" in out
+    assert "PASS" not in out, out + err
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    done = subprocess.run(
+        f"{PAGEDKV} demo | head -c 1 > /dev/null",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        executable="/bin/bash",
+        env={**os.environ, "PAGEDKV_TRACEBACK": "0"},
+    )
+    assert done.stderr == "", done.stderr
