@@ -185,14 +185,14 @@ def run_check(
             result.failure = failure
     if result.failure is None and result.runs == 0:
         result.failure = NothingCovered("the target declined every configuration the check drew")
+    elif result.failure is None and stepping is not None and stepping.total == result.runs:
+        result.failure = AllKnown(
+            f"every one of the {result.runs} runs ended on a known difference"
+        )
     elif result.failure is None and result.calls == 0:
         result.failure = NothingCovered(
             f"{counted(result.runs, 'run')} made no call into the target (a larger --steps"
             " makes more)"
-        )
-    elif result.failure is None and stepping is not None and stepping.total == result.runs:
-        result.failure = AllKnown(
-            f"every one of the {result.runs} runs ended on a known difference"
         )
     if stepping is not None and trace_out is not None and not result.hung:
         result.notes += stepping.write_examples(factory, trace_out)

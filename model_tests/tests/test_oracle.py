@@ -448,7 +448,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     [
         (["check", "--target", "no_such_pkg.adapter:make"], "cannot import no_such_pkg.adapter"),
         (["check", "--target", "my_adapters:missing"], "has no attribute missing"),
-        (["check", "--target", "my_adapters:NOT_CALLABLE"], "is a int, not a callable factory"),
+        (["check", "--target", "my_adapters:NOT_CALLABLE"], "is 'int', not a callable factory"),
         (
             ["check", "--target", "my_adapters:raises"],
             "the factory raised RuntimeError: no GPU here",
