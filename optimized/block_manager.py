@@ -207,7 +207,8 @@ class OptimizedBlockSpaceManager:
             self._gpu.hold_all(first.blocks)
             group.members[seq_id] = self._tables[seq_id] = first.fork()
         if encoder_tokens is not None:
-            group.cross_blocks = BlockTable.for_prompt(group, self._gpu, encoder_tokens).blocks
+            cross = BlockTable.for_prompt(group, self._gpu, encoder_tokens)
+            group.cross_blocks = tuple(cross.blocks)
         self._groups[gid] = group
 
     def _new_seq_ids(self, seq_ids: object) -> list[int]:
@@ -362,7 +363,7 @@ class OptimizedBlockSpaceManager:
             blocks = table.blocks
             for index in range(table.num_released, len(blocks)):
                 blocks[index] = move(blocks[index])
-        group.cross_blocks = [move(block) for block in group.cross_blocks]
+        group.cross_blocks = tuple(move(block) for block in group.cross_blocks)
         group.device = to
         return pairs
 

@@ -2,7 +2,10 @@
 
 Each block's fields live in flat lists indexed by ``block - first_id``, so an operation touches
 only the blocks it names; the free list and the evictor are heaps, and the counts that
-``num_free_blocks`` and ``reset_prefix_cache`` need are kept, never recounted.
+``num_free_blocks`` and ``reset_prefix_cache`` need are kept, never recounted. A field holds
+plain values (ints, floats, bytes, shared keys), never an object made per block that the
+garbage collector would have to walk: on a pool of a million blocks, a tuple per block made
+every full collection take longer than all the calls between two of them.
 
 Two faces. The ``BlockPool`` protocol (``allocate_mutable``, ``append_tokens``, ``free``, ...)
 validates all of its input, in the reference's order and with the shared ``specs.validation``
@@ -63,9 +66,12 @@ class OptimizedBlockPool:
         self._ref_counts: list[int] = [0] * num_blocks
         self._tokens: list[tuple[Token, ...]] = [()] * num_blocks
         self._hashes: list[BlockHash | None] = [None] * num_blocks
-        self._prefixes: list[PrefixParts | None] = [None] * num_blocks
-        """(parent hash, tokens before the block, extra key): a hashed block's ``Prefix``, kept
-        as a plain tuple (cheaper to make than the frozen value the view shows)."""
+        self._parents: list[BlockHash | None] = [None] * num_blocks
+        self._starts: list[int] = [0] * num_blocks
+        self._keys: list[ExtraKey | None] = [None] * num_blocks
+        """A hashed block's ``Prefix`` as three fields (the hash of the block before it, the
+        tokens before it, its extra key): a tuple per block would be an object per block for
+        the garbage collector to walk at every full collection."""
         self._computed: list[bool] = [False] * num_blocks
         self._last_accessed: list[float] = [NEVER_ACCESSED] * num_blocks
         self._access_stamps: list[int] = [0] * num_blocks
@@ -114,7 +120,9 @@ class OptimizedBlockPool:
         """Forget a block's contents, as it is when it sits on the free list."""
         self._tokens[index] = ()
         self._hashes[index] = None
-        self._prefixes[index] = None
+        self._parents[index] = None
+        self._starts[index] = 0
+        self._keys[index] = None
         self._computed[index] = False
         self._last_accessed[index] = NEVER_ACCESSED
         self._access_stamps[index] = 0
@@ -156,13 +164,12 @@ class OptimizedBlockPool:
         if self._ref_counts[index]:
             return
         self.num_free += 1
-        prefix = self._prefixes[index]
-        if prefix is None:
+        if self._hashes[index] is None:
             self.pending_cows.pop(block, None)
             self._blank(index)
             self._free.push(block)
         else:
-            num_hashed = prefix[1] + len(self._tokens[index])
+            num_hashed = self._starts[index] + len(self._tokens[index])
             self._evictor.add(block, self._last_accessed[index], num_hashed)
 
     def _cache(
@@ -176,7 +183,7 @@ class OptimizedBlockPool:
         index = block - self._first_id
         self._tokens[index] = tokens
         self._hashes[index] = content_hash
-        self._prefixes[index] = prefix
+        self._parents[index], self._starts[index], self._keys[index] = prefix
         self._cached[content_hash] = block
 
     # --- allocation ----------------------------------------------------------------------------
@@ -273,9 +280,8 @@ class OptimizedBlockPool:
             self._last_accessed[index] = time
             self._access_stamps[index] = stamp
             if block in self._evictor:
-                prefix = self._prefixes[index]
-                assert prefix is not None
-                self._evictor.add(block, time, prefix[1] + len(self._tokens[index]))
+                num_hashed = self._starts[index] + len(self._tokens[index])
+                self._evictor.add(block, time, num_hashed)
 
     def mark_computed(self, blocks: Sequence[BlockId]) -> None:
         """Record that the KV of these blocks is written. Only full blocks of a caching pool keep
@@ -447,7 +453,11 @@ class OptimizedBlockPool:
         return self._hashes[block - self._first_id]
 
     def prefix_of(self, block: BlockId) -> PrefixParts | None:
-        return self._prefixes[block - self._first_id]
+        index = block - self._first_id
+        parent, key = self._parents[index], self._keys[index]
+        if parent is None or key is None:
+            return None
+        return (parent, self._starts[index], key)
 
     # --- counts, hit rate and reset ------------------------------------------------------------
 
@@ -482,12 +492,14 @@ class OptimizedBlockPool:
     # --- the observable state ------------------------------------------------------------------
 
     def _render(self, index: int, last_accessed: float | None = None) -> BlockView:
-        prefix = self._prefixes[index]
+        parent, key = self._parents[index], self._keys[index]
         return BlockView(
             ref_count=self._ref_counts[index],
             tokens=self._tokens[index],
             content_hash=self._hashes[index],
-            prefix=None if prefix is None else Prefix(*prefix),
+            prefix=None
+            if parent is None or key is None
+            else Prefix(parent, self._starts[index], key),
             computed=self._computed[index],
             last_accessed=self._last_accessed[index] if last_accessed is None else last_accessed,
         )

@@ -8,8 +8,9 @@ recorded calls.
 A timed replay calls each method with nothing in between, so it measures the implementation and
 the loop alone, in this process's CPU time (single-threaded Python: the work done, without the
 time other processes of a shared machine held the CPU). Per-operation times come from a separate
-pass that reads the (wall) clock around every call, the cost of reading the clock subtracted;
-the pass runs a few times and each operation keeps its median. Comparisons between
+pass that reads the (wall) clock around every call, the cost of reading the clock and any
+collector pause during the call subtracted (the collector's time is a row of its own); the pass
+runs a few times and each operation keeps its median. Comparisons between
 implementations are interleaved: each repetition times one after the other, so both see the same
 machine, and the ratio of each repetition is kept (``Spread``).
 """
@@ -152,22 +153,52 @@ def per_operation(
     }
 
 
+COLLECTOR = "(garbage collector)"
+"""The per-operation timings' row for the collector's pauses: ``calls`` counts the collections,
+``mean_us`` is their time per call of the stream."""
+
+
+@contextmanager
+def collector_clock(clock: Callable[[], int]) -> Iterator[list[int]]:
+    """``[nanoseconds, collections]`` of the garbage collector's pauses while the block runs."""
+    paused = [0, 0]
+    started = [0]
+
+    def on_collection(phase: str, _: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = clock()
+        else:
+            paused[0] += clock() - started[0]
+            paused[1] += 1
+
+    gc.callbacks.append(on_collection)
+    try:
+        yield paused
+    finally:
+        gc.callbacks.remove(on_collection)
+
+
 def _one_pass(
     factory: Factory, config: ManagerConfig, calls: Sequence[Call], overhead_ns: float
 ) -> dict[str, OpTime]:
+    """Each operation's time, without the collector's pauses: a collection runs when the
+    allocations since the last one reach a threshold, so it lands on whichever call makes the
+    allocation that crosses it, and on a large pool a full collection takes longer than many
+    thousand calls. Its time is a row of its own (``COLLECTOR``)."""
     manager = factory(config)
     bound = _bound(manager, calls)
     clock = time.perf_counter_ns
     totals: dict[str, int] = dict.fromkeys(bound, 0)
     counts: dict[str, int] = dict.fromkeys(bound, 0)
-    with stream_frozen():
+    with stream_frozen(), collector_clock(clock) as paused:
         for method, args in calls:
             fn = bound[method]
+            before = paused[0]
             start = clock()
             fn(*args)
-            totals[method] += clock() - start
+            totals[method] += clock() - start - (paused[0] - before)
             counts[method] += 1
-    return {
+    found = {
         method: OpTime(
             counts[method],
             max(0.0, totals[method] / counts[method] - overhead_ns) / 1000,
@@ -175,6 +206,8 @@ def _one_pass(
         )
         for method in sorted(bound, key=lambda m: -totals[m])
     }
+    found[COLLECTOR] = OpTime(paused[1], paused[0] / max(1, len(calls)) / 1000, paused[0] / 1e9)
+    return found
 
 
 def peak_memory(factory: Factory, config: ManagerConfig, calls: Sequence[Call]) -> int:

@@ -193,8 +193,9 @@ def operations_section(context: Context) -> Section:
             row.append(other.mean_us if other is not None else float("nan"))
         table.rows.append(row)
     table.notes.append(
-        f"each call timed alone (perf_counter_ns around it, the clock's own cost subtracted);"
-        f" the median of {passes} passes"
+        f"each call timed alone (perf_counter_ns around it, the clock's own cost and any"
+        f" collector pause subtracted); the median of {passes} passes; {replay.COLLECTOR}:"
+        " collections (calls) and their µs per call of the stream"
     )
     data: dict[str, Any] = {
         name: {op: {"calls": t.calls, "mean_us": t.mean_us} for op, t in ops.items()}
