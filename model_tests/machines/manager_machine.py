@@ -18,13 +18,14 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, ClassVar, Literal
 
-from hypothesis import event
+from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
     initialize,
     invariant,
+    multiple,
     precondition,
     rule,
 )
@@ -37,6 +38,7 @@ from model_tests.lockstep.manager_session import (
     IsomorphicManagerSession,
     ManagerSession,
 )
+from model_tests.lockstep.observation import Observation
 from model_tests.lockstep.safety_session import SafetySession
 from model_tests.lockstep.views import Views
 from model_tests.machines.kv_harness import (
@@ -78,6 +80,35 @@ manager_configs = st.builds(
     sliding_window=st.sampled_from([None, None, 1, 2, 3, 5]),
     enable_caching=st.booleans(),
 )
+
+Contract = Literal["any", "scheduler"]
+"""Which calls the machine makes (``specs/oracle.md`` §1): ``any`` every call the protocol
+allows, misuse included; ``scheduler`` only those a scheduler makes: ``allocate`` after
+``can_allocate`` said OK, appends after ``can_append_slots`` said yes (else the group is
+preempted: swapped out if ``can_swap_out`` says OK, else freed for recomputation), swaps after
+``can_swap_*`` said OK, forks, marks and accesses of running (GPU) groups, no misuse."""
+
+SWARM = (
+    "fork",
+    "free",
+    "swap_out",
+    "swap_in",
+    "access",
+    "mark_blocks_as_computed",
+    "ask",
+    "reset_prefix_cache",
+    "misuse",
+    "fill_pool",
+    "lookahead",
+    "encoder",
+    "parallel sampling",
+    "extra keys",
+)
+"""Rules and features a run may leave out (swarm testing, Groce et al. 2012): without some of
+them, others get whole runs to build on, and rare combinations come up. ``allocate`` and the
+decode step are always on."""
+
+swarms = st.one_of(st.just(frozenset[str]()), st.frozensets(st.sampled_from(SWARM)))
 
 TABLE_CHANGING = frozenset({"allocate", "append_slots", "fork", "free", "swap_out", "swap_in"})
 """The manager calls after which the engine tells the defragmenter of changed tables."""
@@ -174,6 +205,7 @@ class ManagerLockstep(RuleBasedStateMachine):
     make_target: ClassVar[BlockSpaceManagerFactory]
     mode: ClassVar[Mode] = "exact"
     policy: ClassVar[Policy] = PAGEDKV
+    contract: ClassVar[Contract] = "any"
     target_kv: ClassVar[Callable[[ManagerConfig, DefragConfig | None], KVSide] | None] = None
     """The target's KV (its tensors, moved by its kernels), when it has one to check."""
     last_run: ClassVar[capture.RunRecord | None] = None
@@ -191,14 +223,38 @@ class ManagerLockstep(RuleBasedStateMachine):
         self.pending: capture.Call | None = None
         self.checking_config: ManagerConfig | None = None
         self.ending_error: Any = None
+        self.off: frozenset[str] = frozenset()
+        self.scores: dict[str, float] = {}
+        """The highest of each steering score this run (``hypothesis.target`` takes one per
+        label per run: they are handed over at teardown)."""
+        """The rules and features this run leaves out (``SWARM``)."""
+        self.window_releases = 0
 
-    @initialize(config=manager_configs)
-    def create_managers(self, config: ManagerConfig, data: st.DataObject | None = None) -> None:
+    def on(self, name: str) -> bool:
+        return name not in self.off
+
+    def _score(self, value: float, label: str) -> None:
+        self.scores[label] = max(value, self.scores.get(label, value))
+
+    @property
+    def scheduler(self) -> bool:
+        return self.contract == "scheduler"
+
+    @initialize(config=manager_configs, off=swarms)
+    def create_managers(
+        self,
+        config: ManagerConfig,
+        off: frozenset[str] = frozenset(),
+        data: st.DataObject | None = None,
+    ) -> None:
         """The managers and each side's KV; ``data`` draws whether a defragmenter sits under
         the GPU ids. Only ``DefragmentingManagerLockstep`` passes it: the oracle's machine checks
         a target's protocol, which has no defragmenter, so it draws nothing for one."""
         self.target = capture.build_target(self, config)
         self.config = config
+        self.off = off
+        for name in sorted(off):
+            event(f"swarm: without {name}")
         self.session: ManagerSession
         if self.mode == "safety":
             self.session = SafetySession(self.target, config)
@@ -277,6 +333,27 @@ class ManagerLockstep(RuleBasedStateMachine):
     def kv_sides(self) -> list[KVSide]:
         return [side for side, _ in self.sides()]
 
+    # --- steering (hypothesis.target): runs that press on the pool's edges score higher --------
+
+    def _free_gpu(self) -> int:
+        """The GPU blocks free or evictable, as the model has them or (safety) as last seen."""
+        view = self.model_view()
+        if view is not None:
+            return len(view.gpu.free) + len(view.gpu.evictable)
+        seen: Observation = getattr(self.session, "seen")  # noqa: B009 (the safety session's)
+        return seen.free[Device.GPU]
+
+    def _steer_scarcity(self, label: str) -> None:
+        self._score(1.0 - self._free_gpu() / self.config.num_gpu_blocks, label=label)
+
+    def _steer_sharing(self) -> None:
+        """How many GPU blocks several live tables share (copy-on-write and dedup need them)."""
+        view = self.model_view()
+        if view is None:
+            return
+        held = held_references(view, Device.GPU)
+        self._score(float(sum(1 for count in held.values() if count > 1)), label="shared blocks")
+
     def run_model(self, group_id: int, new_tokens: dict[int, range], data: st.DataObject) -> None:
         """The engine's model step: write the new tokens' KV, then (usually at once; sometimes
         a later step does it, as with chunked prefill) mark the group computed. Until then a
@@ -324,14 +401,17 @@ class ManagerLockstep(RuleBasedStateMachine):
         # sequences of a group share the prompt's partial tail, which only copy-on-write lets
         # them write
         many = self.policy.groups == "many_sequences" and self.policy.copy_on_write
+        many = many and self.on("parallel sampling")
         num_seqs = data.draw(st.integers(1, 3 if many else 1), label="sequences")
-        key = data.draw(st.sampled_from(EXTRA_KEYS), label="extra key")
+        keys = EXTRA_KEYS if self.on("extra keys") else EXTRA_KEYS[:1]
+        key = data.draw(st.sampled_from(keys), label="extra key")
         encoder = None
         plain = not self.config.enable_caching and self.config.sliding_window is None
-        offered = plain and self.policy.encoder
+        offered = plain and self.policy.encoder and self.on("encoder")
         if offered and data.draw(st.sampled_from([False, False, True]), label="encoder"):
             encoder = self._tokens(data, 5, data.draw(st.integers(1, 2 * size), label="enc"))
-        lookahead = data.draw(st.integers(0, 2 if self.policy.lookahead else 0), label="lookahead")
+        most = 2 if self.policy.lookahead and self.on("lookahead") else 0
+        lookahead = data.draw(st.integers(0, most), label="lookahead")
         status = self.both("can_allocate", prompt, lookahead, encoder)
         group_id = self.fresh_id()
         if isinstance(status, PagedKVError):
@@ -339,6 +419,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         event(f"outcome: can_allocate {status.name}")
         if status is AllocStatus.NEVER:
             self._never_is_final(prompt, lookahead, encoder)
+        if self.scheduler and status is not AllocStatus.OK:
+            return group_id  # the request waits in the queue
         seq_ids = [self.fresh_id() for _ in range(num_seqs)]
         result = self.both("allocate", group_id, seq_ids, prompt, key, encoder)
         if status is AllocStatus.OK:
@@ -368,14 +450,20 @@ class ManagerLockstep(RuleBasedStateMachine):
     @rule(group=groups, data=st.data())
     def append_slots(self, group: int, data: st.DataObject) -> None:
         """One decode step for a group: ask, then append to each of its sequences."""
+        if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
+            return  # a scheduler decodes running groups only
         num_new = data.draw(st.sampled_from([1, 1, 1, 0, 2, 3]), label="new tokens")
-        lookaheads = [0, 0, 1, 2] if self.policy.lookahead else [0]
+        lookaheads = [0, 0, 1, 2] if self.policy.lookahead and self.on("lookahead") else [0]
         lookahead = data.draw(st.sampled_from(lookaheads), label="lookahead")
+        self._steer_scarcity("scarcity at append")
         allowed = self.both("can_append_slots", group, num_new, lookahead)
         if isinstance(allowed, PagedKVError):
             return
         if not allowed:
             event("outcome: can_append_slots refused")
+            if self.scheduler:
+                self._preempt(group)
+                return
         scheduled: dict[int, range] = {}
         for seq_id in self.ledger.members(group):
             start = len(self.ledger.seqs[seq_id].tokens)
@@ -395,6 +483,21 @@ class ManagerLockstep(RuleBasedStateMachine):
         if scheduled:
             self.run_model(group, scheduled, data)
 
+    def _preempt(self, group: int) -> None:
+        """What a scheduler does with a group it cannot decode: swap it out if the CPU has room,
+        else free it (it will be recomputed from its prompt)."""
+        status = self.both("can_swap_out", group)
+        if status is AllocStatus.OK:
+            event("outcome: preempted by swap")
+            pairs = self.both("swap_out", group)
+            if isinstance(pairs, list):
+                for side in self.kv_sides():
+                    side.run_swap(pairs, Device.CPU)
+            return
+        event("outcome: preempted by recomputation")
+        for seq_id in self.ledger.members(group):
+            self.both("free", seq_id)
+
     def _note_window(self, before: ManagerView | None, seq_id: int) -> None:
         after = self.model_view()
         if before is None or after is None or after.null_block is None:
@@ -404,15 +507,22 @@ class ManagerLockstep(RuleBasedStateMachine):
         new = after.seqs[seq_id].blocks
         if any(a != null and b == null for a, b in zip(old, new, strict=False)):
             event("outcome: sliding-window release")
+            self.window_releases += 1
+            self._score(float(self.window_releases), label="window releases")
 
+    @precondition(lambda self: self.on("fork"))
     @rule(group=groups, data=st.data())
     def fork(self, group: int, data: st.DataObject) -> None:
         members = self.ledger.members(group)
         if not members or not self.policy.copy_on_write:  # a fork shares a partial last block
             return
+        if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
+            return  # a scheduler forks running sequences only
         parent = data.draw(st.sampled_from(members), label="parent")
         self.both("fork", parent, self.fresh_id())
+        self._steer_sharing()
 
+    @precondition(lambda self: self.on("free"))
     @rule(group=groups, data=st.data())
     def free(self, group: int, data: st.DataObject) -> None:
         members = self.ledger.members(group)
@@ -425,12 +535,17 @@ class ManagerLockstep(RuleBasedStateMachine):
     def _each_block_once(self) -> bool:
         return self.mode != "safety" and self.policy.swap_pairs == "copies"
 
+    @precondition(lambda self: self.on("swap_out"))
     @rule(group=groups)
     def swap_out(self, group: int) -> None:
+        if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
+            return
         status = self.both("can_swap_out", group)
         if isinstance(status, PagedKVError):
             return
         event(f"outcome: can_swap_out {status.name}")
+        if self.scheduler and status is not AllocStatus.OK:
+            return
         pairs = self.both("swap_out", group)
         if status is AllocStatus.OK:
             assert isinstance(pairs, list), f"can_swap_out said OK, then {pairs!r}"
@@ -442,13 +557,19 @@ class ManagerLockstep(RuleBasedStateMachine):
             for side in self.kv_sides():
                 side.run_swap(pairs, Device.CPU)
 
+    @precondition(lambda self: self.on("swap_in"))
     @rule(group=groups, lookahead=st.sampled_from([0, 0, 1, 3]))
     def swap_in(self, group: int, lookahead: int) -> None:
-        lookahead = lookahead if self.policy.lookahead else 0
+        if self.scheduler and self.ledger.device_of(group) is not Device.CPU:
+            return
+        lookahead = lookahead if self.policy.lookahead and self.on("lookahead") else 0
+        self._steer_scarcity("scarcity at swap-in")
         status = self.both("can_swap_in", group, lookahead)
         if isinstance(status, PagedKVError):
             return
         event(f"outcome: can_swap_in {status.name}")
+        if self.scheduler and status is not AllocStatus.OK:
+            return
         pairs = self.both("swap_in", group)
         if status is AllocStatus.OK:
             assert isinstance(pairs, list), f"can_swap_in said OK, then {pairs!r}"
@@ -508,19 +629,47 @@ class ManagerLockstep(RuleBasedStateMachine):
             # the logical block that sat at the free id now sits where the used one was
             event("outcome: an evictable cached block's KV exchanged away")
 
+    @precondition(lambda self: self.on("fill_pool"))
+    @rule(target=groups, data=st.data())
+    def fill_pool(self, data: st.DataObject) -> Any:
+        """Drive the GPU to its edge on purpose: admit one-block requests while ``can_allocate``
+        says OK, so that the next appends, copies and swap-ins find the pool (nearly) full."""
+        made = []
+        for _ in range(self.config.num_gpu_blocks):
+            prompt = self._tokens(data, 0, self.config.block_size)
+            status = self.both("can_allocate", prompt, 0, None)
+            if status is not AllocStatus.OK:
+                break
+            group_id, seq_id = self.fresh_id(), self.fresh_id()
+            result = self.both("allocate", group_id, [seq_id], prompt, ExtraKey(), None)
+            if isinstance(result, PagedKVError):
+                break
+            self.run_model(group_id, {seq_id: range(len(prompt))}, data)
+            made.append(group_id)
+        event(f"outcome: pool filled with {min(len(made), 3)}+ requests")
+        self._steer_scarcity("scarcity after filling")
+        return multiple(*made)
+
     # --- marks and queries --------------------------------------------------------------------
 
+    @precondition(lambda self: self.on("access"))
     @rule(group=groups, data=st.data(), step=st.sampled_from([0.0, 1.0, 2.0]))
     def access(self, group: int, data: st.DataObject, step: float) -> None:
+        if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
+            return
         members = self.ledger.members(group)
         if members:
             self.clock += step
             self.both("access_all_blocks_in_seq", data.draw(st.sampled_from(members)), self.clock)
 
+    @precondition(lambda self: self.on("mark_blocks_as_computed"))
     @rule(group=groups)
     def mark_blocks_as_computed(self, group: int) -> None:
+        if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
+            return
         self.both("mark_blocks_as_computed", group)
 
+    @precondition(lambda self: self.on("ask"))
     @rule(group=groups, data=st.data())
     def ask(self, group: int, data: st.DataObject) -> None:
         members = self.ledger.members(group) or [group]
@@ -542,6 +691,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         if query[0] == "get_num_cached_tokens" and result:
             event("outcome: cached tokens")
 
+    @precondition(lambda self: self.on("reset_prefix_cache"))
     @rule(device=st.sampled_from([None, Device.GPU, Device.CPU]))
     def reset_prefix_cache(self, device: Device | None) -> None:
         done = self.both("reset_prefix_cache", device)
@@ -549,7 +699,7 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     # --- calls that must fail -----------------------------------------------------------------
 
-    @precondition(lambda self: self.mode != "safety")
+    @precondition(lambda self: self.mode != "safety" and not self.scheduler and self.on("misuse"))
     @rule(group=groups, data=st.data())
     def misuse(self, group: int, data: st.DataObject) -> None:
         """A call the spec refuses (checked against the reference; the safety tier leaves
@@ -617,6 +767,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         self.checking_config = None
 
     def teardown(self) -> None:
+        for label, value in sorted(self.scores.items()):
+            target(value, label=label)
         capture.finish(self, "manager")
 
     # --- invariants ---------------------------------------------------------------------------
@@ -673,9 +825,14 @@ class ManagerLockstep(RuleBasedStateMachine):
 class DefragmentingManagerLockstep(ManagerLockstep):
     """The machine where a run may draw a defragmenter under the GPU ids of each side's KV."""
 
-    @initialize(config=manager_configs, data=st.data())
-    def create_managers(self, config: ManagerConfig, data: st.DataObject | None = None) -> None:
-        super().create_managers(config, data)
+    @initialize(config=manager_configs, off=swarms, data=st.data())
+    def create_managers(
+        self,
+        config: ManagerConfig,
+        off: frozenset[str] = frozenset(),
+        data: st.DataObject | None = None,
+    ) -> None:
+        super().create_managers(config, off, data)
 
 
 def manager_lockstep_case(
@@ -685,6 +842,7 @@ def manager_lockstep_case(
     policy: Policy = PAGEDKV,
     target_kv: Callable[[ManagerConfig, DefragConfig | None], KVSide] | None = None,
     defragmenter: bool = False,
+    contract: Contract = "any",
 ) -> type[ManagerLockstep]:
     """A machine class checking ``factory``'s managers: against the reference under ``policy``
     in exact mode (same ids and state) or isomorphic mode (ids through a bijection, the protocol
@@ -698,6 +856,7 @@ def manager_lockstep_case(
             "make_target": staticmethod(factory),
             "mode": mode,
             "policy": policy,
+            "contract": contract,
             "target_kv": None if target_kv is None else staticmethod(target_kv),
         },
     )

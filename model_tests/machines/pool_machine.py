@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar, Literal
 
-from hypothesis import event
+from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -90,6 +90,25 @@ class Chain:
 
 Mode = Literal["exact", "isomorphic", "safety"]
 
+SWARM = (
+    "fork",
+    "free_chain",
+    "cow_if_not_appendable",
+    "mark_accessed",
+    "mark_computed",
+    "mark_computed_anywhere",
+    "touch_cached",
+    "common_computed_prefix",
+    "ask",
+    "maintain",
+    "misuse",
+    "bad_configuration",
+    "extra keys",
+)
+"""Rules and features a run may leave out (swarm testing); growing chains is always on."""
+
+swarms = st.one_of(st.just(frozenset[str]()), st.frozensets(st.sampled_from(SWARM)))
+
 pool_configs = st.builds(
     PoolConfig,
     num_blocks=st.integers(1, 8),
@@ -105,6 +124,8 @@ class PoolLockstep(RuleBasedStateMachine):
     make_target: ClassVar[BlockPoolFactory]
     mode: ClassVar[Mode] = "exact"
     policy: ClassVar[Policy] = PAGEDKV
+    contract: ClassVar[str] = "any"
+    """``scheduler``: no calls meant to fail (a pool's caller passes what it was given)."""
     last_run: ClassVar[capture.RunRecord | None] = None
     on_run_end: ClassVar[capture.RunHook | None] = None
     on_declined: ClassVar[capture.DeclineHook | None] = None
@@ -121,6 +142,17 @@ class PoolLockstep(RuleBasedStateMachine):
         self.calls = 0
         self.pending: capture.Call | None = None
         self.checking_config: PoolConfig | None = None
+        self.off: frozenset[str] = frozenset()
+        self.scores: dict[str, float] = {}
+        """The highest of each steering score this run (``hypothesis.target`` takes one per
+        label per run: they are handed over at teardown)."""
+        self.evictions = 0
+
+    def on(self, name: str) -> bool:
+        return name not in self.off
+
+    def _score(self, value: float, label: str) -> None:
+        self.scores[label] = max(value, self.scores.get(label, value))
 
     # --- set-up -------------------------------------------------------------------------------
 
@@ -128,13 +160,21 @@ class PoolLockstep(RuleBasedStateMachine):
         target=chains,
         config=pool_configs,
         keys=st.lists(st.sampled_from(EXTRA_KEYS), min_size=2, max_size=3),
+        off=swarms,
         data=st.data(),
     )
-    def create_pools(self, config: PoolConfig, keys: list[ExtraKey], data: st.DataObject) -> Any:
+    def create_pools(
+        self, config: PoolConfig, keys: list[ExtraKey], off: frozenset[str], data: st.DataObject
+    ) -> Any:
         """Two or three chains start with prompts along the template, so the first steps
         already find shared prefixes, cache hits and a nearly full pool."""
         self.target = capture.build_target(self, config)
         self.config = config
+        self.off = off
+        for name in sorted(off):
+            event(f"swarm: without {name}")
+        if not self.on("extra keys"):
+            keys = [ExtraKey() for _ in keys]
         self.session: Any = None
         if self.mode == "safety":
             self.session = PoolSafetySession(self.target, config)
@@ -198,7 +238,7 @@ class PoolLockstep(RuleBasedStateMachine):
 
     @rule(target=chains, key=st.sampled_from(EXTRA_KEYS))
     def start_chain(self, key: ExtraKey) -> Chain:
-        chain = Chain(key)
+        chain = Chain(key if self.on("extra keys") else ExtraKey())
         self.live.append(chain)
         return chain
 
@@ -213,7 +253,7 @@ class PoolLockstep(RuleBasedStateMachine):
         """Every live chain grows by one operation, as in one iteration of a serving engine's
         scheduler: this is what fills the pool, so it is what makes eviction happen."""
         for chain in list(self.live):
-            sample = chain.blocks and self.offers("fork")
+            sample = chain.blocks and self.offers("fork") and self.on("fork")
             if sample and data.draw(st.sampled_from([False] * 5 + [True]), label="sample"):
                 self.live.append(self._fork(chain))
             if isinstance(self._grow(chain, data), OutOfBlocksError):
@@ -237,6 +277,9 @@ class PoolLockstep(RuleBasedStateMachine):
     def _grow(self, chain: Chain, data: st.DataObject) -> object:
         room = chain.open_room(self.block_size)
         before = self._model_view()
+        if before is not None:  # steering: allocations in a nearly full pool score higher
+            free = len(before.free) + len(before.evictable)
+            self._score(1.0 - free / self.config.num_blocks, label="scarcity at allocation")
         if room:
             result = self._append(chain, data, room, before)
         elif data.draw(st.booleans(), label="immutable"):
@@ -275,7 +318,7 @@ class PoolLockstep(RuleBasedStateMachine):
         chain.contents[-1] += tuple(tokens)
         return result
 
-    @precondition(lambda self: self.offers("fork"))
+    @precondition(lambda self: self.offers("fork") and self.on("fork"))
     @rule(target=chains, chain=chains)
     def fork(self, chain: Chain) -> Chain:
         child = self._fork(chain)
@@ -288,6 +331,7 @@ class PoolLockstep(RuleBasedStateMachine):
         assert not isinstance(result, PagedKVError) or self.ended, result
         return Chain(chain.extra_key, list(chain.blocks), list(chain.contents))
 
+    @precondition(lambda self: self.on("free_chain"))
     @rule(chain=consumes(chains))
     def free_chain(self, chain: Chain) -> None:
         self.live.remove(chain)
@@ -295,6 +339,7 @@ class PoolLockstep(RuleBasedStateMachine):
             result = self.both("free", block)
             assert not isinstance(result, PagedKVError) or self.ended, result
 
+    @precondition(lambda self: self.on("cow_if_not_appendable"))
     @rule(chain=chains)
     def cow_if_not_appendable(self, chain: Chain) -> None:
         if not chain.open_room(self.block_size):
@@ -308,16 +353,53 @@ class PoolLockstep(RuleBasedStateMachine):
             event("outcome: copy-on-write")
         chain.blocks[-1] = result
 
+    @precondition(lambda self: self.on("mark_accessed"))
     @rule(chain=chains, step=st.sampled_from([0.0, 0.0, 1.0, 2.5]), back=st.booleans())
     def mark_accessed(self, chain: Chain, step: float, back: bool) -> None:
         self.clock += step
         now = max(0.0, self.clock - 3.0) if back else self.clock
         self.both("mark_accessed", list(chain.blocks), now)
 
+    @precondition(lambda self: self.on("mark_computed"))
     @rule(chain=chains, upto=st.integers(0, 4))
     def mark_computed(self, chain: Chain, upto: int) -> None:
         self.both("mark_computed", chain.blocks[:upto])
 
+    @precondition(lambda self: self.on("mark_computed_anywhere"))
+    @rule(chain=chains, data=st.data())
+    def mark_computed_anywhere(self, chain: Chain, data: st.DataObject) -> None:
+        """Any of a chain's blocks, not only a leading run (``block_pool.md`` mark_computed): a
+        computed list with a gap, which ``common_computed_prefix`` must stop at."""
+        count = len(chain.blocks)
+        picks = data.draw(st.lists(st.booleans(), min_size=count, max_size=count), label="marked")
+        marked = [block for block, pick in zip(chain.blocks, picks, strict=True) if pick]
+        if marked and marked != chain.blocks[: len(marked)]:
+            event("outcome: computed marks with a gap")
+        self.both("mark_computed", marked)
+
+    def _cached_unheld(self) -> list[BlockId]:
+        """The model's evictable blocks (none under the safety tier: no model)."""
+        view = self._model_view() if hasattr(self, "views") else None
+        return [] if view is None else sorted(view.evictable)
+
+    @precondition(lambda self: self.on("touch_cached") and bool(self._cached_unheld()))
+    @rule(data=st.data(), step=st.sampled_from([0.0, 1.0, 2.5]), computed=st.booleans())
+    def touch_cached(self, data: st.DataObject, step: float, computed: bool) -> None:
+        """Blocks nobody holds but the cache keeps: an access moves one in the eviction order
+        under the evictor, a mark makes its KV reusable (``block_pool.md`` mark_accessed,
+        mark_computed: used or evictable blocks alike)."""
+        cached = self._cached_unheld()
+        blocks = data.draw(
+            st.lists(st.sampled_from(cached), min_size=1, max_size=3, unique=True), label="blocks"
+        )
+        if computed:
+            self.both("mark_computed", blocks)
+        else:
+            self.clock += step
+            self.both("mark_accessed", blocks, self.clock)
+        event("outcome: a cached block touched")
+
+    @precondition(lambda self: self.on("common_computed_prefix"))
     @rule(group=st.lists(chains, max_size=3))
     def common_computed_prefix(self, group: list[Chain]) -> None:
         common = self.both("common_computed_prefix", [c.blocks for c in group])
@@ -325,10 +407,12 @@ class PoolLockstep(RuleBasedStateMachine):
             return
         event(f"outcome: common computed prefix of {min(len(common), 2)}+ blocks")
 
+    @precondition(lambda self: self.on("ask"))
     @rule(query=st.sampled_from(["num_free_blocks", "hit_rate"]))
     def ask(self, query: str) -> None:
         self.both(query)
 
+    @precondition(lambda self: self.on("maintain"))
     @rule(
         action=st.sampled_from(
             ["clear_copy_on_writes", "clear_copy_on_writes", "reset_prefix_cache"]
@@ -343,7 +427,9 @@ class PoolLockstep(RuleBasedStateMachine):
 
     # --- calls that must fail -----------------------------------------------------------------
 
-    @precondition(lambda self: self.mode != "safety")
+    @precondition(
+        lambda self: self.mode != "safety" and self.contract != "scheduler" and self.on("misuse")
+    )
     @rule(
         chain=chains,
         data=st.data(),
@@ -406,14 +492,14 @@ class PoolLockstep(RuleBasedStateMachine):
             label="call",
         )
 
+    @precondition(lambda self: self.mode != "safety" and self.on("bad_configuration"))
     @rule(
         num_blocks=st.integers(-1, 2),
         block_size=st.integers(-1, 2),
         caching=st.sampled_from([True, 1]),
     )
     def bad_configuration(self, num_blocks: int, block_size: int, caching: Any) -> None:
-        if self.mode == "safety":
-            return  # which configurations to refuse is the spec's, not the safety tier's
+        """(Not under the safety tier: which configurations to refuse is the spec's.)"""
         config = PoolConfig(num_blocks, block_size, caching)
         self.checking_config = config
         outcomes = [
@@ -439,6 +525,8 @@ class PoolLockstep(RuleBasedStateMachine):
         lost = set(before.cached) - set(after.cached)
         if lost:
             event("outcome: eviction")
+            self.evictions += len(lost)
+            self._score(float(self.evictions), label="evictions")
             for content_hash in lost:
                 evicted = before.blocks[before.cached[content_hash]]
                 survivors = [after.blocks[b] for b in after.evictable]
@@ -452,6 +540,8 @@ class PoolLockstep(RuleBasedStateMachine):
     def teardown(self) -> None:
         buckets = [0, 10, 25, 50, 100, 200]
         event(f"calls per run: {max(b for b in buckets if b <= self.calls)}+")
+        for label, value in sorted(self.scores.items()):
+            target(value, label=label)
         capture.finish(self, "pool")
 
     # --- invariants ---------------------------------------------------------------------------
@@ -480,13 +570,19 @@ class PoolLockstep(RuleBasedStateMachine):
 
 
 def lockstep_case(
-    factory: Any, *, mode: Mode = "exact", policy: Policy = PAGEDKV
+    factory: Any, *, mode: Mode = "exact", policy: Policy = PAGEDKV, contract: str = "any"
 ) -> type[PoolLockstep]:
     """A machine class checking ``factory``'s pools: against the reference under ``policy`` in
     exact or isomorphic mode (ids through a bijection, the target's allowed choices adopted),
-    or against the safety tier alone (``mode="safety"``)."""
+    or against the safety tier alone (``mode="safety"``); under the ``scheduler`` contract, no
+    call meant to fail."""
     return type(
         f"PoolLockstep_{getattr(factory, '__name__', 'target')}",
         (PoolLockstep,),
-        {"make_target": staticmethod(factory), "mode": mode, "policy": policy},
+        {
+            "make_target": staticmethod(factory),
+            "mode": mode,
+            "policy": policy,
+            "contract": contract,
+        },
     )

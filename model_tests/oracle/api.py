@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from model_tests.machines.manager_machine import Contract
 from model_tests.oracle import targets, trace
 from model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
 from model_tests.oracle.codec import Level
@@ -33,6 +34,7 @@ def check(
     timeout: float | None = None,
     profile: str = "pagedkv",
     policy: Mapping[str, str] | None = None,
+    contract: Contract = "any",
 ) -> CheckResult:
     """Drive ``target`` and the reference (under ``profile``, with ``policy``'s options
     overriding it; ``specs/policy.md``) or the safety tier alone (``profile="safety"``) with
@@ -50,6 +52,7 @@ def check(
         trace_out=trace_out,
         timeout=timeout,
         profile=chosen,
+        contract=contract,
     )
 
 
