@@ -90,22 +90,9 @@ class Chain:
 
 Mode = Literal["exact", "isomorphic", "safety"]
 
-SWARM = (
-    "fork",
-    "free_chain",
-    "cow_if_not_appendable",
-    "mark_accessed",
-    "mark_computed",
-    "mark_computed_anywhere",
-    "touch_cached",
-    "common_computed_prefix",
-    "ask",
-    "maintain",
-    "misuse",
-    "bad_configuration",
-    "extra keys",
-)
-"""Rules and features a run may leave out (swarm testing); growing chains is always on."""
+SWARM = ("extra keys", "parallel sampling")
+"""Features a run may leave out (swarm testing); the rules are swarmed by Hypothesis itself
+(``manager_machine.SWARM``)."""
 
 swarms = st.one_of(st.just(frozenset[str]()), st.frozensets(st.sampled_from(SWARM)))
 
@@ -253,7 +240,7 @@ class PoolLockstep(RuleBasedStateMachine):
         """Every live chain grows by one operation, as in one iteration of a serving engine's
         scheduler: this is what fills the pool, so it is what makes eviction happen."""
         for chain in list(self.live):
-            sample = chain.blocks and self.offers("fork") and self.on("fork")
+            sample = chain.blocks and self.offers("fork") and self.on("parallel sampling")
             if sample and data.draw(st.sampled_from([False] * 5 + [True]), label="sample"):
                 self.live.append(self._fork(chain))
             if isinstance(self._grow(chain, data), OutOfBlocksError):
@@ -318,7 +305,7 @@ class PoolLockstep(RuleBasedStateMachine):
         chain.contents[-1] += tuple(tokens)
         return result
 
-    @precondition(lambda self: self.offers("fork") and self.on("fork"))
+    @precondition(lambda self: self.offers("fork"))
     @rule(target=chains, chain=chains)
     def fork(self, chain: Chain) -> Chain:
         child = self._fork(chain)
@@ -331,7 +318,6 @@ class PoolLockstep(RuleBasedStateMachine):
         assert not isinstance(result, PagedKVError) or self.ended, result
         return Chain(chain.extra_key, list(chain.blocks), list(chain.contents))
 
-    @precondition(lambda self: self.on("free_chain"))
     @rule(chain=consumes(chains))
     def free_chain(self, chain: Chain) -> None:
         self.live.remove(chain)
@@ -339,7 +325,6 @@ class PoolLockstep(RuleBasedStateMachine):
             result = self.both("free", block)
             assert not isinstance(result, PagedKVError) or self.ended, result
 
-    @precondition(lambda self: self.on("cow_if_not_appendable"))
     @rule(chain=chains)
     def cow_if_not_appendable(self, chain: Chain) -> None:
         if not chain.open_room(self.block_size):
@@ -353,19 +338,16 @@ class PoolLockstep(RuleBasedStateMachine):
             event("outcome: copy-on-write")
         chain.blocks[-1] = result
 
-    @precondition(lambda self: self.on("mark_accessed"))
     @rule(chain=chains, step=st.sampled_from([0.0, 0.0, 1.0, 2.5]), back=st.booleans())
     def mark_accessed(self, chain: Chain, step: float, back: bool) -> None:
         self.clock += step
         now = max(0.0, self.clock - 3.0) if back else self.clock
         self.both("mark_accessed", list(chain.blocks), now)
 
-    @precondition(lambda self: self.on("mark_computed"))
     @rule(chain=chains, upto=st.integers(0, 4))
     def mark_computed(self, chain: Chain, upto: int) -> None:
         self.both("mark_computed", chain.blocks[:upto])
 
-    @precondition(lambda self: self.on("mark_computed_anywhere"))
     @rule(chain=chains, data=st.data())
     def mark_computed_anywhere(self, chain: Chain, data: st.DataObject) -> None:
         """Any of a chain's blocks, not only a leading run (``block_pool.md`` mark_computed): a
@@ -382,7 +364,7 @@ class PoolLockstep(RuleBasedStateMachine):
         view = self._model_view() if hasattr(self, "views") else None
         return [] if view is None else sorted(view.evictable)
 
-    @precondition(lambda self: self.on("touch_cached") and bool(self._cached_unheld()))
+    @precondition(lambda self: bool(self._cached_unheld()))
     @rule(data=st.data(), step=st.sampled_from([0.0, 1.0, 2.5]), computed=st.booleans())
     def touch_cached(self, data: st.DataObject, step: float, computed: bool) -> None:
         """Blocks nobody holds but the cache keeps: an access moves one in the eviction order
@@ -399,7 +381,6 @@ class PoolLockstep(RuleBasedStateMachine):
             self.both("mark_accessed", blocks, self.clock)
         event("outcome: a cached block touched")
 
-    @precondition(lambda self: self.on("common_computed_prefix"))
     @rule(group=st.lists(chains, max_size=3))
     def common_computed_prefix(self, group: list[Chain]) -> None:
         common = self.both("common_computed_prefix", [c.blocks for c in group])
@@ -407,12 +388,10 @@ class PoolLockstep(RuleBasedStateMachine):
             return
         event(f"outcome: common computed prefix of {min(len(common), 2)}+ blocks")
 
-    @precondition(lambda self: self.on("ask"))
     @rule(query=st.sampled_from(["num_free_blocks", "hit_rate"]))
     def ask(self, query: str) -> None:
         self.both(query)
 
-    @precondition(lambda self: self.on("maintain"))
     @rule(
         action=st.sampled_from(
             ["clear_copy_on_writes", "clear_copy_on_writes", "reset_prefix_cache"]
@@ -427,9 +406,7 @@ class PoolLockstep(RuleBasedStateMachine):
 
     # --- calls that must fail -----------------------------------------------------------------
 
-    @precondition(
-        lambda self: self.mode != "safety" and self.contract != "scheduler" and self.on("misuse")
-    )
+    @precondition(lambda self: self.mode != "safety" and self.contract != "scheduler")
     @rule(
         chain=chains,
         data=st.data(),
@@ -492,7 +469,7 @@ class PoolLockstep(RuleBasedStateMachine):
             label="call",
         )
 
-    @precondition(lambda self: self.mode != "safety" and self.on("bad_configuration"))
+    @precondition(lambda self: self.mode != "safety")
     @rule(
         num_blocks=st.integers(-1, 2),
         block_size=st.integers(-1, 2),
