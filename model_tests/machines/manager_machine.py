@@ -616,11 +616,13 @@ class ManagerLockstep(RuleBasedStateMachine):
     @rule(group=groups, leave=st.sampled_from([0, 0, 1, 2]), data=st.data())
     def fill_pool(self, group: int, leave: int, data: st.DataObject) -> None:
         """Drive the GPU to its edge on purpose, for one question: admit one-block requests
-        until ``leave`` blocks are free (or admission refuses), then make ``group``'s next step
-        there (a swap-in with lookahead from the CPU, a decode step on the GPU), then let the
-        requests finish, their cached blocks left for eviction. The squeeze passes: a filled pool
-        that stayed, with its requests in the bundle, made every later step pick a filler."""
-        fillers = []
+        until ``leave`` blocks are free (or admission refuses), then make one step there (a new
+        request, or ``group``'s next step: a swap-in with lookahead from the CPU, a decode step
+        on the GPU), then let the requests finish, their cached blocks left for eviction. The
+        squeeze passes: a filled pool that stayed, with its requests in the bundle, made most
+        later steps pick a filler, and lost swap pairs and leaked copy sources were found in
+        half as many runs."""
+        finishing = []
         for index in range(self.config.num_gpu_blocks):
             if self.ended or self._free_gpu() <= leave:
                 break
@@ -635,14 +637,18 @@ class ManagerLockstep(RuleBasedStateMachine):
             if isinstance(result, PagedKVError):
                 break
             self.run_model(group_id, {seq_id: range(len(prompt))}, data)
-            fillers.append(seq_id)
-        event(f"outcome: pool filled with {min(len(fillers), 3)}+ requests")
+            finishing.append(seq_id)
+        event(f"outcome: pool filled with {min(len(finishing), 3)}+ requests")
         self._steer_scarcity("scarcity after filling")
-        if self.ledger.device_of(group) is Device.CPU:
+        if data.draw(st.sampled_from([False, False, True]), label="a new request"):
+            admitted = self.allocate(data)
+            assert isinstance(admitted, int)
+            finishing += self.ledger.members(admitted)
+        elif self.ledger.device_of(group) is Device.CPU:
             self.swap_in(group, data.draw(st.sampled_from([1, 2, 3]), label="lookahead"))
         elif self.ledger.members(group):
             self.append_slots(group, data)
-        for seq_id in fillers:
+        for seq_id in finishing:
             self.both("free", seq_id)
 
     def _filler_tokens(self, index: int) -> list[Token]:
