@@ -89,7 +89,7 @@ allows, misuse included; ``scheduler`` only those a scheduler makes: ``allocate`
 preempted: swapped out if ``can_swap_out`` says OK, else freed for recomputation), swaps after
 ``can_swap_*`` said OK, forks, marks and accesses of running (GPU) groups, no misuse."""
 
-SWARM = ("lookahead", "encoder", "parallel sampling", "extra keys")
+SWARM = ("lookahead", "encoder", "parallel sampling", "extra keys", "marks at once")
 """Features a run may leave out (swarm testing, Groce et al. 2012): without some of them, others
 get whole runs to build on, and rare combinations come up. The rules are swarmed by Hypothesis
 itself: each run of a ``RuleBasedStateMachine`` switches a random share of its rules off
@@ -350,8 +350,9 @@ class ManagerLockstep(RuleBasedStateMachine):
         for side, view in self.sides():
             for seq_id, positions in new_tokens.items():
                 Writer(side).write_tokens(view, seq_id, positions)
-        if data.draw(st.sampled_from([True, True, False]), label="mark computed now"):
-            self.both("mark_blocks_as_computed", group_id)
+        at_once = self.on("marks at once")  # without it, only the mark rule marks: cache hits
+        if at_once and data.draw(st.sampled_from([True, True, False]), label="mark computed now"):
+            self.both("mark_blocks_as_computed", group_id)  # on blocks not computed yet abound
 
     def fresh_id(self) -> int:
         self.next_id += 1
@@ -396,7 +397,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         encoder = None
         plain = not self.config.enable_caching and self.config.sliding_window is None
         offered = plain and self.policy.encoder and self.on("encoder")
-        if offered and data.draw(st.sampled_from([False, False, True]), label="encoder"):
+        if offered and data.draw(st.booleans(), label="encoder"):
             encoder = self._tokens(data, 5, data.draw(st.integers(1, 2 * size), label="enc"))
         most = 2 if self.policy.lookahead and self.on("lookahead") else 0
         lookahead = data.draw(st.integers(0, most), label="lookahead")
@@ -564,6 +565,17 @@ class ManagerLockstep(RuleBasedStateMachine):
                 side.run_swap(pairs, Device.GPU)
         if status is AllocStatus.OK and lookahead:
             self._lookahead_promised(group, lookahead)
+
+    @rule(group=groups, lookahead=st.sampled_from([0, 1, 3]))
+    def preempt_and_resume(self, group: int, lookahead: int) -> None:
+        """A scheduler's preemption by swapping, and the resumption: the group goes to the CPU
+        and, once it fits again, back (each step only if its ``can_swap_*`` says OK under the
+        scheduler contract)."""
+        if self.ledger.device_of(group) is not Device.GPU:
+            return
+        self.swap_out(group)
+        if self.ledger.device_of(group) is Device.CPU:
+            self.swap_in(group, lookahead)
 
     def _lookahead_promised(self, group: int, lookahead: int) -> None:
         """An OK from ``can_swap_in(group, n)`` promises room for n lookahead slots as well."""

@@ -48,6 +48,8 @@ TEMPLATE: tuple[Token, ...] = (0, 1, 1, 0, 2, 0, 1, 2, 2, 1, 0, 0)
 COPYING = frozenset({"append_tokens", "cow_if_not_appendable"})
 """The calls that can record a copy-on-write pair."""
 EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=1), ExtraKey(cache_salt="tenant-b"))
+FILLER_TOKEN = 100
+"""The first token of ``fill_pool``'s blocks: no chain writes tokens this large."""
 
 
 @dataclass(eq=False)
@@ -134,6 +136,7 @@ class PoolLockstep(RuleBasedStateMachine):
         """The highest of each steering score this run (``hypothesis.target`` takes one per
         label per run: they are handed over at teardown)."""
         self.evictions = 0
+        self.fillers = 0
 
     def on(self, name: str) -> bool:
         return name not in self.off
@@ -304,6 +307,68 @@ class PoolLockstep(RuleBasedStateMachine):
         chain.blocks[-1] = result
         chain.contents[-1] += tuple(tokens)
         return result
+
+    @rule(target=chains, key=st.sampled_from(EXTRA_KEYS), blocks=st.integers(1, 3))
+    def admit(self, key: ExtraKey, blocks: int) -> Chain:
+        """A new request whose prompt follows the template for whole blocks: each one a lookup
+        (a hit on what others cached, evictable or held, or a new block), then the scheduler's
+        question of what it may skip computing."""
+        chain = Chain(key if self.on("extra keys") else ExtraKey())
+        self.live.append(chain)
+        for _ in range(blocks):
+            start = chain.num_tokens
+            tokens = [TEMPLATE[(start + i) % len(TEMPLATE)] for i in range(self.block_size)]
+            result = self.both("allocate_immutable", chain.prefix_of_next(), tokens)
+            if isinstance(result, PagedKVError):
+                break
+            chain.blocks.append(result)
+            chain.contents.append(tuple(tokens))
+        self.both("common_computed_prefix", [list(chain.blocks)])
+        return chain
+
+    @rule(leave=st.sampled_from([0, 0, 1]))
+    def fill_pool(self, leave: int) -> None:
+        """Press the pool to its edge: take blocks of content nobody else writes until ``leave``
+        are free (each taking a free block, or evicting the cached block the eviction order
+        names), then give them back (cached, where caching is on)."""
+        fillers = []
+        for _ in range(self.config.num_blocks):
+            if self.ended or self._free_count() <= leave:
+                break
+            self.fillers += 1
+            before = self._model_view()
+            tokens = [FILLER_TOKEN + self.fillers] * self.block_size
+            result = self.both("allocate_immutable", Prefix(), tokens)
+            if isinstance(result, PagedKVError):
+                break
+            self._note_allocation(before)
+            fillers.append(result)
+        event(f"outcome: pool filled with {min(len(fillers), 3)}+ blocks")
+        for block in fillers:
+            self.both("free", block)
+
+    def _free_count(self) -> int:
+        view = self._model_view()
+        if view is not None:
+            return len(view.free) + len(view.evictable)
+        count = self.both("num_free_blocks")  # the safety tier: the target's own count
+        return count if isinstance(count, int) else 0
+
+    @precondition(lambda self: self.offers("fork") and self.offers("cow_if_not_appendable"))
+    @rule(chain=chains)
+    def abandon_copy(self, chain: Chain) -> None:
+        """A sample forked from ``chain`` gets its own copy of the shared last block, then is
+        aborted before the copy kernel runs: the copy's block is given back with its pair
+        pending (``block_pool.md`` release; policy ``cow_pairs``)."""
+        if not chain.open_room(self.block_size):
+            return
+        child = self._fork(chain)
+        result = self.both("cow_if_not_appendable", child.blocks[-1])
+        if not isinstance(result, PagedKVError):
+            child.blocks[-1] = result
+        for block in child.blocks:
+            self.both("free", block)
+        self.both("clear_copy_on_writes")
 
     @precondition(lambda self: self.offers("fork"))
     @rule(target=chains, chain=chains)
