@@ -445,6 +445,11 @@ class ManagerLockstep(RuleBasedStateMachine):
         lookaheads = [0, 0, 1, 2] if self.policy.lookahead and self.on("lookahead") else [0]
         lookahead = data.draw(st.sampled_from(lookaheads), label="lookahead")
         self._steer_scarcity("scarcity at append")
+        members = self.ledger.members(group)
+        if members and self.ledger.device_of(group) is Device.GPU:
+            # a scheduler's questions each iteration: what its prefill may skip, what is cached
+            self.both("get_common_computed_block_ids", members)
+            self.both("get_num_cached_tokens", members[0])
         allowed = self.both("can_append_slots", group, num_new, lookahead)
         if isinstance(allowed, PagedKVError):
             return
@@ -664,9 +669,11 @@ class ManagerLockstep(RuleBasedStateMachine):
             self.both("free", seq_id)
 
     def _filler_tokens(self, index: int) -> list[Token]:
-        """A full block no other prompt holds (tokens past the machine's usual 0-9), so each
-        filler takes a block of its own and leaves a cached block of its own."""
-        return [FILLER_TOKEN + index] * self.config.block_size
+        """One block's prompt no other prompt holds (tokens past the machine's usual 0-9), so
+        each filler takes a block of its own; short of a full block where a block holds more
+        than one token, so that it is never cached and, given back, leaves the evictor as it
+        was (full fillers, evicted first, shielded the blocks whose order is under test)."""
+        return [FILLER_TOKEN + index] * max(1, self.config.block_size - 1)
 
     # --- marks and queries --------------------------------------------------------------------
 

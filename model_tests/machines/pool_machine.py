@@ -48,8 +48,6 @@ TEMPLATE: tuple[Token, ...] = (0, 1, 1, 0, 2, 0, 1, 2, 2, 1, 0, 0)
 COPYING = frozenset({"append_tokens", "cow_if_not_appendable"})
 """The calls that can record a copy-on-write pair."""
 EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=1), ExtraKey(cache_salt="tenant-b"))
-FILLER_TOKEN = 100
-"""The first token of ``fill_pool``'s blocks: no chain writes tokens this large."""
 
 
 @dataclass(eq=False)
@@ -136,7 +134,6 @@ class PoolLockstep(RuleBasedStateMachine):
         """The highest of each steering score this run (``hypothesis.target`` takes one per
         label per run: they are handed over at teardown)."""
         self.evictions = 0
-        self.fillers = 0
 
     def on(self, name: str) -> bool:
         return name not in self.off
@@ -328,17 +325,16 @@ class PoolLockstep(RuleBasedStateMachine):
 
     @rule(leave=st.sampled_from([0, 0, 1]))
     def fill_pool(self, leave: int) -> None:
-        """Press the pool to its edge: take blocks of content nobody else writes until ``leave``
-        are free (each taking a free block, or evicting the cached block the eviction order
-        names), then give them back (cached, where caching is on)."""
+        """Press the pool to its edge: take empty blocks until ``leave`` are free (each one a
+        free block, or the cached block the eviction order names: every eviction is compared),
+        then give them back. Empty blocks are never cached, so the evictor is left to the
+        blocks under test."""
         fillers = []
         for _ in range(self.config.num_blocks):
             if self.ended or self._free_count() <= leave:
                 break
-            self.fillers += 1
             before = self._model_view()
-            tokens = [FILLER_TOKEN + self.fillers] * self.block_size
-            result = self.both("allocate_immutable", Prefix(), tokens)
+            result = self.both("allocate_mutable")
             if isinstance(result, PagedKVError):
                 break
             self._note_allocation(before)
@@ -459,10 +455,16 @@ class PoolLockstep(RuleBasedStateMachine):
 
     @rule(
         action=st.sampled_from(
-            ["clear_copy_on_writes", "clear_copy_on_writes", "reset_prefix_cache"]
+            ["clear_copy_on_writes", "clear_copy_on_writes", "reset_prefix_cache", "drain"]
         )
     )
     def maintain(self, action: str) -> None:
+        """Drain the copy-on-write pairs, or reset the cache; ``drain``: every live chain
+        finishes (the engine idle, its cached blocks left in the evictor), then the reset."""
+        if action == "drain":
+            for chain in list(self.live):
+                self._preempt(chain)
+            action = "reset_prefix_cache"
         result = self.both(action)
         if action == "reset_prefix_cache":
             event(f"outcome: reset {'done' if result else 'refused'}")
