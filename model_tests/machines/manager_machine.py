@@ -384,16 +384,41 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @rule(target=groups, data=st.data())
     def allocate(self, data: st.DataObject) -> int:
+        return self._admit(self._prompt(data), data)
+
+    def _prompt(self, data: st.DataObject) -> list[Token]:
+        length = data.draw(st.integers(1, 3 * self.config.block_size + 1), label="prompt length")
+        return self._tokens(data, 0, length)
+
+    @rule(target=groups, group=groups, data=st.data())
+    def next_turn(self, group: int, data: st.DataObject) -> int:
+        """A conversation's next turn: the request finishes (its cached blocks wait in the
+        evictor, or stay shared), and a new one arrives whose prompt is the old sequence's
+        tokens and a few more, under the same extra key: its prefix is found again, revived
+        from the evictor, hits that a scheduler's questions and the marks must count right."""
+        members = self.ledger.members(group)
+        if not members:
+            return self._admit(self._prompt(data), data)
+        history = list(self.ledger.seqs[members[0]].tokens)
+        key = self.ledger.groups[group].extra_key
+        for seq_id in members:
+            self.both("free", seq_id)
+        more = data.draw(st.integers(1, self.config.block_size), label="new tokens")
+        return self._admit([*history, *self._tokens(data, len(history), more)], data, key)
+
+    def _admit(self, prompt: list[Token], data: st.DataObject, key: ExtraKey | None = None) -> int:
+        """A request with ``prompt``: asked about, allocated, its prefill run (the rest of the
+        request is drawn: sequences, extra key unless given, encoder prompt, lookahead)."""
         size = self.config.block_size
-        length = data.draw(st.integers(1, 3 * size + 1), label="prompt length")
-        prompt = self._tokens(data, 0, length)
+        length = len(prompt)
         # sequences of a group share the prompt's partial tail, which only copy-on-write lets
         # them write
         many = self.policy.groups == "many_sequences" and self.policy.copy_on_write
         many = many and self.on("parallel sampling")
         num_seqs = data.draw(st.integers(1, 3 if many else 1), label="sequences")
-        keys = EXTRA_KEYS if self.on("extra keys") else EXTRA_KEYS[:1]
-        key = data.draw(st.sampled_from(keys), label="extra key")
+        if key is None:
+            keys = EXTRA_KEYS if self.on("extra keys") else EXTRA_KEYS[:1]
+            key = data.draw(st.sampled_from(keys), label="extra key")
         encoder = None
         plain = not self.config.enable_caching and self.config.sliding_window is None
         offered = plain and self.policy.encoder and self.on("encoder")
@@ -658,9 +683,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         event(f"outcome: pool filled with {min(len(finishing), 3)}+ requests")
         self._steer_scarcity("scarcity after filling")
         if data.draw(st.sampled_from([False, False, True]), label="a new request"):
-            admitted = self.allocate(data)
-            assert isinstance(admitted, int)
-            finishing += self.ledger.members(admitted)
+            finishing += self.ledger.members(self._admit(self._prompt(data), data))
         elif self.ledger.device_of(group) is Device.CPU:
             self.swap_in(group, data.draw(st.sampled_from([1, 2, 3]), label="lookahead"))
         elif self.ledger.members(group):

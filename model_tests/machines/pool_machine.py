@@ -245,6 +245,9 @@ class PoolLockstep(RuleBasedStateMachine):
                 self.live.append(self._fork(chain))
             if isinstance(self._grow(chain, data), OutOfBlocksError):
                 self._preempt(chain)
+        if self.live:  # the scheduler's question of the iteration, for some of its requests
+            asked = data.draw(st.lists(st.sampled_from(self.live), min_size=1, max_size=3))
+            self.both("common_computed_prefix", [list(c.blocks) for c in asked])
 
     def _preempt(self, chain: Chain) -> None:
         """Out of blocks: the engine frees the sequence, which starts over by recomputation."""
@@ -322,6 +325,25 @@ class PoolLockstep(RuleBasedStateMachine):
             chain.contents.append(tuple(tokens))
         self.both("common_computed_prefix", [list(chain.blocks)])
         return chain
+
+    @rule(target=chains, chain=consumes(chains))
+    def next_turn(self, chain: Chain) -> Chain:
+        """A conversation's next turn: the chain finishes, and a new request reads its whole
+        blocks again (lookups that revive them from the evictor), then the scheduler's
+        question."""
+        self.free_chain(chain)
+        again = Chain(chain.extra_key)
+        self.live.append(again)
+        for tokens in chain.contents:
+            if len(tokens) != self.block_size:
+                break
+            result = self.both("allocate_immutable", again.prefix_of_next(), list(tokens))
+            if isinstance(result, PagedKVError):
+                break
+            again.blocks.append(result)
+            again.contents.append(tokens)
+        self.both("common_computed_prefix", [list(again.blocks)])
+        return again
 
     @rule(leave=st.sampled_from([0, 0, 1]))
     def fill_pool(self, leave: int) -> None:
@@ -428,18 +450,16 @@ class PoolLockstep(RuleBasedStateMachine):
     @precondition(lambda self: bool(self._cached_unheld()))
     @rule(data=st.data(), step=st.sampled_from([0.0, 1.0, 2.5]), computed=st.booleans())
     def touch_cached(self, data: st.DataObject, step: float, computed: bool) -> None:
-        """Blocks nobody holds but the cache keeps: an access moves one in the eviction order
+        """A block nobody holds but the cache keeps: an access moves it in the eviction order
         under the evictor, a mark makes its KV reusable (``block_pool.md`` mark_accessed,
-        mark_computed: used or evictable blocks alike)."""
-        cached = self._cached_unheld()
-        blocks = data.draw(
-            st.lists(st.sampled_from(cached), min_size=1, max_size=3, unique=True), label="blocks"
-        )
+        mark_computed: used or evictable blocks alike). One block, so that it parts from the
+        blocks it tied with."""
+        block = data.draw(st.sampled_from(self._cached_unheld()), label="block")
         if computed:
-            self.both("mark_computed", blocks)
+            self.both("mark_computed", [block])
         else:
             self.clock += step
-            self.both("mark_accessed", blocks, self.clock)
+            self.both("mark_accessed", [block], self.clock)
         event("outcome: a cached block touched")
 
     @rule(group=st.lists(chains, max_size=3))
