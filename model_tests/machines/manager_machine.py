@@ -472,15 +472,22 @@ class ManagerLockstep(RuleBasedStateMachine):
         self._steer_scarcity("scarcity at append")
         members = self.ledger.members(group)
         if members and self.ledger.device_of(group) is Device.GPU:
-            # a scheduler's questions each iteration: what its prefill may skip, what is cached
+            # a scheduler's questions each iteration (what its prefill may skip, what is
+            # cached), and its stamp on the blocks of each sequence it schedules (vLLM's
+            # access_all_blocks_in_seq), so that the eviction order follows who ran last
             self.both("get_common_computed_block_ids", members)
             self.both("get_num_cached_tokens", members[0])
+            self.clock += 1.0
+            for seq_id in members:
+                self.both("access_all_blocks_in_seq", seq_id, self.clock)
         allowed = self.both("can_append_slots", group, num_new, lookahead)
         if isinstance(allowed, PagedKVError):
             return
         if not allowed:
             event("outcome: can_append_slots refused")
-            if self.scheduler:
+            # a scheduler preempts it (swapped out, or freed to be recomputed); under the any
+            # contract, half the time, else the appends are made anyway and must be refused
+            if self.scheduler or data.draw(st.booleans(), label="preempted"):
                 self._preempt(group)
                 return
         scheduled: dict[int, range] = {}

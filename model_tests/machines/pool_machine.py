@@ -248,6 +248,11 @@ class PoolLockstep(RuleBasedStateMachine):
         if self.live:  # the scheduler's question of the iteration, for some of its requests
             asked = data.draw(st.lists(st.sampled_from(self.live), min_size=1, max_size=3))
             self.both("common_computed_prefix", [list(c.blocks) for c in asked])
+        self.clock += 1.0  # its stamp on every block of the requests it ran (the manager's
+        for chain in self.live:  # access_all_blocks_in_seq), and its copy kernel's batch
+            if chain.blocks:
+                self.both("mark_accessed", list(chain.blocks), self.clock)
+        self.both("clear_copy_on_writes")
 
     def _preempt(self, chain: Chain) -> None:
         """Out of blocks: the engine frees the sequence, which starts over by recomputation."""
@@ -421,15 +426,28 @@ class PoolLockstep(RuleBasedStateMachine):
             event("outcome: copy-on-write")
         chain.blocks[-1] = result
 
-    @rule(chain=chains, step=st.sampled_from([0.0, 0.0, 1.0, 2.5]), back=st.booleans())
-    def mark_accessed(self, chain: Chain, step: float, back: bool) -> None:
+    @rule(
+        chain=chains,
+        step=st.sampled_from([0.0, 0.0, 1.0, 2.5]),
+        back=st.booleans(),
+        data=st.data(),
+    )
+    def mark_accessed(self, chain: Chain, step: float, back: bool, data: st.DataObject) -> None:
         self.clock += step
         now = max(0.0, self.clock - 3.0) if back else self.clock
-        self.both("mark_accessed", list(chain.blocks), now)
+        self.both("mark_accessed", list(chain.blocks) + self._maybe_cached(data), now)
 
-    @rule(chain=chains, upto=st.integers(0, 4))
-    def mark_computed(self, chain: Chain, upto: int) -> None:
-        self.both("mark_computed", chain.blocks[:upto])
+    @rule(chain=chains, upto=st.integers(0, 4), data=st.data())
+    def mark_computed(self, chain: Chain, upto: int, data: st.DataObject) -> None:
+        self.both("mark_computed", chain.blocks[:upto] + self._maybe_cached(data))
+
+    def _maybe_cached(self, data: st.DataObject) -> list[BlockId]:
+        """Sometimes one block nobody holds but the cache keeps (marks reach those too)."""
+        cached = self._cached_unheld()
+        if not cached or not data.draw(st.booleans(), label="a cached block too"):
+            return []
+        block: BlockId = data.draw(st.sampled_from(cached), label="cached block")
+        return [block]
 
     @rule(chain=chains, data=st.data())
     def mark_computed_anywhere(self, chain: Chain, data: st.DataObject) -> None:
@@ -475,7 +493,7 @@ class PoolLockstep(RuleBasedStateMachine):
 
     @rule(
         action=st.sampled_from(
-            ["clear_copy_on_writes", "clear_copy_on_writes", "reset_prefix_cache", "drain"]
+            ["clear_copy_on_writes"] * 3 + ["reset_prefix_cache"] * 2 + ["drain"]
         )
     )
     def maintain(self, action: str) -> None:
