@@ -456,6 +456,8 @@ class _Holder:
         if other.key != self.key:
             return f"under different extra keys ({self.key} and {other.key})"
         start = self.index * size
+        if len(self.tokens) <= start and len(other.tokens) <= start:
+            return ""  # empty for both (lookahead slots a fork shared): the first write copies
         held = min(len(self.tokens), len(other.tokens), start + size)
         if self.tokens[:held] != other.tokens[:held]:
             return "after different tokens"
