@@ -25,6 +25,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    multiple,
     precondition,
     rule,
 )
@@ -194,6 +195,8 @@ class ManagerLockstep(RuleBasedStateMachine):
     mode: ClassVar[Mode] = "exact"
     policy: ClassVar[Policy] = PAGEDKV
     contract: ClassVar[Contract] = "any"
+    defragmenting: ClassVar[bool] = False
+    """Whether a run may draw a defragmenter (``DefragmentingManagerLockstep``)."""
     target_kv: ClassVar[Callable[[ManagerConfig, DefragConfig | None], KVSide] | None] = None
     """The target's KV (its tensors, moved by its kernels), when it has one to check."""
     last_run: ClassVar[capture.RunRecord | None] = None
@@ -228,16 +231,15 @@ class ManagerLockstep(RuleBasedStateMachine):
     def scheduler(self) -> bool:
         return self.contract == "scheduler"
 
-    @initialize(config=manager_configs, off=swarms)
+    @initialize(target=groups, config=manager_configs, off=swarms, data=st.data())
     def create_managers(
-        self,
-        config: ManagerConfig,
-        off: frozenset[str] = frozenset(),
-        data: st.DataObject | None = None,
-    ) -> None:
-        """The managers and each side's KV; ``data`` draws whether a defragmenter sits under
-        the GPU ids. Only ``DefragmentingManagerLockstep`` passes it: the oracle's machine checks
-        a target's protocol, which has no defragmenter, so it draws nothing for one."""
+        self, config: ManagerConfig, off: frozenset[str], data: st.DataObject
+    ) -> Any:
+        """The managers and each side's KV (in ``DefragmentingManagerLockstep``, whether a
+        defragmenter sits under the GPU ids: the oracle's machine checks a target's protocol,
+        which has no defragmenter), then the run's first one or two requests. Hypothesis
+        switches a random share of the rules off in every run, ``allocate`` among them: without
+        these first requests, half the runs had no request at all."""
         self.target = capture.build_target(self, config)
         self.config = config
         self.off = off
@@ -253,7 +255,7 @@ class ManagerLockstep(RuleBasedStateMachine):
             else:
                 self.session = ExactManagerSession(self.model, self.target)
         self.defrag: DefragConfig | None = None
-        if data is not None and self.model is not None:
+        if self.defragmenting and self.model is not None:
             self.defrag = data.draw(defrag_configs(config.num_gpu_blocks), label="defragmenter")
         self.model_kv: KVSide = AbstractKV(config, self.defrag)
         self.views = Views(self.model, self.target)
@@ -262,6 +264,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         self.prefixes = CachedPrefixes()
         event(f"config: caching={config.enable_caching}, window={config.sliding_window}")
         event(f"config: defragmenter {'off' if self.defrag is None else 'on'}")
+        first = data.draw(st.integers(1, 2), label="first requests")
+        return multiple(*(self._admit(self._prompt(data), data) for _ in range(first)))
 
     @property
     def ledger(self) -> Ledger:
@@ -876,14 +880,7 @@ class ManagerLockstep(RuleBasedStateMachine):
 class DefragmentingManagerLockstep(ManagerLockstep):
     """The machine where a run may draw a defragmenter under the GPU ids of each side's KV."""
 
-    @initialize(config=manager_configs, off=swarms, data=st.data())
-    def create_managers(
-        self,
-        config: ManagerConfig,
-        off: frozenset[str] = frozenset(),
-        data: st.DataObject | None = None,
-    ) -> None:
-        super().create_managers(config, off, data)
+    defragmenting = True
 
 
 def manager_lockstep_case(
