@@ -20,6 +20,7 @@ from pathlib import Path
 
 from model_tests.corpus.registry import CLAUSES, VARIANTS, Variant, variant
 from model_tests.machines.profiles import pin_generation
+from model_tests.oracle import trace
 from model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
 from specs.policy import profile
 
@@ -40,7 +41,8 @@ class Outcome:
     steps: int | None
     """Steps of the reported trace, shrunk and minimized."""
     replayed: bool
-    """The written trace, replayed, fails the same way."""
+    """The trace, replayed, fails the same way; and passes the same implementation without the
+    bug (so the bug is what fails it)."""
     seconds: float
     message: str
 
@@ -66,9 +68,12 @@ def measure(name: str, seed: int) -> Outcome:
     factories need not)."""
     pin_generation()
     started = time.perf_counter()
-    result = check(variant(name), seed)
+    each = variant(name)
+    result = check(each, seed)
     found = result.found_after
     replayed = result.replayed is not None and result.replayed.status == "divergence"
+    if replayed and result.trace is not None:
+        replayed = trace.replay(result.trace, each.correct).ok
     return Outcome(
         name,
         seed,

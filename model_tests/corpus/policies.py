@@ -40,13 +40,19 @@ class OtherChoice:
         return f"does not offer {self.value}"  # ``unsupported``: a set of operations
 
     def factory(self) -> Callable[[Any], Any]:
+        return self._reference(self.policy, self.name)
+
+    def correct(self) -> Callable[[Any], Any]:
+        """The reference under the profile's own choice."""
+        return self._reference(PROFILES[self.profile], f"reference under {self.profile}")
+
+    def _reference(self, policy: Policy, name: str) -> Callable[[Any], Any]:
         made = ReferenceBlockSpaceManager if self.level == "manager" else ReferenceBlockPool
-        policy = self.policy
 
         def other_choice(config: Any) -> Any:
             return made(config, policy)
 
-        other_choice.__name__ = self.name.replace(" ", "_")
+        other_choice.__name__ = name.replace(" ", "_")
         return other_choice
 
 

@@ -53,13 +53,16 @@ class Variant:
     profile: str
     clauses: tuple[str, ...]
     bug: str
+    correct: Callable[[Any], Any]
+    """The same implementation without the bug: a trace that fails the variant passes it."""
 
 
 def _fixture(cls: type[Any], clauses: tuple[str, ...], *, level: Level = "manager",
              profile: str = "pagedkv") -> Variant:  # fmt: skip
     suffix = "" if profile == "pagedkv" else f" ({profile})"
     doc = " ".join((cls.__doc__ or "").split())
-    return Variant(cls.__name__ + suffix, cls, level, profile, clauses, doc)
+    correct = cls.__mro__[1]  # each variant is its correct parent with one method changed
+    return Variant(cls.__name__ + suffix, cls, level, profile, clauses, doc, correct)
 
 
 def _variants() -> tuple[Variant, ...]:
@@ -123,6 +126,7 @@ def _variants() -> tuple[Variant, ...]:
             choice.profile,
             (f"policy {choice.option}", *extra.get(choice.option, ())),
             choice.bug,
+            choice.correct(),
         )
         for choice in OTHER_CHOICES
     ]

@@ -70,3 +70,5 @@ def test_the_default_check_catches_the_variant(each: Variant, seed: int) -> None
     assert not re.search(r"Traceback", result.message)
     again = trace.loads(trace.dumps(result.trace))  # the trace as written, read back
     assert trace.replay(again, each.factory).status == "divergence"
+    passed = trace.replay(again, each.correct)  # the same calls, without the bug
+    assert passed.ok, f"{each.name}: {passed.describe()}"
