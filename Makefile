@@ -3,7 +3,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PKGS    := specs reference optimized model_tests pagedkv
 
-.PHONY: setup browser test lint typecheck pytest wheel fuzz bench soak crosshair exhaustive mutate clean peers peers-fetch
+.PHONY: setup browser test lint typecheck pytest wheel fuzz bench soak crosshair exhaustive mutate clean peers peers-fetch corpus
 
 setup:
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,12 @@ pytest:
 # used as a new user would (pytest runs this too, as model_tests/tests/test_wheel.py).
 wheel:
 	$(BIN)/pytest -q model_tests/tests/test_wheel.py -s
+
+# The corpus (specs/corpus.md): every wrong variant through `pagedkv check`'s default budget,
+# seeds 0, 1 and 2; fails on any missed or reported with more than 12 steps. `make test` checks
+# each variant with one seed. Writes the figures into specs/corpus.md's table.
+corpus:
+	$(BIN)/python -m model_tests.corpus.measure --jobs 2 --write specs/corpus.md
 
 # Long campaigns: the `fuzz` Hypothesis profile (see model_tests/machines/profiles.py).
 fuzz:

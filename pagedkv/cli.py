@@ -2,7 +2,8 @@
 conformance traces, and teach the algorithm.
 
     pagedkv check  --target T [--level manager|pool] [--profile P] [--policy NAME=VALUE ...]
-                   [--steps N] [--seed S] [--trace-out PATH] [--timeout SECONDS]
+                   [--contract any|scheduler] [--steps N] [--seed S] [--trace-out PATH]
+                   [--timeout SECONDS]
     pagedkv record [--level manager|pool|all] [--out DIR] [--runs N] [--seed S] [--force]
     pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS]
     pagedkv demo   [--step] [-o PAGE]
@@ -275,6 +276,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
             profile=profile,
             timeout=args.timeout,
             known=known,
+            contract=args.contract,
         )
     hint = None
     if result.trace_path is not None:
@@ -559,6 +561,13 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=VALUE",
         help="override one policy option of the profile (repeatable)",
+    )
+    check.add_argument(
+        "--contract",
+        default="any",
+        choices=["any", "scheduler"],
+        help="which calls to make: any the protocol allows (misuse included), or only those a"
+        " scheduler makes (act only after can_* said OK; specs/oracle.md §1)",
     )
     check.add_argument(
         "--trace-out",

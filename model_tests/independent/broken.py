@@ -19,8 +19,8 @@ from model_tests.independent.manager import (
     _status,
 )
 from specs.content_hash import Prefix
-from specs.types import NO_EXTRA_KEY, AllocStatus, CopyPair, Device, ExtraKey, Token
-from specs.validation import check_count, check_extra_key
+from specs.types import NO_EXTRA_KEY, AllocStatus, BlockId, CopyPair, Device, ExtraKey, Token
+from specs.validation import check_count, check_extra_key, check_time
 
 
 class _KeepsCowSource(_Device):
@@ -118,6 +118,185 @@ class BrokenCanSwapInForgetsLookahead(IndependentManager):
         return super().can_swap_in(group_id, 0)
 
 
+class BrokenForkForgetsLastBlock(IndependentManager):
+    """``fork`` gives the child a reference on every block of the parent's table but the last:
+    once either sequence is freed, a block the other still holds is counted free."""
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        super().fork(parent_id, child_id)
+        held = self._held(self._seq(parent_id).table)
+        if held:
+            dev = self._dev(self.groups[self._seq(parent_id).group_id].device)
+            dev.blocks[held[-1]].refs -= 1  # the reference the child should have added
+
+
+class BrokenCanSwapOutIgnoresCpuRoom(IndependentManager):
+    """``can_swap_out`` compares the group's blocks with the CPU's size, not with its free
+    blocks: it says OK when the swap cannot fit now (its promise broken)."""
+
+    def can_swap_out(self, group_id: int) -> AllocStatus:
+        group = self._group(group_id, Device.GPU)
+        need = len(self._distinct(group))
+        capacity = self._config.num_cpu_blocks
+        return _status(need, capacity, capacity, 0)
+
+
+class BrokenSwapOutLeaksGpuBlock(IndependentManager):
+    """``swap_out`` keeps a reference on the group's first GPU block: a block lost for good."""
+
+    def swap_out(self, group_id: int) -> list[CopyPair]:
+        group = self._group(group_id, Device.GPU)
+        distinct = self._distinct(group)
+        if distinct and self.cpu.available() >= len(distinct):
+            self.gpu.hold(self.gpu.blocks[distinct[0]])  # never dropped
+        return super().swap_out(group_id)
+
+
+class BrokenBlockTableHidesNullEntries(IndependentManager):
+    """``get_block_table`` leaves out the entries a sliding window released to the null block,
+    so every later position reads one block early."""
+
+    def get_block_table(self, seq_id: int) -> list[BlockId]:
+        return [b for b in super().get_block_table(seq_id) if b != self.null]
+
+
+class BrokenCrossTableForgotten(IndependentManager):
+    """``get_cross_block_table`` answers ``[]`` even for a group with an encoder prompt."""
+
+    def get_cross_block_table(self, group_id: int) -> list[BlockId]:
+        super().get_cross_block_table(group_id)  # the checks
+        return []
+
+
+class BrokenGpuFreeCountSkipsEvictable(IndependentManager):
+    """``get_num_free_gpu_blocks`` counts the free list only, not the cached blocks nobody holds
+    (which an allocation may evict, so they are free too)."""
+
+    def get_num_free_gpu_blocks(self) -> int:
+        return len(self.gpu.free_stack)
+
+
+class BrokenCpuFreeCountSkipsEvictable(IndependentManager):
+    """``get_num_free_cpu_blocks`` counts the CPU's free list only, not its evictable blocks."""
+
+    def get_num_free_cpu_blocks(self) -> int:
+        return len(self.cpu.free_stack)
+
+
+class BrokenAccessTouchesLastBlockOnly(IndependentManager):
+    """``access_all_blocks_in_seq`` stamps only the last block of the table, so the earlier
+    blocks keep their old times and are evicted too early."""
+
+    def access_all_blocks_in_seq(self, seq_id: int, now: float) -> None:
+        seq = self._seq(seq_id)
+        when = check_time(now)
+        held = self._held(seq.table)
+        if held:
+            self._dev(self.groups[seq.group_id].device).blocks[held[-1]].last_access = when
+
+
+class BrokenMarkComputedMarksPartialBlocks(IndependentManager):
+    """``mark_blocks_as_computed`` marks a partial last block computed too, though its next
+    tokens are not written yet."""
+
+    def mark_blocks_as_computed(self, group_id: int) -> None:
+        super().mark_blocks_as_computed(group_id)
+        group = self._group(group_id)
+        dev = self._dev(group.device)
+        if self._config.enable_caching:
+            for bid in self._distinct(group):
+                dev.blocks[bid].computed = True
+
+
+class BrokenCommonComputedKeepsLastBlock(IndependentManager):
+    """``get_common_computed_block_ids`` lets each table's last block count, so a scheduler
+    would skip computing every token of a prompt (the spec keeps at least one)."""
+
+    def get_common_computed_block_ids(self, seq_ids: Sequence[int]) -> list[BlockId]:
+        common = super().get_common_computed_block_ids(seq_ids)
+        tables = [self.seqs[s].table for s in seq_ids]
+        whole = tables and all(len(t) == len(common) + 1 and t[-1] == tables[0][-1] for t in tables)
+        if whole and self.gpu.blocks[tables[0][-1]].computed:
+            return [*common, tables[0][-1]]  # the spec's run stops before each table's last
+        return common
+
+
+class BrokenCachedTokensIgnoreMarks(IndependentManager):
+    """``get_num_cached_tokens`` counts the tokens of the leading full blocks that are cached,
+    computed or not: a hit whose KV is not written yet is reported as cached."""
+
+    def get_num_cached_tokens(self, seq_id: int) -> int:
+        seq = self._seq(seq_id)
+        dev = self._dev(self.groups[seq.group_id].device)
+        total = 0
+        for bid in seq.table:
+            block = dev.blocks.get(bid)
+            if block is None or block.hash is None:
+                break
+            total += len(block.tokens)
+        return total
+
+
+class BrokenHitRateOfOneDevice(IndependentManager):
+    """``get_prefix_cache_hit_rate`` answers the GPU's rate whichever device is asked."""
+
+    def get_prefix_cache_hit_rate(self, device: Device) -> float:
+        super().get_prefix_cache_hit_rate(device)  # the checks
+        return super().get_prefix_cache_hit_rate(Device.GPU)
+
+
+class BrokenResetSaysDoneIfAny(IndependentManager):
+    """``reset_prefix_cache()`` answers True when any of the pools was reset, not only when every
+    one of them was."""
+
+    def reset_prefix_cache(self, device: Device | None = None) -> bool:
+        if device is not None:
+            return super().reset_prefix_cache(device)
+        gpu = super().reset_prefix_cache(Device.GPU)
+        cpu = super().reset_prefix_cache(Device.CPU)
+        return gpu or cpu
+
+
+class BrokenCanAllocateCountsHits(IndependentManager):
+    """``can_allocate`` leaves out the prompt blocks already cached, but ``allocate`` reserves
+    room for every block up front: an OK the allocation may then refuse (its promise broken)."""
+
+    def can_allocate(
+        self,
+        prompt: Sequence[Token],
+        num_lookahead_slots: int = 0,
+        encoder_prompt: Sequence[Token] | None = None,
+    ) -> AllocStatus:
+        lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
+        tokens, _, need = self._prompt_need(prompt, encoder_prompt, lookahead)
+        if self.gpu.caching:
+            prefix = Prefix()
+            for start in range(0, len(tokens) - self.bs + 1, self.bs):
+                chunk = tokens[start : start + self.bs]
+                if prefix.child_hash(chunk) not in self.gpu.index:
+                    break
+                need -= 1
+                prefix = prefix.extend(chunk)
+        free = self.gpu.available()
+        return _status(need, free, self.gpu_capacity, self._config.watermark_blocks)
+
+
+class BrokenCanAllocateNeverWhenFull(IndependentManager):
+    """``can_allocate`` judges NEVER against the blocks free now instead of the GPU's size: a
+    request that would fit once others finish is told it never will."""
+
+    def can_allocate(
+        self,
+        prompt: Sequence[Token],
+        num_lookahead_slots: int = 0,
+        encoder_prompt: Sequence[Token] | None = None,
+    ) -> AllocStatus:
+        lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
+        _, _, need = self._prompt_need(prompt, encoder_prompt, lookahead)
+        free = self.gpu.available()
+        return _status(need, free, free, self._config.watermark_blocks)
+
+
 # --- the safety tier's fixtures: bugs no policy allows (specs/safety.md) --------------------------
 
 
@@ -198,7 +377,26 @@ BROKEN: tuple[type[IndependentManager], ...] = (
     BrokenNoUpFrontCheck,
     BrokenCanSwapInForgetsLookahead,
 )
-"""Every broken variant, for tests that expect the oracle to reject each."""
+"""The first broken variants, each pinned by ``model_tests/tests/test_oracle.py``."""
+
+MORE_BROKEN: tuple[type[IndependentManager], ...] = (
+    BrokenForkForgetsLastBlock,
+    BrokenCanSwapOutIgnoresCpuRoom,
+    BrokenSwapOutLeaksGpuBlock,
+    BrokenBlockTableHidesNullEntries,
+    BrokenCrossTableForgotten,
+    BrokenGpuFreeCountSkipsEvictable,
+    BrokenCpuFreeCountSkipsEvictable,
+    BrokenAccessTouchesLastBlockOnly,
+    BrokenMarkComputedMarksPartialBlocks,
+    BrokenCommonComputedKeepsLastBlock,
+    BrokenCachedTokensIgnoreMarks,
+    BrokenHitRateOfOneDevice,
+    BrokenResetSaysDoneIfAny,
+    BrokenCanAllocateCountsHits,
+    BrokenCanAllocateNeverWhenFull,
+)
+"""One per operation or promise the first ones leave out (``specs/corpus.md``)."""
 
 
 class BrokenLeaksAndIgnoresExtraKey(BrokenHashIgnoresExtraKey, BrokenFreeLeaksLastBlock):

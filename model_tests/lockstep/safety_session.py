@@ -499,6 +499,8 @@ class _Holder:
                 f"under different extra keys ({show_value(self.key)} and {show_value(other.key)})"
             )
         start = self.index * size
+        if len(self.tokens) <= start and len(other.tokens) <= start:
+            return ""  # empty for both (lookahead slots a fork shared): the first write copies
         held = min(len(self.tokens), len(other.tokens), start + size)
         if self.tokens[:held] != other.tokens[:held]:
             return "after different tokens"

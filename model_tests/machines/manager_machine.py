@@ -18,13 +18,14 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, ClassVar, Literal
 
-from hypothesis import event
+from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
     initialize,
     invariant,
+    multiple,
     precondition,
     rule,
 )
@@ -37,6 +38,7 @@ from model_tests.lockstep.manager_session import (
     IsomorphicManagerSession,
     ManagerSession,
 )
+from model_tests.lockstep.observation import Observation
 from model_tests.lockstep.safety_session import SafetySession
 from model_tests.lockstep.views import Views
 from model_tests.machines.draws import BOOLEANS, FOLLOW_TEMPLATE, integers, sampled, small_tokens
@@ -69,16 +71,34 @@ from specs.types import (
 
 TEMPLATE: tuple[Token, ...] = (3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8)
 EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=2), ExtraKey(cache_salt="s"))
+FILLER_TOKEN = 100
+"""The first token of ``fill_pool``'s requests: no other step writes tokens this large."""
 
 manager_configs = st.builds(
     ManagerConfig,
-    block_size=st.sampled_from([1, 2, 2, 3, 4]),
-    num_gpu_blocks=st.integers(2, 12),
-    num_cpu_blocks=st.integers(1, 8),
-    watermark=st.sampled_from([0.0, 0.0, 0.1, 0.3]),
-    sliding_window=st.sampled_from([None, None, 1, 2, 3, 5]),
-    enable_caching=st.booleans(),
+    block_size=sampled((1, 2, 2, 3, 4)),
+    num_gpu_blocks=integers(2, 12),
+    num_cpu_blocks=integers(1, 8),
+    watermark=sampled((0.0, 0.0, 0.1, 0.3)),
+    sliding_window=sampled((None, None, 1, 2, 3, 5)),
+    enable_caching=BOOLEANS,
 )
+
+Contract = Literal["any", "scheduler"]
+"""Which calls the machine makes (``specs/oracle.md`` §1): ``any`` every call the protocol
+allows, misuse included; ``scheduler`` only those a scheduler makes: ``allocate`` after
+``can_allocate`` said OK, appends after ``can_append_slots`` said yes (else the group is
+preempted: swapped out if ``can_swap_out`` says OK, else freed for recomputation), swaps after
+``can_swap_*`` said OK, forks, marks and accesses of running (GPU) groups, no misuse."""
+
+SWARM = ("lookahead", "encoder", "parallel sampling", "extra keys", "marks at once")
+"""Features a run may leave out (swarm testing, Groce et al. 2012): without some of them, others
+get whole runs to build on, and rare combinations come up. The rules are swarmed by Hypothesis
+itself: each run of a ``RuleBasedStateMachine`` switches a random share of its rules off
+(``FeatureFlags``); leaving rules out here as well halved the runs that make two given calls,
+and with them the rate at which lost swap pairs and leaked copy sources were found."""
+
+swarms = st.one_of(st.just(frozenset[str]()), st.frozensets(st.sampled_from(SWARM)))
 
 TABLE_CHANGING = frozenset({"allocate", "append_slots", "fork", "free", "swap_out", "swap_in"})
 """The manager calls after which the engine tells the defragmenter of changed tables."""
@@ -90,9 +110,9 @@ def defrag_configs(num_gpu_blocks: int) -> st.SearchStrategy[DefragConfig | None
     small = st.builds(
         DefragConfig,
         num_blocks=st.just(num_gpu_blocks),
-        threshold=st.sampled_from([0, 0, 0, 1, 2]),
-        pad_sizes=st.sampled_from([(1,), (1, 2), (2, 4), (1, 2, 3, 4, 5, 6)]),
-        reserved=st.sampled_from([frozenset({0}), frozenset({0}), frozenset(), frozenset({0, 1})]),
+        threshold=sampled((0, 0, 0, 1, 2)),
+        pad_sizes=sampled(((1,), (1, 2), (2, 4), (1, 2, 3, 4, 5, 6))),
+        reserved=sampled((frozenset({0}), frozenset({0}), frozenset(), frozenset({0, 1}))),
     )
     seeds = st.just(DefragConfig(num_gpu_blocks, 0, DEFRAG_PAD_SIZES))
     return st.one_of(st.none(), small, small, seeds)
@@ -175,6 +195,9 @@ class ManagerLockstep(RuleBasedStateMachine):
     make_target: ClassVar[BlockSpaceManagerFactory]
     mode: ClassVar[Mode] = "exact"
     policy: ClassVar[Policy] = PAGEDKV
+    contract: ClassVar[Contract] = "any"
+    defragmenting: ClassVar[bool] = False
+    """Whether a run may draw a defragmenter (``DefragmentingManagerLockstep``)."""
     target_kv: ClassVar[Callable[[ManagerConfig, DefragConfig | None], KVSide] | None] = None
     """The target's KV (its tensors, moved by its kernels), when it has one to check."""
     last_run: ClassVar[capture.RunRecord | None] = None
@@ -192,14 +215,37 @@ class ManagerLockstep(RuleBasedStateMachine):
         self.pending: capture.Call | None = None
         self.checking_config: ManagerConfig | None = None
         self.ending_error: Any = None
+        self.off: frozenset[str] = frozenset()
+        self.scores: dict[str, float] = {}
+        """The highest of each steering score this run (``hypothesis.target`` takes one per
+        label per run: they are handed over at teardown)."""
+        """The rules and features this run leaves out (``SWARM``)."""
+        self.window_releases = 0
 
-    @initialize(config=manager_configs)
-    def create_managers(self, config: ManagerConfig, data: st.DataObject | None = None) -> None:
-        """The managers and each side's KV; ``data`` draws whether a defragmenter sits under
-        the GPU ids. Only ``DefragmentingManagerLockstep`` passes it: the oracle's machine checks
-        a target's protocol, which has no defragmenter, so it draws nothing for one."""
+    def on(self, name: str) -> bool:
+        return name not in self.off
+
+    def _score(self, value: float, label: str) -> None:
+        self.scores[label] = max(value, self.scores.get(label, value))
+
+    @property
+    def scheduler(self) -> bool:
+        return self.contract == "scheduler"
+
+    @initialize(target=groups, config=manager_configs, off=swarms, data=st.data())
+    def create_managers(
+        self, config: ManagerConfig, off: frozenset[str], data: st.DataObject
+    ) -> Any:
+        """The managers and each side's KV (in ``DefragmentingManagerLockstep``, whether a
+        defragmenter sits under the GPU ids: the oracle's machine checks a target's protocol,
+        which has no defragmenter), then the run's first one or two requests. Hypothesis
+        switches a random share of the rules off in every run, ``allocate`` among them: without
+        these first requests, half the runs had no request at all."""
         self.target = capture.build_target(self, config)
         self.config = config
+        self.off = off
+        for name in sorted(off):
+            event(f"swarm: without {name}")
         self.session: ManagerSession
         if self.mode == "safety":
             self.session = SafetySession(self.target, config)
@@ -210,7 +256,7 @@ class ManagerLockstep(RuleBasedStateMachine):
             else:
                 self.session = ExactManagerSession(self.model, self.target)
         self.defrag: DefragConfig | None = None
-        if data is not None and self.model is not None:
+        if self.defragmenting and self.model is not None:
             self.defrag = data.draw(defrag_configs(config.num_gpu_blocks), label="defragmenter")
         self.model_kv: KVSide = AbstractKV(config, self.defrag)
         self.views = Views(self.model, self.target)
@@ -221,6 +267,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         """Per invariant, what it last passed on (``unchanged_since_passed``)."""
         event(f"config: caching={config.enable_caching}, window={config.sliding_window}")
         event(f"config: defragmenter {'off' if self.defrag is None else 'on'}")
+        first = data.draw(integers(1, 2), label="first requests")
+        return multiple(*(self._admit(self._prompt(data), data) for _ in range(first)))
 
     @property
     def ledger(self) -> Ledger:
@@ -282,6 +330,27 @@ class ManagerLockstep(RuleBasedStateMachine):
         found = [self.model_kv] if self.model is not None else []
         return found if self.target_side is None else [*found, self.target_side]
 
+    # --- steering (hypothesis.target): runs that press on the pool's edges score higher --------
+
+    def _free_gpu(self) -> int:
+        """The GPU blocks free or evictable, as the model has them or (safety) as last seen."""
+        view = self.model_view()
+        if view is not None:
+            return len(view.gpu.free) + len(view.gpu.evictable)
+        seen: Observation = getattr(self.session, "seen")  # noqa: B009 (the safety session's)
+        return seen.free[Device.GPU]
+
+    def _steer_scarcity(self, label: str) -> None:
+        self._score(1.0 - self._free_gpu() / self.config.num_gpu_blocks, label=label)
+
+    def _steer_sharing(self) -> None:
+        """How many GPU blocks several live tables share (copy-on-write and dedup need them)."""
+        view = self.model_view()
+        if view is None:
+            return
+        held = held_references(view, Device.GPU)
+        self._score(float(sum(1 for count in held.values() if count > 1)), label="shared blocks")
+
     def run_model(self, group_id: int, new_tokens: dict[int, range], data: st.DataObject) -> None:
         """The engine's model step: write the new tokens' KV, then (usually at once; sometimes
         a later step does it, as with chunked prefill) mark the group computed. Until then a
@@ -290,8 +359,9 @@ class ManagerLockstep(RuleBasedStateMachine):
         for side, view in self.sides():
             for seq_id, positions in new_tokens.items():
                 Writer(side).write_tokens(view, seq_id, positions)
-        if data.draw(sampled((True, True, False)), label="mark computed now"):
-            self.both("mark_blocks_as_computed", group_id)
+        at_once = self.on("marks at once")  # without it, only the mark rule marks: cache hits
+        if at_once and data.draw(sampled((True, True, False)), label="mark computed now"):
+            self.both("mark_blocks_as_computed", group_id)  # on blocks not computed yet abound
 
     def fresh_id(self) -> int:
         self.next_id += 1
@@ -323,20 +393,48 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @rule(target=groups, data=st.data())
     def allocate(self, data: st.DataObject) -> int:
+        return self._admit(self._prompt(data), data)
+
+    def _prompt(self, data: st.DataObject) -> list[Token]:
+        length = data.draw(integers(1, 3 * self.config.block_size + 1), label="prompt length")
+        return self._tokens(data, 0, length)
+
+    @rule(target=groups, group=groups, data=st.data())
+    def next_turn(self, group: int, data: st.DataObject) -> int:
+        """A conversation's next turn: the request finishes (its cached blocks wait in the
+        evictor, or stay shared), and a new one arrives whose prompt is the old sequence's
+        tokens and a few more, under the same extra key: its prefix is found again, revived
+        from the evictor, hits that a scheduler's questions and the marks must count right."""
+        members = self.ledger.members(group)
+        if not members:
+            return self._admit(self._prompt(data), data)
+        history = list(self.ledger.seqs[members[0]].tokens)
+        key = self.ledger.groups[group].extra_key
+        for seq_id in members:
+            self.both("free", seq_id)
+        more = data.draw(integers(1, self.config.block_size), label="new tokens")
+        return self._admit([*history, *self._tokens(data, len(history), more)], data, key)
+
+    def _admit(self, prompt: list[Token], data: st.DataObject, key: ExtraKey | None = None) -> int:
+        """A request with ``prompt``: asked about, allocated, its prefill run (the rest of the
+        request is drawn: sequences, extra key unless given, encoder prompt, lookahead)."""
         size = self.config.block_size
-        length = data.draw(integers(1, 3 * size + 1), label="prompt length")
-        prompt = self._tokens(data, 0, length)
+        length = len(prompt)
         # sequences of a group share the prompt's partial tail, which only copy-on-write lets
         # them write
         many = self.policy.groups == "many_sequences" and self.policy.copy_on_write
+        many = many and self.on("parallel sampling")
         num_seqs = data.draw(integers(1, 3 if many else 1), label="sequences")
-        key = data.draw(sampled(EXTRA_KEYS), label="extra key")
+        if key is None:
+            keys = EXTRA_KEYS if self.on("extra keys") else EXTRA_KEYS[:1]
+            key = data.draw(sampled(keys), label="extra key")
         encoder = None
         plain = not self.config.enable_caching and self.config.sliding_window is None
-        offered = plain and self.policy.encoder
-        if offered and data.draw(sampled((False, False, True)), label="encoder"):
+        offered = plain and self.policy.encoder and self.on("encoder")
+        if offered and data.draw(BOOLEANS, label="encoder"):
             encoder = self._tokens(data, 5, data.draw(integers(1, 2 * size), label="enc"))
-        lookahead = data.draw(integers(0, 2 if self.policy.lookahead else 0), label="lookahead")
+        most = 2 if self.policy.lookahead and self.on("lookahead") else 0
+        lookahead = data.draw(integers(0, most), label="lookahead")
         status = self.both("can_allocate", prompt, lookahead, encoder)
         group_id = self.fresh_id()
         if isinstance(status, PagedKVError):
@@ -344,6 +442,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         event(f"outcome: can_allocate {status.name}")
         if status is AllocStatus.NEVER:
             self._never_is_final(prompt, lookahead, encoder)
+        if self.scheduler and status is not AllocStatus.OK:
+            return group_id  # the request waits in the queue
         seq_ids = [self.fresh_id() for _ in range(num_seqs)]
         result = self.both("allocate", group_id, seq_ids, prompt, key, encoder)
         if status is AllocStatus.OK:
@@ -373,14 +473,32 @@ class ManagerLockstep(RuleBasedStateMachine):
     @rule(group=groups, data=st.data())
     def append_slots(self, group: int, data: st.DataObject) -> None:
         """One decode step for a group: ask, then append to each of its sequences."""
+        if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
+            return  # a scheduler decodes running groups only
         num_new = data.draw(sampled((1, 1, 1, 0, 2, 3)), label="new tokens")
-        lookaheads = (0, 0, 1, 2) if self.policy.lookahead else (0,)
+        lookaheads = (0, 0, 1, 2) if self.policy.lookahead and self.on("lookahead") else (0,)
         lookahead = data.draw(sampled(lookaheads), label="lookahead")
+        self._steer_scarcity("scarcity at append")
+        members = self.ledger.members(group)
+        if members and self.ledger.device_of(group) is Device.GPU:
+            # a scheduler's questions each iteration (what its prefill may skip, what is
+            # cached), and its stamp on the blocks of each sequence it schedules (vLLM's
+            # access_all_blocks_in_seq), so that the eviction order follows who ran last
+            self.both("get_common_computed_block_ids", members)
+            self.both("get_num_cached_tokens", members[0])
+            self.clock += 1.0
+            for seq_id in members:
+                self.both("access_all_blocks_in_seq", seq_id, self.clock)
         allowed = self.both("can_append_slots", group, num_new, lookahead)
         if isinstance(allowed, PagedKVError):
             return
         if not allowed:
             event("outcome: can_append_slots refused")
+            # a scheduler preempts it (swapped out, or freed to be recomputed); under the any
+            # contract, half the time, else the appends are made anyway and must be refused
+            if self.scheduler or data.draw(BOOLEANS, label="preempted"):
+                self._preempt(group)
+                return
         scheduled: dict[int, range] = {}
         for seq_id in self.ledger.members(group):
             start = len(self.ledger.seqs[seq_id].tokens)
@@ -400,6 +518,21 @@ class ManagerLockstep(RuleBasedStateMachine):
         if scheduled:
             self.run_model(group, scheduled, data)
 
+    def _preempt(self, group: int) -> None:
+        """What a scheduler does with a group it cannot decode: swap it out if the CPU has room,
+        else free it (it will be recomputed from its prompt)."""
+        status = self.both("can_swap_out", group)
+        if status is AllocStatus.OK:
+            event("outcome: preempted by swap")
+            pairs = self.both("swap_out", group)
+            if isinstance(pairs, list):
+                for side in self.kv_sides():
+                    side.run_swap(pairs, Device.CPU)
+            return
+        event("outcome: preempted by recomputation")
+        for seq_id in self.ledger.members(group):
+            self.both("free", seq_id)
+
     def _note_window(self, before: ManagerView | None, seq_id: int) -> None:
         after = self.model_view()
         if before is None or after is None or after.null_block is None:
@@ -409,14 +542,19 @@ class ManagerLockstep(RuleBasedStateMachine):
         new = after.seqs[seq_id].blocks
         if any(a != null and b == null for a, b in zip(old, new, strict=False)):
             event("outcome: sliding-window release")
+            self.window_releases += 1
+            self._score(float(self.window_releases), label="window releases")
 
     @rule(group=groups, data=st.data())
     def fork(self, group: int, data: st.DataObject) -> None:
         members = self.ledger.members(group)
         if not members or not self.policy.copy_on_write:  # a fork shares a partial last block
             return
+        if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
+            return  # a scheduler forks running sequences only
         parent = data.draw(st.sampled_from(members), label="parent")
         self.both("fork", parent, self.fresh_id())
+        self._steer_sharing()
 
     @rule(group=groups, data=st.data())
     def free(self, group: int, data: st.DataObject) -> None:
@@ -432,10 +570,14 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @rule(group=groups)
     def swap_out(self, group: int) -> None:
+        if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
+            return
         status = self.both("can_swap_out", group)
         if isinstance(status, PagedKVError):
             return
         event(f"outcome: can_swap_out {status.name}")
+        if self.scheduler and status is not AllocStatus.OK:
+            return
         pairs = self.both("swap_out", group)
         if status is AllocStatus.OK:
             assert isinstance(pairs, list), f"can_swap_out said OK, then {pairs!r}"
@@ -447,13 +589,18 @@ class ManagerLockstep(RuleBasedStateMachine):
             for side in self.kv_sides():
                 side.run_swap(pairs, Device.CPU)
 
-    @rule(group=groups, lookahead=st.sampled_from([0, 0, 1, 3]))
+    @rule(group=groups, lookahead=sampled((0, 0, 1, 3)))
     def swap_in(self, group: int, lookahead: int) -> None:
-        lookahead = lookahead if self.policy.lookahead else 0
+        if self.scheduler and self.ledger.device_of(group) is not Device.CPU:
+            return
+        lookahead = lookahead if self.policy.lookahead and self.on("lookahead") else 0
+        self._steer_scarcity("scarcity at swap-in")
         status = self.both("can_swap_in", group, lookahead)
         if isinstance(status, PagedKVError):
             return
         event(f"outcome: can_swap_in {status.name}")
+        if self.scheduler and status is not AllocStatus.OK:
+            return
         pairs = self.both("swap_in", group)
         if status is AllocStatus.OK:
             assert isinstance(pairs, list), f"can_swap_in said OK, then {pairs!r}"
@@ -464,6 +611,17 @@ class ManagerLockstep(RuleBasedStateMachine):
                 side.run_swap(pairs, Device.GPU)
         if status is AllocStatus.OK and lookahead:
             self._lookahead_promised(group, lookahead)
+
+    @rule(group=groups, lookahead=sampled((0, 1, 3)))
+    def preempt_and_resume(self, group: int, lookahead: int) -> None:
+        """A scheduler's preemption by swapping, and the resumption: the group goes to the CPU
+        and, once it fits again, back (each step only if its ``can_swap_*`` says OK under the
+        scheduler contract)."""
+        if self.ledger.device_of(group) is not Device.GPU:
+            return
+        self.swap_out(group)
+        if self.ledger.device_of(group) is Device.CPU:
+            self.swap_in(group, lookahead)
 
     def _lookahead_promised(self, group: int, lookahead: int) -> None:
         """An OK from ``can_swap_in(group, n)`` promises room for n lookahead slots as well."""
@@ -513,10 +671,55 @@ class ManagerLockstep(RuleBasedStateMachine):
             # the logical block that sat at the free id now sits where the used one was
             event("outcome: an evictable cached block's KV exchanged away")
 
+    @rule(group=groups, leave=sampled((0, 0, 1, 2)), data=st.data())
+    def fill_pool(self, group: int, leave: int, data: st.DataObject) -> None:
+        """Drive the GPU to its edge on purpose, for one question: admit one-block requests
+        until ``leave`` blocks are free (or admission refuses), then make one step there (a new
+        request, or ``group``'s next step: a swap-in with lookahead from the CPU, a decode step
+        on the GPU), then let the requests finish, their cached blocks left for eviction. The
+        squeeze passes: a filled pool that stayed, with its requests in the bundle, made most
+        later steps pick a filler, and lost swap pairs and leaked copy sources were found in
+        half as many runs."""
+        finishing = []
+        for index in range(self.config.num_gpu_blocks):
+            if self.ended or self._free_gpu() <= leave:
+                break
+            prompt = self._filler_tokens(index)
+            status = self.both("can_allocate", prompt, 0, None)
+            if status is AllocStatus.NEVER or (self.scheduler and status is not AllocStatus.OK):
+                break
+            group_id, seq_id = self.fresh_id(), self.fresh_id()
+            result = self.both("allocate", group_id, [seq_id], prompt, ExtraKey(), None)
+            if status is AllocStatus.OK:
+                assert not isinstance(result, PagedKVError), f"can_allocate said OK: {result!r}"
+            if isinstance(result, PagedKVError):
+                break
+            self.run_model(group_id, {seq_id: range(len(prompt))}, data)
+            finishing.append(seq_id)
+        event(f"outcome: pool filled with {min(len(finishing), 3)}+ requests")
+        self._steer_scarcity("scarcity after filling")
+        if data.draw(sampled((False, False, True)), label="a new request"):
+            finishing += self.ledger.members(self._admit(self._prompt(data), data))
+        elif self.ledger.device_of(group) is Device.CPU:
+            self.swap_in(group, data.draw(sampled((1, 2, 3)), label="lookahead"))
+        elif self.ledger.members(group):
+            self.append_slots(group, data)
+        for seq_id in finishing:
+            self.both("free", seq_id)
+
+    def _filler_tokens(self, index: int) -> list[Token]:
+        """One block's prompt no other prompt holds (tokens past the machine's usual 0-9), so
+        each filler takes a block of its own; short of a full block where a block holds more
+        than one token, so that it is never cached and, given back, leaves the evictor as it
+        was (full fillers, evicted first, shielded the blocks whose order is under test)."""
+        return [FILLER_TOKEN + index] * max(1, self.config.block_size - 1)
+
     # --- marks and queries --------------------------------------------------------------------
 
-    @rule(group=groups, data=st.data(), step=st.sampled_from([0.0, 1.0, 2.0]))
+    @rule(group=groups, data=st.data(), step=sampled((0.0, 1.0, 2.0)))
     def access(self, group: int, data: st.DataObject, step: float) -> None:
+        if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
+            return
         members = self.ledger.members(group)
         if members:
             self.clock += step
@@ -524,6 +727,8 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @rule(group=groups)
     def mark_blocks_as_computed(self, group: int) -> None:
+        if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
+            return
         self.both("mark_blocks_as_computed", group)
 
     @rule(group=groups, data=st.data())
@@ -547,14 +752,14 @@ class ManagerLockstep(RuleBasedStateMachine):
         if query[0] == "get_num_cached_tokens" and result:
             event("outcome: cached tokens")
 
-    @rule(device=st.sampled_from([None, Device.GPU, Device.CPU]))
+    @rule(device=sampled((None, Device.GPU, Device.CPU)))
     def reset_prefix_cache(self, device: Device | None) -> None:
         done = self.both("reset_prefix_cache", device)
         event(f"outcome: reset {'done' if done else 'refused'}")
 
     # --- calls that must fail -----------------------------------------------------------------
 
-    @precondition(lambda self: self.mode != "safety")
+    @precondition(lambda self: self.mode != "safety" and not self.scheduler)
     @rule(group=groups, data=st.data())
     def misuse(self, group: int, data: st.DataObject) -> None:
         """A call the spec refuses (checked against the reference; the safety tier leaves
@@ -600,10 +805,10 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     @precondition(lambda self: self.mode != "safety")
     @rule(
-        gpu=st.integers(0, 2),
-        cpu=st.integers(0, 2),
-        watermark=st.sampled_from([0.0, 1.0, -0.1]),
-        window=st.sampled_from([None, 0, 2]),
+        gpu=integers(0, 2),
+        cpu=integers(0, 2),
+        watermark=sampled((0.0, 1.0, -0.1)),
+        window=sampled((None, 0, 2)),
     )
     def bad_configuration(self, gpu: int, cpu: int, watermark: float, window: int | None) -> None:
         config = ManagerConfig(2, gpu, cpu, watermark, window)
@@ -622,6 +827,8 @@ class ManagerLockstep(RuleBasedStateMachine):
         self.checking_config = None
 
     def teardown(self) -> None:
+        for label, value in sorted(self.scores.items()):
+            target(value, label=label)
         capture.finish(self, "manager")
 
     # --- invariants ---------------------------------------------------------------------------
@@ -700,9 +907,7 @@ class ManagerLockstep(RuleBasedStateMachine):
 class DefragmentingManagerLockstep(ManagerLockstep):
     """The machine where a run may draw a defragmenter under the GPU ids of each side's KV."""
 
-    @initialize(config=manager_configs, data=st.data())
-    def create_managers(self, config: ManagerConfig, data: st.DataObject | None = None) -> None:
-        super().create_managers(config, data)
+    defragmenting = True
 
 
 def manager_lockstep_case(
@@ -712,6 +917,7 @@ def manager_lockstep_case(
     policy: Policy = PAGEDKV,
     target_kv: Callable[[ManagerConfig, DefragConfig | None], KVSide] | None = None,
     defragmenter: bool = False,
+    contract: Contract = "any",
 ) -> type[ManagerLockstep]:
     """A machine class checking ``factory``'s managers: against the reference under ``policy``
     in exact mode (same ids and state) or isomorphic mode (ids through a bijection, the protocol
@@ -725,6 +931,7 @@ def manager_lockstep_case(
             "make_target": staticmethod(factory),
             "mode": mode,
             "policy": policy,
+            "contract": contract,
             "target_kv": None if target_kv is None else staticmethod(target_kv),
         },
     )

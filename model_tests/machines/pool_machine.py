@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar, Literal
 
-from hypothesis import event
+from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -91,6 +91,12 @@ class Chain:
 
 Mode = Literal["exact", "isomorphic", "safety"]
 
+SWARM = ("extra keys", "parallel sampling")
+"""Features a run may leave out (swarm testing); the rules are swarmed by Hypothesis itself
+(``manager_machine.SWARM``)."""
+
+swarms = st.one_of(st.just(frozenset[str]()), st.frozensets(st.sampled_from(SWARM)))
+
 pool_configs = st.builds(
     PoolConfig,
     num_blocks=st.integers(1, 8),
@@ -106,6 +112,8 @@ class PoolLockstep(RuleBasedStateMachine):
     make_target: ClassVar[BlockPoolFactory]
     mode: ClassVar[Mode] = "exact"
     policy: ClassVar[Policy] = PAGEDKV
+    contract: ClassVar[str] = "any"
+    """``scheduler``: no calls meant to fail (a pool's caller passes what it was given)."""
     last_run: ClassVar[capture.RunRecord | None] = None
     on_run_end: ClassVar[capture.RunHook | None] = None
     on_declined: ClassVar[capture.DeclineHook | None] = None
@@ -122,6 +130,17 @@ class PoolLockstep(RuleBasedStateMachine):
         self.calls = 0
         self.pending: capture.Call | None = None
         self.checking_config: PoolConfig | None = None
+        self.off: frozenset[str] = frozenset()
+        self.scores: dict[str, float] = {}
+        """The highest of each steering score this run (``hypothesis.target`` takes one per
+        label per run: they are handed over at teardown)."""
+        self.evictions = 0
+
+    def on(self, name: str) -> bool:
+        return name not in self.off
+
+    def _score(self, value: float, label: str) -> None:
+        self.scores[label] = max(value, self.scores.get(label, value))
 
     # --- set-up -------------------------------------------------------------------------------
 
@@ -129,13 +148,21 @@ class PoolLockstep(RuleBasedStateMachine):
         target=chains,
         config=pool_configs,
         keys=st.lists(st.sampled_from(EXTRA_KEYS), min_size=2, max_size=3),
+        off=swarms,
         data=st.data(),
     )
-    def create_pools(self, config: PoolConfig, keys: list[ExtraKey], data: st.DataObject) -> Any:
+    def create_pools(
+        self, config: PoolConfig, keys: list[ExtraKey], off: frozenset[str], data: st.DataObject
+    ) -> Any:
         """Two or three chains start with prompts along the template, so the first steps
         already find shared prefixes, cache hits and a nearly full pool."""
         self.target = capture.build_target(self, config)
         self.config = config
+        self.off = off
+        for name in sorted(off):
+            event(f"swarm: without {name}")
+        if not self.on("extra keys"):
+            keys = [ExtraKey() for _ in keys]
         self.session: Any = None
         if self.mode == "safety":
             self.session = PoolSafetySession(self.target, config)
@@ -201,7 +228,7 @@ class PoolLockstep(RuleBasedStateMachine):
 
     @rule(target=chains, key=st.sampled_from(EXTRA_KEYS))
     def start_chain(self, key: ExtraKey) -> Chain:
-        chain = Chain(key)
+        chain = Chain(key if self.on("extra keys") else ExtraKey())
         self.live.append(chain)
         return chain
 
@@ -216,11 +243,19 @@ class PoolLockstep(RuleBasedStateMachine):
         """Every live chain grows by one operation, as in one iteration of a serving engine's
         scheduler: this is what fills the pool, so it is what makes eviction happen."""
         for chain in list(self.live):
-            sample = chain.blocks and self.offers("fork")
+            sample = chain.blocks and self.offers("fork") and self.on("parallel sampling")
             if sample and data.draw(SAMPLE, label="sample"):
                 self.live.append(self._fork(chain))
             if isinstance(self._grow(chain, data), OutOfBlocksError):
                 self._preempt(chain)
+        if self.live:  # the scheduler's question of the iteration, for some of its requests
+            asked = data.draw(st.lists(st.sampled_from(self.live), min_size=1, max_size=3))
+            self.both("common_computed_prefix", [list(c.blocks) for c in asked])
+        self.clock += 1.0  # its stamp on every block of the requests it ran (the manager's
+        for chain in self.live:  # access_all_blocks_in_seq), and its copy kernel's batch
+            if chain.blocks:
+                self.both("mark_accessed", list(chain.blocks), self.clock)
+        self.both("clear_copy_on_writes")
 
     def _preempt(self, chain: Chain) -> None:
         """Out of blocks: the engine frees the sequence, which starts over by recomputation."""
@@ -240,6 +275,9 @@ class PoolLockstep(RuleBasedStateMachine):
     def _grow(self, chain: Chain, data: st.DataObject) -> object:
         room = chain.open_room(self.block_size)
         before = self._model_view()
+        if before is not None:  # steering: allocations in a nearly full pool score higher
+            free = len(before.free) + len(before.evictable)
+            self._score(1.0 - free / self.config.num_blocks, label="scarcity at allocation")
         if room:
             result = self._append(chain, data, room, before)
         elif data.draw(st.booleans(), label="immutable"):
@@ -278,6 +316,86 @@ class PoolLockstep(RuleBasedStateMachine):
         chain.contents[-1] += tuple(tokens)
         return result
 
+    @rule(target=chains, key=st.sampled_from(EXTRA_KEYS), blocks=st.integers(1, 3))
+    def admit(self, key: ExtraKey, blocks: int) -> Chain:
+        """A new request whose prompt follows the template for whole blocks: each one a lookup
+        (a hit on what others cached, evictable or held, or a new block), then the scheduler's
+        question of what it may skip computing."""
+        chain = Chain(key if self.on("extra keys") else ExtraKey())
+        self.live.append(chain)
+        for _ in range(blocks):
+            start = chain.num_tokens
+            tokens = [TEMPLATE[(start + i) % len(TEMPLATE)] for i in range(self.block_size)]
+            result = self.both("allocate_immutable", chain.prefix_of_next(), tokens)
+            if isinstance(result, PagedKVError):
+                break
+            chain.blocks.append(result)
+            chain.contents.append(tuple(tokens))
+        self.both("common_computed_prefix", [list(chain.blocks)])
+        return chain
+
+    @rule(target=chains, chain=consumes(chains))
+    def next_turn(self, chain: Chain) -> Chain:
+        """A conversation's next turn: the chain finishes, and a new request reads its whole
+        blocks again (lookups that revive them from the evictor), then the scheduler's
+        question."""
+        self.free_chain(chain)
+        again = Chain(chain.extra_key)
+        self.live.append(again)
+        for tokens in chain.contents:
+            if len(tokens) != self.block_size:
+                break
+            result = self.both("allocate_immutable", again.prefix_of_next(), list(tokens))
+            if isinstance(result, PagedKVError):
+                break
+            again.blocks.append(result)
+            again.contents.append(tokens)
+        self.both("common_computed_prefix", [list(again.blocks)])
+        return again
+
+    @rule(leave=st.sampled_from([0, 0, 1]))
+    def fill_pool(self, leave: int) -> None:
+        """Press the pool to its edge: take empty blocks until ``leave`` are free (each one a
+        free block, or the cached block the eviction order names: every eviction is compared),
+        then give them back. Empty blocks are never cached, so the evictor is left to the
+        blocks under test."""
+        fillers = []
+        for _ in range(self.config.num_blocks):
+            if self.ended or self._free_count() <= leave:
+                break
+            before = self._model_view()
+            result = self.both("allocate_mutable")
+            if isinstance(result, PagedKVError):
+                break
+            self._note_allocation(before)
+            fillers.append(result)
+        event(f"outcome: pool filled with {min(len(fillers), 3)}+ blocks")
+        for block in fillers:
+            self.both("free", block)
+
+    def _free_count(self) -> int:
+        view = self._model_view()
+        if view is not None:
+            return len(view.free) + len(view.evictable)
+        count = self.both("num_free_blocks")  # the safety tier: the target's own count
+        return count if isinstance(count, int) else 0
+
+    @precondition(lambda self: self.offers("fork") and self.offers("cow_if_not_appendable"))
+    @rule(chain=chains)
+    def abandon_copy(self, chain: Chain) -> None:
+        """A sample forked from ``chain`` gets its own copy of the shared last block, then is
+        aborted before the copy kernel runs: the copy's block is given back with its pair
+        pending (``block_pool.md`` release; policy ``cow_pairs``)."""
+        if not chain.open_room(self.block_size):
+            return
+        child = self._fork(chain)
+        result = self.both("cow_if_not_appendable", child.blocks[-1])
+        if not isinstance(result, PagedKVError):
+            child.blocks[-1] = result
+        for block in child.blocks:
+            self.both("free", block)
+        self.both("clear_copy_on_writes")
+
     @precondition(lambda self: self.offers("fork"))
     @rule(target=chains, chain=chains)
     def fork(self, chain: Chain) -> Chain:
@@ -311,15 +429,59 @@ class PoolLockstep(RuleBasedStateMachine):
             event("outcome: copy-on-write")
         chain.blocks[-1] = result
 
-    @rule(chain=chains, step=st.sampled_from([0.0, 0.0, 1.0, 2.5]), back=st.booleans())
-    def mark_accessed(self, chain: Chain, step: float, back: bool) -> None:
+    @rule(
+        chain=chains,
+        step=st.sampled_from([0.0, 0.0, 1.0, 2.5]),
+        back=st.booleans(),
+        data=st.data(),
+    )
+    def mark_accessed(self, chain: Chain, step: float, back: bool, data: st.DataObject) -> None:
         self.clock += step
         now = max(0.0, self.clock - 3.0) if back else self.clock
-        self.both("mark_accessed", list(chain.blocks), now)
+        self.both("mark_accessed", list(chain.blocks) + self._maybe_cached(data), now)
 
-    @rule(chain=chains, upto=st.integers(0, 4))
-    def mark_computed(self, chain: Chain, upto: int) -> None:
-        self.both("mark_computed", chain.blocks[:upto])
+    @rule(chain=chains, upto=st.integers(0, 4), data=st.data())
+    def mark_computed(self, chain: Chain, upto: int, data: st.DataObject) -> None:
+        self.both("mark_computed", chain.blocks[:upto] + self._maybe_cached(data))
+
+    def _maybe_cached(self, data: st.DataObject) -> list[BlockId]:
+        """Sometimes one block nobody holds but the cache keeps (marks reach those too)."""
+        cached = self._cached_unheld()
+        if not cached or not data.draw(st.booleans(), label="a cached block too"):
+            return []
+        block: BlockId = data.draw(st.sampled_from(cached), label="cached block")
+        return [block]
+
+    @rule(chain=chains, data=st.data())
+    def mark_computed_anywhere(self, chain: Chain, data: st.DataObject) -> None:
+        """Any of a chain's blocks, not only a leading run (``block_pool.md`` mark_computed): a
+        computed list with a gap, which ``common_computed_prefix`` must stop at."""
+        count = len(chain.blocks)
+        picks = data.draw(st.lists(st.booleans(), min_size=count, max_size=count), label="marked")
+        marked = [block for block, pick in zip(chain.blocks, picks, strict=True) if pick]
+        if marked and marked != chain.blocks[: len(marked)]:
+            event("outcome: computed marks with a gap")
+        self.both("mark_computed", marked)
+
+    def _cached_unheld(self) -> list[BlockId]:
+        """The model's evictable blocks (none under the safety tier: no model)."""
+        view = self._model_view() if hasattr(self, "views") else None
+        return [] if view is None else sorted(view.evictable)
+
+    @precondition(lambda self: bool(self._cached_unheld()))
+    @rule(data=st.data(), step=st.sampled_from([0.0, 1.0, 2.5]), computed=st.booleans())
+    def touch_cached(self, data: st.DataObject, step: float, computed: bool) -> None:
+        """A block nobody holds but the cache keeps: an access moves it in the eviction order
+        under the evictor, a mark makes its KV reusable (``block_pool.md`` mark_accessed,
+        mark_computed: used or evictable blocks alike). One block, so that it parts from the
+        blocks it tied with."""
+        block = data.draw(st.sampled_from(self._cached_unheld()), label="block")
+        if computed:
+            self.both("mark_computed", [block])
+        else:
+            self.clock += step
+            self.both("mark_accessed", [block], self.clock)
+        event("outcome: a cached block touched")
 
     @rule(group=st.lists(chains, max_size=3))
     def common_computed_prefix(self, group: list[Chain]) -> None:
@@ -334,10 +496,16 @@ class PoolLockstep(RuleBasedStateMachine):
 
     @rule(
         action=st.sampled_from(
-            ["clear_copy_on_writes", "clear_copy_on_writes", "reset_prefix_cache"]
+            ["clear_copy_on_writes"] * 3 + ["reset_prefix_cache"] * 2 + ["drain"]
         )
     )
     def maintain(self, action: str) -> None:
+        """Drain the copy-on-write pairs, or reset the cache; ``drain``: every live chain
+        finishes (the engine idle, its cached blocks left in the evictor), then the reset."""
+        if action == "drain":
+            for chain in list(self.live):
+                self._preempt(chain)
+            action = "reset_prefix_cache"
         result = self.both(action)
         if action == "reset_prefix_cache":
             event(f"outcome: reset {'done' if result else 'refused'}")
@@ -346,7 +514,7 @@ class PoolLockstep(RuleBasedStateMachine):
 
     # --- calls that must fail -----------------------------------------------------------------
 
-    @precondition(lambda self: self.mode != "safety")
+    @precondition(lambda self: self.mode != "safety" and self.contract != "scheduler")
     @rule(
         chain=chains,
         data=st.data(),
@@ -409,14 +577,14 @@ class PoolLockstep(RuleBasedStateMachine):
             label="call",
         )
 
+    @precondition(lambda self: self.mode != "safety")
     @rule(
         num_blocks=st.integers(-1, 2),
         block_size=st.integers(-1, 2),
         caching=st.sampled_from([True, 1]),
     )
     def bad_configuration(self, num_blocks: int, block_size: int, caching: Any) -> None:
-        if self.mode == "safety":
-            return  # which configurations to refuse is the spec's, not the safety tier's
+        """(Not under the safety tier: which configurations to refuse is the spec's.)"""
         config = PoolConfig(num_blocks, block_size, caching)
         self.checking_config = config
         outcomes = [
@@ -442,6 +610,8 @@ class PoolLockstep(RuleBasedStateMachine):
         lost = set(before.cached) - set(after.cached)
         if lost:
             event("outcome: eviction")
+            self.evictions += len(lost)
+            self._score(float(self.evictions), label="evictions")
             for content_hash in lost:
                 evicted = before.blocks[before.cached[content_hash]]
                 survivors = [after.blocks[b] for b in after.evictable]
@@ -455,6 +625,8 @@ class PoolLockstep(RuleBasedStateMachine):
     def teardown(self) -> None:
         buckets = [0, 10, 25, 50, 100, 200]
         event(f"calls per run: {max(b for b in buckets if b <= self.calls)}+")
+        for label, value in sorted(self.scores.items()):
+            target(value, label=label)
         capture.finish(self, "pool")
 
     # --- invariants ---------------------------------------------------------------------------
@@ -489,13 +661,19 @@ class PoolLockstep(RuleBasedStateMachine):
 
 
 def lockstep_case(
-    factory: Any, *, mode: Mode = "exact", policy: Policy = PAGEDKV
+    factory: Any, *, mode: Mode = "exact", policy: Policy = PAGEDKV, contract: str = "any"
 ) -> type[PoolLockstep]:
     """A machine class checking ``factory``'s pools: against the reference under ``policy`` in
     exact or isomorphic mode (ids through a bijection, the target's allowed choices adopted),
-    or against the safety tier alone (``mode="safety"``)."""
+    or against the safety tier alone (``mode="safety"``); under the ``scheduler`` contract, no
+    call meant to fail."""
     return type(
         f"PoolLockstep_{getattr(factory, '__name__', 'target')}",
         (PoolLockstep,),
-        {"make_target": staticmethod(factory), "mode": mode, "policy": policy},
+        {
+            "make_target": staticmethod(factory),
+            "mode": mode,
+            "policy": policy,
+            "contract": contract,
+        },
     )

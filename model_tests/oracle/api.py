@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from model_tests.machines.manager_machine import Contract
 from model_tests.oracle import targets, trace
 from model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
 from model_tests.oracle.codec import Level
@@ -36,6 +37,7 @@ def check(
     profile: str = "pagedkv",
     policy: Mapping[str, str] | None = None,
     known: KnownDifferences | str | Path | None = None,
+    contract: Contract = "any",
 ) -> CheckResult:
     """Drive ``target`` and the reference (under ``profile``, with ``policy``'s options
     overriding it; ``specs/policy.md``) or the safety tier alone (``profile="safety"``) with
@@ -58,6 +60,7 @@ def check(
         timeout=timeout,
         profile=chosen,
         known=known,
+        contract=contract,
     )
 
 

@@ -13,6 +13,7 @@ reported as it stands for an in-process target, which cannot be called again.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Callable
@@ -27,7 +28,12 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from model_tests.lockstep.calls import Divergence, TargetStopped
 from model_tests.lockstep.capture import RunRecord
-from model_tests.machines.manager_machine import ManagerLockstep, Mode, manager_lockstep_case
+from model_tests.machines.manager_machine import (
+    Contract,
+    ManagerLockstep,
+    Mode,
+    manager_lockstep_case,
+)
 from model_tests.machines.pool_machine import PoolLockstep, lockstep_case
 from model_tests.oracle import codec, trace
 from model_tests.oracle.codec import Level
@@ -51,23 +57,58 @@ Progress = Callable[[int, int, bool], None]
 
 
 def machine_case(
-    factory: Callable[[Any], Any], level: Level, profile: Profile = PAGEDKV_PROFILE
+    factory: Callable[[Any], Any],
+    level: Level,
+    profile: Profile = PAGEDKV_PROFILE,
+    contract: Contract = "any",
 ) -> type[ManagerLockstep] | type[PoolLockstep]:
     """The machine of ``level`` for ``factory``'s targets: isomorphic against the reference
-    under the profile's policy, or the safety tier alone; each run's target goes back to its
-    factory when the run ends (an ``exec:`` program then serves the next run)."""
+    under the profile's policy, or the safety tier alone, making the calls ``contract`` allows;
+    each run's target goes back to its factory when the run ends (an ``exec:`` program then
+    serves the next run)."""
     case: type[ManagerLockstep] | type[PoolLockstep]
     mode: Mode = "safety" if profile.safety else "isomorphic"
     if level == "manager":
-        case = manager_lockstep_case(factory, mode=mode, policy=profile.policy)
+        case = manager_lockstep_case(factory, mode=mode, policy=profile.policy, contract=contract)
     else:
-        case = lockstep_case(factory, mode=mode, policy=profile.policy)
+        case = lockstep_case(factory, mode=mode, policy=profile.policy, contract=contract)
     case.release_target = staticmethod(close_target)
     return case
 
 
+EPOCH_RUNS = 100
+"""Runs per Hypothesis search: a check is a series of searches of this many valid runs
+(``max_examples``), each from its own seed (``epoch_seed``), and it stops after the budget's
+number of runs, in whatever search it is. Hypothesis shapes a search by its ``max_examples`` (how
+small its first cases are, when it starts steering), so a budget that set ``max_examples`` would
+make each budget search differently; with every search the same size, a larger budget makes the
+smaller one's runs first, in the same order: budgets are nested. (Runs Hypothesis does not count
+as valid count here: while steering, a search once made 6,000 of them.)"""
+
+
+def epoch_phases(epoch: int) -> list[Phase]:
+    """Every other search is steered (``Phase.target``, second, fourth, ...). Hypothesis steers
+    once a search is half done, by hill-climbing each ``hypothesis.target`` score from its best
+    run, and in a search of 100 runs that climb takes the whole second half: steering every
+    search left half the budget to a few runs' neighbours and found the corpus's bugs in fewer
+    checks (``specs/corpus.md``); the unsteered searches keep the broad generation."""
+    steered = [Phase.target] if epoch % 2 else []
+    return [Phase.generate, *steered, Phase.shrink]
+
+
+class BudgetSpent(BaseException):
+    """Every run the budget allows is made (a ``BaseException``: Hypothesis must not take it for
+    a failure)."""
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of a check's ``epoch``-th search: the check's own seed for the first."""
+    return seed if epoch == 0 else (seed * 1_000_003 + epoch) % 2**32
+
+
 def budget(steps: int, per_run: int = MAX_STEPS_PER_RUN) -> tuple[int, int]:
-    """(max_examples, stateful_step_count) so that about ``steps`` calls run."""
+    """(runs, steps per run) so that about ``steps`` rule steps run (a step makes one call or
+    more: a decode step appends to every sequence)."""
     per_run = max(5, min(per_run, steps))
     return max(1, math.ceil(steps / per_run)), per_run
 
@@ -80,6 +121,8 @@ class CheckResult:
     runs: int = 0
     calls: int = 0
     """Runs and calls made in all, shrinking included."""
+    contract: Contract = "any"
+    """Which calls the machine made (``specs/oracle.md`` §1)."""
     found_after: tuple[int, int] | None = None
     """(runs, calls) up to and including the first failing run: what finding the bug took."""
     failure: BaseException | None = None
@@ -118,6 +161,7 @@ def run_check(
     profile: Profile = PAGEDKV_PROFILE,
     timeout: float | None = None,
     known: KnownDifferences | None = None,
+    contract: Contract = "any",
 ) -> CheckResult:
     """Check ``factory``'s targets against the reference under ``profile`` (isomorphic mode), or
     against the safety tier alone, each call within ``timeout`` seconds (None: the
@@ -131,13 +175,15 @@ def run_check(
     seed = random.randrange(2**32) if seed is None else seed
     result = CheckResult(level, seed, profile)
     factory = guard(factory, timeout)
-    case = machine_case(factory, level, profile)
+    result.contract = contract
+    case = machine_case(factory, level, profile, contract)
     if adapt_case is not None:
         case = adapt_case(case)
     stepping = result.stepped = None if known is None else Stepping(known)
     if stepping is not None:
         case = stepping.wrap(case)
     failing = False
+    runs, per_run = budget(steps, steps_per_run)
 
     def on_run_end(record: RunRecord) -> None:
         nonlocal failing
@@ -156,33 +202,42 @@ def run_check(
             result.found_after = (result.runs, result.calls)
         if progress is not None:
             progress(result.runs, result.calls, failing)
+        if not failing and result.runs >= runs:
+            raise BudgetSpent  # in whatever search: runs a search does not count count here
 
     def on_declined(config: Any, why: str) -> None:
         result.declined.setdefault(show_config(config), why)
 
     case.on_run_end = staticmethod(on_run_end)
     case.on_declined = staticmethod(on_declined)
-    case._hypothesis_internal_use_seed = seed
-    examples, per_run = budget(steps, steps_per_run)
     chosen = settings(
-        max_examples=examples,
+        max_examples=EPOCH_RUNS,
         stateful_step_count=per_run,
         deadline=None,
         database=None,
         derandomize=False,
-        phases=[Phase.generate, Phase.shrink],
         suppress_health_check=list(HealthCheck),
         report_multiple_bugs=False,
         print_blob=False,
         verbosity=Verbosity.quiet,
     )
     with with_reporter(lambda _: None):
-        try:
-            run_state_machine_as_test(case, settings=chosen)
-        except Unsatisfiable:
-            pass  # every example was rejected: below
-        except (Exception, TargetStopped) as failure:  # a hang stops the search at once
-            result.failure = failure
+        for epoch in itertools.count():
+            case._hypothesis_internal_use_seed = epoch_seed(seed, epoch)
+            made = result.runs
+            try:
+                run_state_machine_as_test(
+                    case, settings=settings(chosen, phases=epoch_phases(epoch))
+                )
+            except BudgetSpent:
+                break
+            except Unsatisfiable:
+                pass  # every example of the search was rejected
+            except (Exception, TargetStopped) as failure:  # a hang stops the search at once
+                result.failure = failure
+                break
+            if result.runs == made:
+                break  # the target declined every configuration the search drew: below
     if result.failure is None and result.runs == 0:
         result.failure = NothingCovered("the target declined every configuration the check drew")
     elif result.failure is None and stepping is not None and stepping.total == result.runs:
@@ -368,7 +423,11 @@ def show_outcome(outcome: Any) -> str:
 
 def check_report(result: CheckResult, target: str, replay_hint: str | None = None) -> Report:
     mode = "safety tier" if result.profile.safety else "isomorphic mode"
-    where = f"{result.level} level, {mode}, profile {result.profile.describe()}, seed {result.seed}"
+    contract = ", scheduler contract" if result.contract == "scheduler" else ""
+    where = (
+        f"{result.level} level, {mode}, profile {result.profile.describe()}{contract},"
+        f" seed {result.seed}"
+    )
     title = f"pagedkv check {target} ({where})"
     declined = _declined_lines(result.declined)
     known = [] if result.stepped is None else result.stepped.lines()

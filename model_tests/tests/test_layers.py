@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "model_tests.peers": 5,  # real engines' adapters and `make peers`: above the oracle they drive
     "model_tests.formal": 5,  # development tools (CrossHair, mutation): nothing imports them
     "model_tests.bench": 5,
+    "model_tests.corpus": 5,  # the wrong variants and their measurement, above the oracle
     "pagedkv": 6,
     "model_tests.tests": 7,
 }

@@ -13,7 +13,6 @@ import math
 import subprocess
 import sys
 import textwrap
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from model_tests.corpus.pools import MirroredPool, MirroredPoolMissingOneFree
 from model_tests.independent import broken
 from model_tests.independent.manager import IndependentManager
 from model_tests.machines.manager_machine import manager_lockstep_case
@@ -29,10 +29,9 @@ from model_tests.oracle.check import CheckResult, check_report, run_check
 from model_tests.oracle.record import record_level
 from model_tests.oracle.timeout import TargetTimeout
 from pagedkv import cli
-from reference.pool_adapter import ReferenceBlockPool
 from specs.content_hash import Prefix
 from specs.errors import OutOfBlocksError, UnknownSequenceError
-from specs.types import AllocStatus, BlockId, Device, ExtraKey, ManagerConfig, PoolConfig
+from specs.types import AllocStatus, Device, ExtraKey, ManagerConfig
 
 PEER = [sys.executable, "-m", "model_tests.oracle.example_peer"]
 MAX_SHRUNK_STEPS = 12
@@ -188,72 +187,6 @@ def test_check_of_a_broken_variant_prints_steps_and_writes_a_replayable_trace(
 
 
 # --- the pool level -------------------------------------------------------------------------------
-
-
-class MirroredPool:
-    """The reference pool behind ids numbered the other way round: a correct pool whose ids
-    differ from the reference's, so only isomorphic mode accepts it."""
-
-    def __init__(self, config: PoolConfig) -> None:
-        self.inner = ReferenceBlockPool(config)
-        self.config = config
-
-    def _flip(self, block: Any) -> Any:
-        ids = self.config.block_ids
-        if isinstance(block, int) and not isinstance(block, bool) and block in ids:
-            return ids.start + ids.stop - 1 - block
-        return block
-
-    def _flips(self, blocks: Any) -> Any:
-        return [self._flip(b) for b in blocks] if isinstance(blocks, list | tuple) else blocks
-
-    def allocate_mutable(self) -> BlockId:
-        return int(self._flip(self.inner.allocate_mutable()))
-
-    def allocate_immutable(self, prefix: Prefix, tokens: Sequence[int]) -> BlockId:
-        return int(self._flip(self.inner.allocate_immutable(prefix, tokens)))
-
-    def append_tokens(self, block: BlockId, prefix: Prefix, tokens: Sequence[int]) -> BlockId:
-        return int(self._flip(self.inner.append_tokens(self._flip(block), prefix, tokens)))
-
-    def cow_if_not_appendable(self, block: BlockId) -> BlockId:
-        return int(self._flip(self.inner.cow_if_not_appendable(self._flip(block))))
-
-    def free(self, block: BlockId) -> None:
-        self.inner.free(self._flip(block))
-
-    def fork(self, chain: Sequence[BlockId]) -> list[BlockId]:
-        return list(self._flips(self.inner.fork(self._flips(chain))))
-
-    def clear_copy_on_writes(self) -> list[tuple[BlockId, BlockId]]:
-        return [(self._flip(s), self._flip(d)) for s, d in self.inner.clear_copy_on_writes()]
-
-    def mark_accessed(self, blocks: Sequence[BlockId], now: float) -> None:
-        self.inner.mark_accessed(self._flips(blocks), now)
-
-    def mark_computed(self, blocks: Sequence[BlockId]) -> None:
-        self.inner.mark_computed(self._flips(blocks))
-
-    def common_computed_prefix(self, chains: Any) -> list[BlockId]:
-        flipped = [self._flips(c) for c in chains] if isinstance(chains, list) else chains
-        return list(self._flips(self.inner.common_computed_prefix(flipped)))
-
-    def num_free_blocks(self) -> int:
-        return self.inner.num_free_blocks()
-
-    def hit_rate(self) -> float:
-        return self.inner.hit_rate()
-
-    def reset_prefix_cache(self) -> bool:
-        return self.inner.reset_prefix_cache()
-
-
-class MirroredPoolMissingOneFree(MirroredPool):
-    """Broken: the free count forgets one block once the pool is more than half used."""
-
-    def num_free_blocks(self) -> int:
-        free = super().num_free_blocks()
-        return free - 1 if 0 < free < self.config.num_blocks / 2 else free
 
 
 def test_pool_level_accepts_other_ids_and_rejects_a_wrong_count(tmp_path: Path) -> None:

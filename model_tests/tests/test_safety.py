@@ -28,6 +28,7 @@ from optimized.block_pool import OptimizedBlockPool
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from reference.pool_adapter import ReferenceBlockPool
 from specs.policy import PROFILES, Policy, profile
+from specs.types import ManagerConfig
 
 SAFETY = profile("safety")
 LEVELS: tuple[Level, ...] = ("manager", "pool")
@@ -164,3 +165,27 @@ def test_a_target_without_the_null_block_hook_is_still_held_to_its_counts() -> N
     leaking = run_check(LeaksWithoutNullBlockHook, "manager", seed=2, trace_out=None,
                         profile=SAFETY)  # fmt: skip
     assert not leaking.passed and "a block is leaked" in leaking.message, leaking.message
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [IndependentManager, OptimizedBlockSpaceManager, ReferenceBlockSpaceManager],
+    ids=["independent", "optimized", "reference"],
+)
+def test_empty_lookahead_blocks_a_fork_shared_are_no_aliasing(factory: Any) -> None:
+    """Found by the stronger search (seed 2, 6000 steps, ``--profile safety``): a fork shares the
+    parent's empty lookahead block; parent and child then write different tokens into the block
+    before it. Both tables still name the empty block, after different tokens: nobody has written
+    into it, and the first write copies it (S1 exempts it)."""
+    config = ManagerConfig(2, 7, 1, 0.0, sliding_window=1, enable_caching=False)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate", (1, [2, 3], [3])),
+        ("append_slots", (2, [], 3)),
+        ("fork", (2, 4)),
+        ("append_slots", (2, [1], 0)),
+        ("append_slots", (4, [0], 0)),
+        ("append_slots", (4, [2], 0)),
+    ]
+    shared = trace.trace_of_calls("manager", config, calls, safety=True)
+    verdict = trace.replay(shared, factory)
+    assert verdict.ok, verdict.describe()

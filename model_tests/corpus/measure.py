@@ -1,0 +1,174 @@
+"""Run the corpus: each wrong variant through ``pagedkv check``'s default budget, for given seeds;
+print or write ``specs/corpus.md``'s table (``make corpus``).
+
+    python -m model_tests.corpus.measure [--seeds 0,1,2] [--only NAME ...] [--jobs N]
+                                         [--write specs/corpus.md]
+
+Exit status 1 if a variant passes a check, or is reported with more than ``MAX_SHRUNK_STEPS``
+steps. Each check runs in a worker process (``--jobs``, default 2), by the variant's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from model_tests.corpus.registry import CLAUSES, VARIANTS, Variant, variant
+from model_tests.machines.profiles import pin_generation
+from model_tests.oracle import trace
+from model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
+from specs.policy import profile
+
+SEEDS = (0, 1, 2)
+MAX_SHRUNK_STEPS = 12
+BEGIN = "<!-- corpus table: python -m model_tests.corpus.measure --write specs/corpus.md -->"
+END = "<!-- end of the corpus table -->"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One check of one variant."""
+
+    name: str
+    seed: int
+    calls: int | None
+    """Calls the search made up to and including the first failing run (None: it passed)."""
+    steps: int | None
+    """Steps of the reported trace, shrunk and minimized."""
+    replayed: bool
+    """The trace, replayed, fails the same way; and passes the same implementation without the
+    bug (so the bug is what fails it)."""
+    seconds: float
+    message: str
+
+    @property
+    def caught(self) -> bool:
+        return self.calls is not None and self.steps is not None and self.replayed
+
+    @property
+    def short(self) -> bool:
+        return self.steps is not None and self.steps <= MAX_SHRUNK_STEPS
+
+
+def check(each: Variant, seed: int, steps: int = DEFAULT_STEPS) -> CheckResult:
+    """``pagedkv check`` of the variant: its level, its profile, the default budget."""
+    under = profile(each.profile)
+    return run_check(
+        each.factory, each.level, steps=steps, seed=seed, trace_out=None, profile=under
+    )
+
+
+def measure(name: str, seed: int) -> Outcome:
+    """Check the variant called ``name`` with ``seed`` (a worker's task: names cross processes,
+    factories need not)."""
+    pin_generation()
+    started = time.perf_counter()
+    each = variant(name)
+    result = check(each, seed)
+    found = result.found_after
+    replayed = result.replayed is not None and result.replayed.status == "divergence"
+    if replayed and result.trace is not None:
+        replayed = trace.replay(result.trace, each.correct).ok
+    return Outcome(
+        name,
+        seed,
+        None if found is None else found[1],
+        None if result.trace is None else len(result.trace.ops),
+        replayed,
+        round(time.perf_counter() - started, 1),
+        result.message,
+    )
+
+
+def measure_all(
+    names: Sequence[str], seeds: Sequence[int], jobs: int
+) -> dict[tuple[str, int], Outcome]:
+    tasks = [(name, seed) for name in names for seed in seeds]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        outcomes = pool.map(measure, *zip(*tasks, strict=True))
+        return {(o.name, o.seed): o for o in outcomes}
+
+
+def _clause_cell(clauses: Iterable[str]) -> str:
+    cells = []
+    for clause in clauses:
+        page, _, where = CLAUSES[clause].partition(" ")
+        cells.append(f"[{page}](" + page + f") {where}")
+    return "<br>".join(cells)
+
+
+def table(outcomes: dict[tuple[str, int], Outcome], seeds: Sequence[int]) -> str:
+    """The markdown table: each variant, the clauses it breaks, and per seed the calls the
+    default budget took to catch it and the steps of its shrunk trace."""
+    per_seed = "/".join(str(s) for s in seeds)
+    lines = [
+        f"| variant | level, profile | clause it breaks | calls to catch it, seeds {per_seed}"
+        f" | steps in the shrunk trace, seeds {per_seed} |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for each in VARIANTS:
+        found = [outcomes.get((each.name, seed)) for seed in seeds]
+        calls = " / ".join("?" if o is None else "missed" if o.calls is None else str(o.calls)
+                           for o in found)  # fmt: skip
+        steps = " / ".join("?" if o is None or o.steps is None else str(o.steps) for o in found)
+        lines.append(
+            f"| `{each.name}` | {each.level}, {each.profile} | {_clause_cell(each.clauses)}"
+            f" | {calls} | {steps} |"
+        )
+    return "\n".join(lines)
+
+
+def write_table(page: Path, text: str) -> None:
+    """Replace the table between the page's markers."""
+    content = page.read_text(encoding="utf-8")
+    head, _, rest = content.partition(BEGIN + "\n")
+    _, _, tail = rest.partition(END)
+    page.write_text(head + BEGIN + "\n" + text + "\n" + END + tail, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m model_tests.corpus.measure")
+    parser.add_argument("--seeds", default=",".join(map(str, SEEDS)))
+    parser.add_argument("--only", nargs="*", default=None, metavar="NAME")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--write", type=Path, default=None, metavar="PAGE")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    names = args.only or [v.name for v in VARIANTS]
+    for name in names:
+        variant(name)  # an unknown name fails before any check runs
+    started = time.perf_counter()
+    outcomes = measure_all(names, seeds, args.jobs)
+    bad = []
+    for outcome in outcomes.values():
+        verdict = "caught" if outcome.caught else "MISSED"
+        if outcome.caught and not outcome.short:
+            verdict = "TOO LONG"
+        if verdict != "caught":
+            bad.append(outcome)
+        print(
+            f"{verdict:8} {outcome.name} seed {outcome.seed}: calls {outcome.calls},"
+            f" steps {outcome.steps}, {outcome.seconds} s",
+            flush=True,
+        )
+    text = table(outcomes, seeds)
+    if args.write is not None:
+        write_table(args.write, text)
+        print(f"wrote the table into {args.write}")
+    else:
+        print(text)
+    slowest = max(outcomes.values(), key=lambda o: o.seconds)
+    print(
+        f"{len(outcomes)} checks in {time.perf_counter() - started:.0f} s; slowest"
+        f" {slowest.name} seed {slowest.seed}, {slowest.seconds} s; {len(bad)} missed or too long"
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

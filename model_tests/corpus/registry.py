@@ -1,0 +1,150 @@
+"""Every wrong variant of the corpus, with the clauses of the spec it breaks (``specs/corpus.md``).
+
+A clause is one promise of the spec: an operation's post-condition (``manager §5.3``, ``pool
+§5``), an invariant (``invariants.md``), a ``can_*`` promise (``manager §5.2``) or a policy
+option (``policy.md`` §4). ``CLAUSES`` lists them all, each with the page that states it;
+``VARIANTS`` names each wrong variant, its level, the profile it is checked under and the clauses
+it breaks. Every clause has a variant, except those ``pagedkv check`` cannot reach
+(``OUT_OF_REACH``, with the reason).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from model_tests.corpus import pools
+from model_tests.corpus.policies import OTHER_CHOICES
+from model_tests.independent import broken
+from model_tests.oracle.codec import Level
+from specs.operations import OPERATIONS
+from specs.policy import OPTIONS
+
+INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8")
+PROMISES = ("can_allocate", "can_append_slots", "can_swap_out", "can_swap_in", "NEVER")
+
+
+def _clauses() -> dict[str, str]:
+    """Each clause and where the spec states it."""
+    clauses = {f"manager {op}": f"block_manager.md §5.3 `{op}`" for op in OPERATIONS["manager"]}
+    clauses |= {f"pool {op}": f"block_pool.md §5 `{op}`" for op in OPERATIONS["pool"]}
+    clauses |= {name: f"invariants.md {name}" for name in INVARIANTS}
+    clauses |= {f"promise {p}": f"block_manager.md §5.2, promise of `{p}`" for p in PROMISES}
+    clauses |= {f"policy {name}": f"policy.md §4 `{name}`" for name in OPTIONS}
+    return clauses
+
+
+CLAUSES: dict[str, str] = _clauses()
+
+OUT_OF_REACH = {
+    "I8": "the protocol has no defragment call, so no check drives a defragmenter;"
+    " model_tests/tests/test_defragmenter.py holds the defragmenters to I8 with its own fixtures",
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One wrong variant: what it is, where it is checked, and what it breaks."""
+
+    name: str
+    factory: Callable[[Any], Any]
+    level: Level
+    profile: str
+    clauses: tuple[str, ...]
+    bug: str
+    correct: Callable[[Any], Any]
+    """The same implementation without the bug: a trace that fails the variant passes it."""
+
+
+def _fixture(cls: type[Any], clauses: tuple[str, ...], *, level: Level = "manager",
+             profile: str = "pagedkv") -> Variant:  # fmt: skip
+    suffix = "" if profile == "pagedkv" else f" ({profile})"
+    doc = " ".join((cls.__doc__ or "").split())
+    correct = cls.__mro__[1]  # each variant is its correct parent with one method changed
+    return Variant(cls.__name__ + suffix, cls, level, profile, clauses, doc, correct)
+
+
+def _variants() -> tuple[Variant, ...]:
+    b, p = broken, pools
+    manager = [
+        _fixture(b.BrokenForgetsCowSource, ("manager append_slots", "I1")),
+        _fixture(b.BrokenEvictsNewest, ("policy eviction",)),
+        _fixture(b.BrokenSwapDropsPair, ("manager swap_in",)),
+        _fixture(b.BrokenCanAllocateIgnoresWatermark, ("manager can_allocate",)),
+        _fixture(b.BrokenHitMarksComputed, ("manager allocate", "policy computed_marks")),
+        _fixture(b.BrokenWindowKeepsExtraBlock, ("manager append_slots", "policy window_release")),
+        _fixture(b.BrokenNoUpFrontCheck, ("I6",)),
+        _fixture(b.BrokenCanSwapInForgetsLookahead, ("manager can_swap_in", "promise can_swap_in")),
+        _fixture(b.BrokenHashIgnoresExtraKey, ("manager allocate", "I3"), profile="safety"),
+        _fixture(b.BrokenFreeLeaksLastBlock, ("manager free", "I1"), profile="safety"),
+        _fixture(
+            b.BrokenCanAppendIgnoresCopies,
+            ("manager can_append_slots", "promise can_append_slots", "I7"),
+            profile="safety",
+        ),
+        _fixture(b.BrokenWindowKeepsGivenBackBlock, ("I2", "I4"), profile="safety"),
+        _fixture(b.BrokenSwapDropsPair, ("I5",), profile="safety"),
+        _fixture(b.BrokenForkForgetsLastBlock, ("manager fork", "I1")),
+        _fixture(
+            b.BrokenCanSwapOutIgnoresCpuRoom, ("manager can_swap_out", "promise can_swap_out")
+        ),
+        _fixture(b.BrokenSwapOutLeaksGpuBlock, ("manager swap_out",)),
+        _fixture(b.BrokenBlockTableHidesNullEntries, ("manager get_block_table",)),
+        _fixture(b.BrokenCrossTableForgotten, ("manager get_cross_block_table",)),
+        _fixture(b.BrokenGpuFreeCountSkipsEvictable, ("manager get_num_free_gpu_blocks",)),
+        _fixture(b.BrokenCpuFreeCountSkipsEvictable, ("manager get_num_free_cpu_blocks",)),
+        _fixture(b.BrokenAccessTouchesLastBlockOnly, ("manager access_all_blocks_in_seq",)),
+        _fixture(b.BrokenMarkComputedMarksPartialBlocks, ("manager mark_blocks_as_computed",)),
+        _fixture(b.BrokenCommonComputedKeepsLastBlock, ("manager get_common_computed_block_ids",)),
+        _fixture(b.BrokenCachedTokensIgnoreMarks, ("manager get_num_cached_tokens",)),
+        _fixture(b.BrokenHitRateOfOneDevice, ("manager get_prefix_cache_hit_rate",)),
+        _fixture(b.BrokenResetSaysDoneIfAny, ("manager reset_prefix_cache",)),
+        _fixture(b.BrokenCanAllocateCountsHits, ("promise can_allocate", "I7")),
+        _fixture(b.BrokenCanAllocateNeverWhenFull, ("promise NEVER",)),
+    ]
+    pool = [
+        _fixture(p.PoolAllocateLeaksABlock, ("pool allocate_mutable",), level="pool"),
+        _fixture(p.PoolHashIgnoresExtraKey, ("pool allocate_immutable",), level="pool"),
+        _fixture(p.PoolCowKeepsSource, ("pool cow_if_not_appendable",), level="pool"),
+        _fixture(p.PoolClearKeepsPairs, ("pool clear_copy_on_writes",), level="pool"),
+        _fixture(p.PoolFreeDropsTwoReferences, ("pool free",), level="pool"),
+        _fixture(p.PoolForkForgetsLastBlock, ("pool fork",), level="pool"),
+        _fixture(p.PoolMarkAccessedSkipsCached, ("pool mark_accessed",), level="pool"),
+        _fixture(p.PoolMarkComputedSkipsCached, ("pool mark_computed",), level="pool"),
+        _fixture(p.PoolCommonPrefixKeepsLast, ("pool common_computed_prefix",), level="pool"),
+        _fixture(p.PoolHitRateCountsMisses, ("pool hit_rate",), level="pool"),
+        _fixture(p.PoolResetRefusesCachedBlocks, ("pool reset_prefix_cache",), level="pool"),
+        _fixture(p.MirroredPoolMissingOneFree, ("pool num_free_blocks",), level="pool"),
+    ]
+    extra = {"promotion": ("pool append_tokens",)}
+    policy = [
+        Variant(
+            choice.name,
+            choice.factory(),
+            choice.level,
+            choice.profile,
+            (f"policy {choice.option}", *extra.get(choice.option, ())),
+            choice.bug,
+            choice.correct(),
+        )
+        for choice in OTHER_CHOICES
+    ]
+    return (*manager, *pool, *policy)
+
+
+VARIANTS: tuple[Variant, ...] = _variants()
+
+
+def variant(name: str) -> Variant:
+    """The variant called ``name`` (KeyError with the known names otherwise)."""
+    for each in VARIANTS:
+        if each.name == name:
+            return each
+    raise KeyError(f"no variant {name!r}; known: {', '.join(v.name for v in VARIANTS)}")
+
+
+def uncovered() -> list[str]:
+    """Clauses no variant breaks and no reason puts out of reach."""
+    covered = {clause for each in VARIANTS for clause in each.clauses}
+    return [c for c in CLAUSES if c not in covered and c not in OUT_OF_REACH]
