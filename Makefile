@@ -44,8 +44,9 @@ wheel:
 	$(BIN)/pytest -q model_tests/tests/test_wheel.py -s
 
 # The corpus (specs/corpus.md): every wrong variant through `pagedkv check`'s default budget,
-# seeds 0, 1 and 2; fails on any missed or reported with more than 12 steps. `make test` checks
-# each variant with one seed. Writes the figures into specs/corpus.md's table.
+# seeds 0, 1 and 2; fails on any missed or reported with more than 12 steps. Writes the figures
+# into specs/corpus.md's table and each variant's trace into model_tests/corpus/traces/ (`make
+# test` replays those, and searches live for six variants).
 corpus:
 	$(BIN)/python -m model_tests.corpus.measure --jobs 2 --write specs/corpus.md
 

@@ -11,6 +11,7 @@ steps. Each check runs in a worker process (``--jobs``, default 2), by the varia
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -45,6 +46,8 @@ class Outcome:
     bug (so the bug is what fails it)."""
     seconds: float
     message: str
+    trace: str | None = None
+    """The reported trace, as written (``trace.dumps``)."""
 
     @property
     def caught(self) -> bool:
@@ -63,13 +66,13 @@ def check(each: Variant, seed: int, steps: int = DEFAULT_STEPS) -> CheckResult:
     )
 
 
-def measure(name: str, seed: int) -> Outcome:
+def measure(name: str, seed: int, steps: int = DEFAULT_STEPS) -> Outcome:
     """Check the variant called ``name`` with ``seed`` (a worker's task: names cross processes,
     factories need not)."""
     pin_generation()
     started = time.perf_counter()
     each = variant(name)
-    result = check(each, seed)
+    result = check(each, seed, steps)
     found = result.found_after
     replayed = result.replayed is not None and result.replayed.status == "divergence"
     if replayed and result.trace is not None:
@@ -82,16 +85,54 @@ def measure(name: str, seed: int) -> Outcome:
         replayed,
         round(time.perf_counter() - started, 1),
         result.message,
+        None if result.trace is None else trace.dumps(result.trace),
     )
 
 
+def verdict(outcome: Outcome) -> str:
+    if not outcome.caught:
+        return "MISSED"
+    return "caught" if outcome.short else "TOO LONG"
+
+
 def measure_all(
-    names: Sequence[str], seeds: Sequence[int], jobs: int
+    names: Sequence[str], seeds: Sequence[int], jobs: int, steps: int = DEFAULT_STEPS
 ) -> dict[tuple[str, int], Outcome]:
+    """Every check, each printed as it ends (a long campaign shows where it is)."""
     tasks = [(name, seed) for name in names for seed in seeds]
+    outcomes = {}
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        outcomes = pool.map(measure, *zip(*tasks, strict=True))
-        return {(o.name, o.seed): o for o in outcomes}
+        for o in pool.map(measure, *zip(*tasks, strict=True), [steps] * len(tasks)):
+            outcomes[(o.name, o.seed)] = o
+            print(
+                f"{verdict(o):8} {o.name} seed {o.seed}: calls {o.calls}, steps {o.steps},"
+                f" {o.seconds} s",
+                flush=True,
+            )
+    return outcomes
+
+
+TRACES = Path(__file__).resolve().parent / "traces"
+"""Each variant's reported trace, from the first seed that caught it: ``make test`` replays them
+all (each must fail its variant and pass its correct counterpart) and searches for a few live."""
+
+
+def trace_path(name: str, directory: Path = TRACES) -> Path:
+    return directory / (re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") + ".jsonl")
+
+
+def write_traces(outcomes: dict[tuple[str, int], Outcome], seeds: Sequence[int]) -> int:
+    """Store each caught variant's trace, from its first seed that caught it."""
+    written = 0
+    for each in VARIANTS:
+        for seed in seeds:
+            outcome = outcomes.get((each.name, seed))
+            if outcome is not None and outcome.caught and outcome.trace is not None:
+                TRACES.mkdir(exist_ok=True)
+                trace_path(each.name).write_text(outcome.trace, encoding="utf-8")
+                written += 1
+                break
+    return written
 
 
 def _clause_cell(clauses: Iterable[str]) -> str:
@@ -136,30 +177,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     parser.add_argument("--only", nargs="*", default=None, metavar="NAME")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--steps", type=int, default=DEFAULT_STEPS, help="the budget (default: check's)"
+    )
     parser.add_argument("--write", type=Path, default=None, metavar="PAGE")
     args = parser.parse_args(argv)
+    if args.write is not None and args.only:
+        parser.error("--write needs every variant (leave out --only)")
     seeds = [int(s) for s in args.seeds.split(",")]
     names = args.only or [v.name for v in VARIANTS]
     for name in names:
         variant(name)  # an unknown name fails before any check runs
     started = time.perf_counter()
-    outcomes = measure_all(names, seeds, args.jobs)
-    bad = []
-    for outcome in outcomes.values():
-        verdict = "caught" if outcome.caught else "MISSED"
-        if outcome.caught and not outcome.short:
-            verdict = "TOO LONG"
-        if verdict != "caught":
-            bad.append(outcome)
-        print(
-            f"{verdict:8} {outcome.name} seed {outcome.seed}: calls {outcome.calls},"
-            f" steps {outcome.steps}, {outcome.seconds} s",
-            flush=True,
-        )
+    outcomes = measure_all(names, seeds, args.jobs, args.steps)
+    bad = [outcome for outcome in outcomes.values() if verdict(outcome) != "caught"]
     text = table(outcomes, seeds)
     if args.write is not None:
         write_table(args.write, text)
-        print(f"wrote the table into {args.write}")
+        written = write_traces(outcomes, seeds)
+        print(f"wrote the table into {args.write}, and {written} traces into {TRACES}")
     else:
         print(text)
     slowest = max(outcomes.values(), key=lambda o: o.seconds)

@@ -25,6 +25,7 @@ DivergenceKind = Literal[
     "error",
     "untyped",
     "atomicity",
+    "block",
     "table",
     "choice",
     "count",
@@ -37,10 +38,11 @@ DivergenceKind = Literal[
 ]
 """What a divergence is about. Against the reference: a result that differs; an error on one
 side only (or another class); an error that is not of ``specs.errors``; a failed call that
-changed state; block tables that disagree (or cannot be read); a choice the spec does not allow;
-a free count; a ``can_*`` answer that a call acting on it broke. Under the safety tier
-(``specs/safety.md``), the rule broken: S1 aliasing, S2 accounting, S3 placement, S4 copy and
-swap pairs, S5 KV data (S6 is ``untyped`` or ``atomicity``, S7 ``promise``)."""
+changed state; a pool block or lookup, read through the optional ``block()`` / ``lookup()``,
+that differs after a call; block tables that disagree (or cannot be read); a choice the spec
+does not allow; a free count; a ``can_*`` answer that a call acting on it broke. Under the
+safety tier (``specs/safety.md``), the rule broken: S1 aliasing, S2 accounting, S3 placement, S4
+copy and swap pairs, S5 KV data (S6 is ``untyped`` or ``atomicity``, S7 ``promise``)."""
 
 KINDS: tuple[DivergenceKind, ...] = get_args(DivergenceKind)
 

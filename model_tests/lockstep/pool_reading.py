@@ -7,7 +7,8 @@ pointing at the wrong block, would pass unseen and surface calls later, blamed o
 call. So a reading also takes, where the pool offers them, each known block through ``block()``
 (its ref count, tokens, hash, prefix, computed mark and access time) and the hash lookup
 (``lookup``) of the cached hashes and of the hash the call itself would cache. A reading before
-the call and one after a raise must be equal.
+the call and one after a raise must be equal; after a call that succeeded, each block and lookup
+must read as the model's (``differences``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from model_tests.lockstep.calls import run_call
 from model_tests.lockstep.show import show_value
 from specs.content_hash import Prefix
-from specs.pool_view import BlockView
+from specs.pool_view import BlockView, PoolView
 from specs.types import BlockHash, BlockId
 
 Answer = tuple[str, Any]
@@ -75,6 +76,32 @@ def changes(
                 f"lookup({show_value(content_hash)}) gave {_lookup(was, name)} before and"
                 f" {_lookup(now, name)} after"
             )
+    return found
+
+
+def differences(
+    model: PoolView, target: Any, ids: dict[BlockId, BlockId], name: Callable[[BlockId], str]
+) -> list[str]:
+    """Where a target that offers ``block()`` / ``lookup()`` reads otherwise than the model:
+    each block the model holds or caches that has a counterpart (``ids``: the model's block to
+    the target's), and the lookup of each cached hash."""
+    found = []
+    if offers(target, "block"):
+        for block, view in model.blocks.items():
+            theirs = ids.get(block)
+            if theirs is None or (view.ref_count == 0 and view.content_hash is None):
+                continue
+            answer = _ask(target, "block", theirs)
+            if answer != ("is", view):
+                found.append(f"block {name(theirs)}: {_block_change(('is', view), answer)}")
+    if offers(target, "lookup"):
+        for content_hash, block in model.cached.items():
+            answer = _ask(target, "lookup", content_hash)
+            if answer != ("is", ids.get(block)):
+                found.append(
+                    f"lookup({show_value(content_hash)}) gave {_lookup(answer, name)}, not"
+                    f" block {name(ids[block]) if block in ids else block}"
+                )
     return found
 
 

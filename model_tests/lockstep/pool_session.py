@@ -15,7 +15,14 @@ from typing import Any
 
 from model_tests.lockstep.bijection import Bijection, Conflict
 from model_tests.lockstep.calls import Divergence, run_call, shared_error
-from model_tests.lockstep.pool_reading import PoolReading, changes, hash_of_call, read_pool, reread
+from model_tests.lockstep.pool_reading import (
+    PoolReading,
+    changes,
+    differences,
+    hash_of_call,
+    read_pool,
+    reread,
+)
 from model_tests.lockstep.show import free_count_differs, show_call, show_value
 from model_tests.lockstep.step import Step
 from reference.pool_adapter import ReferenceBlockPool
@@ -63,6 +70,13 @@ class IsomorphicPoolSession:
             self.steps.append(Step(method, args, model_error))
             return model_error
         self._compare(method, args, model_result, target_result, before)
+        differ = differences(self.model.view(), self.target, self.ids.to_target, self._name)
+        if differ:
+            raise Divergence(
+                f"{show_call(method, args)}: afterwards the target reads otherwise than the"
+                " model (the model's value -> the target's): " + "; ".join(differ),
+                "block",
+            )
         self.steps.append(Step(method, args, model_result))
         return model_result
 

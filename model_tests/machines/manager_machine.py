@@ -467,6 +467,9 @@ class ManagerLockstep(RuleBasedStateMachine):
         for group_id, group in sorted(self.ledger.groups.items()):
             if group.device is Device.GPU:
                 self.append_slots(group_id, data)
+        if self.config.enable_caching:  # the iteration's statistics, as vLLM's scheduler logs
+            for device in (Device.GPU, Device.CPU):
+                self.both("get_prefix_cache_hit_rate", device)
         if self.defrag is not None:  # an engine defragments once per scheduler iteration
             self.run_defragmenters()
 

@@ -41,6 +41,7 @@ from model_tests.oracle.exec_target import close_target
 from model_tests.oracle.guard import guard
 from model_tests.oracle.known import KnownDifferences
 from model_tests.oracle.minimize import minimize
+from model_tests.oracle.shrink_time import SHRINK_SECONDS, shrinking_for
 from model_tests.oracle.stepping import Stepping
 from model_tests.oracle.trace import Trace, Verdict
 from specs.policy import Profile
@@ -48,7 +49,7 @@ from specs.policy import profile as named_profile
 
 PAGEDKV_PROFILE = named_profile("pagedkv")
 
-DEFAULT_STEPS = 2000
+DEFAULT_STEPS = 6000
 DEFAULT_TRACE = "pagedkv-divergence.jsonl"
 MAX_STEPS_PER_RUN = 30
 
@@ -195,6 +196,8 @@ def run_check(
         if stepping is not None and stepping.ended(record, count=not failing):
             if progress is not None:
                 progress(result.runs, result.calls, failing)
+            if not failing and result.runs >= runs:
+                raise BudgetSpent  # a run stepped past counts against the budget too
             return
         failing = failing or record.failed or record.failed_call
         failing = failing or record.checking_config is not None
@@ -221,7 +224,7 @@ def run_check(
         print_blob=False,
         verbosity=Verbosity.quiet,
     )
-    with with_reporter(lambda _: None):
+    with with_reporter(lambda _: None), shrinking_for(SHRINK_SECONDS):
         for epoch in itertools.count():
             case._hypothesis_internal_use_seed = epoch_seed(seed, epoch)
             made = result.runs

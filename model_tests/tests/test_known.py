@@ -23,7 +23,7 @@ from pagedkv import cli
 from specs.types import ManagerConfig
 
 TWO_BUGS = "model_tests.independent.broken:BrokenLeaksAndIgnoresExtraKey"
-SEEDS = (0, 2, 6)
+SEEDS = (11, 25, 37)
 """Seeds whose search meets the extra-key bug before the leak (tried in turn, should the machine
 change what a seed draws)."""
 
