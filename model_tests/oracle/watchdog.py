@@ -124,6 +124,7 @@ class Watchdog:
             if callable(handler):  # only then can it raise: otherwise left alone
                 previous[stopping] = handler
         self.previous = previous
+        self.seen = self.sent  # one lost before (a target's own handler took it) is forgotten
         for number in previous:
             signal.signal(number, self.on_alarm if number == INTERRUPT_SIGNAL else self.on_stop)
         if self.thread is None:
@@ -138,6 +139,7 @@ class Watchdog:
         settled = time.monotonic() + SETTLE
         while self.seen != self.sent and time.monotonic() < settled:
             time.sleep(0.001)  # a system call: a pending signal is handled on its way back
+        self.seen = self.sent  # lost if it has not come by now
         for number, handler in self.previous.items():
             mine = self.on_alarm if number == INTERRUPT_SIGNAL else self.on_stop
             if signal.getsignal(number) == mine:  # unless someone has replaced ours since
@@ -221,8 +223,9 @@ def give_up(call: Call) -> None:
                 f" {show(call.timeout)} (--timeout or PAGEDKV_TIMEOUT), and went on through"
                 f" {call.interrupts} interrupts {call.grace:g} s apart: it catches them, or"
                 " waits in code that never looks at them. An in-process target cannot be"
-                " stopped otherwise: pagedkv ends here (serve such a target with the example"
-                " peer, exec:python -m model_tests.oracle.example_peer, to be able to kill it)\n"
+                " stopped otherwise: pagedkv ends here (serve it as a program, which can be"
+                " killed: --target 'exec:python -m model_tests.oracle.example_peer --impl"
+                " MODULE:FACTORY')\n"
             ).encode(),
         )
     os._exit(1)
