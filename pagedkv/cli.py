@@ -65,8 +65,8 @@ from model_tests.oracle.known import KnownError
 from model_tests.oracle.known import load as load_known
 from model_tests.oracle.record import CorpusError, check_out, record_level
 from model_tests.oracle.soak import CHECKPOINT, soak
-from model_tests.oracle.watchdog import Interrupted
 from model_tests.oracle.trace import Trace
+from model_tests.oracle.watchdog import Interrupted
 from model_tests.teaching import demo, page, terminal
 from model_tests.teaching.frames import Frame, Walk
 from model_tests.teaching.walkthrough import walk_trace
