@@ -67,6 +67,7 @@ from model_tests.oracle.known import load as load_known
 from model_tests.oracle.record import CorpusError, check_out, record_level
 from model_tests.oracle.soak import CHECKPOINT, soak
 from model_tests.oracle.trace import Trace
+from model_tests.oracle.watchdog import Interrupted
 from model_tests.teaching import demo, page, terminal
 from model_tests.teaching.frames import Frame, Walk
 from model_tests.teaching.walkthrough import walk_trace
@@ -794,6 +795,8 @@ def _sigterm_interrupts() -> Iterator[None]:
     def dropped(unraisable: Any) -> None:
         # Python prints and drops an exception raised while a garbage-collection callback or a
         # finalizer runs: a signal that landed there is sent again, so that it stops the command.
+        if isinstance(unraisable.exc_value, Interrupted):
+            return  # the watchdog's, in a target's finalizer: it interrupts again shortly
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
             terminated = isinstance(unraisable.exc_value, Terminated)
             again = signal.SIGTERM if terminated else signal.SIGINT

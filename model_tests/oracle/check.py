@@ -8,7 +8,7 @@ replays that trace to confirm it reproduces the failure; ``Report`` is the verdi
 Every call into the target has a timeout (``timeout.py``). A call that does not return in time
 fails the run at once: Hypothesis does not shrink it (that would wait again for every candidate);
 the run is minimized by deleting steps, replaying an ``exec:`` program with a short wait, and
-reported as it stands for an in-process target, which cannot be called again.
+reported as it stands for an in-process target, which is not called again.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from model_tests.oracle.minimize import minimize
 from model_tests.oracle.shrink_time import SHRINK_SECONDS, shrinking_for
 from model_tests.oracle.stepping import Stepping
 from model_tests.oracle.trace import Trace, Verdict
+from model_tests.oracle.watchdog import watched
 from specs.policy import Profile
 from specs.policy import profile as named_profile
 
@@ -149,6 +150,7 @@ class CheckResult:
         return isinstance(self.failure, TargetStopped)
 
 
+@watched
 def run_check(
     factory: Callable[[Any], Any],
     level: Level = "manager",
@@ -323,8 +325,8 @@ def _finish(result: CheckResult, factory: Any, trace_out: str | Path | None) -> 
             )
     else:
         result.notes.append(
-            "note: not shrunk or replayed: the target hung, and a Python thread cannot be"
-            " stopped, so it is not called again"
+            "note: not shrunk or replayed: the target hung, and an in-process target is not"
+            " called again after a hang (it may have been left anywhere in that call)"
         )
     if trace_out is not None:
         try:

@@ -1,26 +1,29 @@
 """In-process targets under the same per-call timeout as ``exec:`` ones, and never able to end
 pagedkv.
 
-Every call into a Python target (its factory, then each operation) runs on one worker thread
-that the guard owns, while the caller waits at most the timeout. Why a thread and not a
-subprocess: a factory need not be importable by name (the pytest plugin and ``pagedkv.check``
-take any callable, closures included), calls cost microseconds rather than a JSON round trip, and
-the target keeps running on one thread, as an engine would. The price: Python cannot stop a
-thread. After a timeout the worker is abandoned (a daemon thread, so it never holds the process
-open; a busy loop keeps using its CPU until pagedkv exits) and the factory is *hung*: every
-later call raises ``TargetTimeout`` at once, without calling the target. The run in which it hung
-is reported as it stood (it is not shrunk: that would call the target again).
+On the main thread of a POSIX process, a Python target (its factory, then each operation) is
+called directly, and the watchdog (``watchdog.py``) interrupts a call that outlives its deadline;
+elsewhere (another thread, another system) every call runs on one worker thread that the guard
+owns, while the caller waits at most the timeout. Why not a subprocess: a factory need not be
+importable by name (the pytest plugin and ``pagedkv.check`` take any callable, closures
+included), calls cost microseconds rather than a JSON round trip, and the target keeps running
+on one thread, as an engine would. Either way, once a call has timed out the factory is *hung*:
+every later call raises ``TargetTimeout`` at once, without calling the target (an interrupted
+target may have been left half-way through a call; a worker thread cannot be stopped at all, so
+it is abandoned: a daemon thread, a busy loop keeps using its CPU until pagedkv exits). The run in
+which it hung is reported as it stood (it is not shrunk: that would call the target again).
 
 A target that raises a ``BaseException`` that is not an ``Exception`` (``SystemExit`` from
 ``sys.exit()``, ``GeneratorExit``, its own ``KeyboardInterrupt``) gets a ``TargetCrash``, an
 ordinary exception, so that it is a divergence like any untyped error, and never the end of the
-check with exit code 0.
+check with exit code 0. The user's Ctrl-C (or SIGTERM) still ends pagedkv.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +31,7 @@ from typing import Any
 from model_tests.oracle import codec
 from model_tests.oracle.exec_target import ExecFactory
 from model_tests.oracle.timeout import FOREVER, TargetTimeout, resolve, show, wait_limit
+from model_tests.oracle.watchdog import WATCHDOG, Call, Interrupted, here, watching
 
 
 class TargetCrash(Exception):
@@ -63,7 +67,7 @@ class _Worker:
 
 
 class GuardedFactory:
-    """A Python factory whose targets are called on a worker thread, with a timeout."""
+    """A Python factory whose targets are called with a timeout."""
 
     def __init__(self, factory: Callable[[Any], Any], timeout: float | None = None) -> None:
         self.factory = factory
@@ -75,7 +79,7 @@ class GuardedFactory:
 
     @property
     def retries_after_hang(self) -> bool:
-        """A hung Python thread cannot be stopped: the target is not called again."""
+        """A hung Python target may be anywhere: it is not called again."""
         return False
 
     def __call__(self, config: Any) -> GuardedTarget:
@@ -85,36 +89,81 @@ class GuardedFactory:
     def call(
         self, function: Callable[..., Any], args: tuple[Any, ...], what: Callable[[], str]
     ) -> Any:
-        """``function(*args)`` on the worker; ``what`` names the call in messages."""
+        """``function(*args)`` under the timeout; ``what`` names the call in messages."""
         if self.hung is not None:
             raise TargetTimeout(
-                f"the target was not called again: it hung earlier, in {self.hung}, and a"
-                " Python thread cannot be stopped"
+                f"the target was not called again: it hung earlier, in {self.hung}, and may"
+                " have been left anywhere"
             )
         if self.timeout == FOREVER:  # nothing to wait for: call it here
             try:
                 return function(*args)
-            except (Exception, KeyboardInterrupt):  # here, Ctrl-C is the user's: it ends pagedkv
-                raise
+            except (Exception, KeyboardInterrupt, Interrupted):  # Ctrl-C is the user's here
+                raise  # (and an interrupt is an outer guard's)
             except BaseException as crash:
                 raise _crash(crash, what) from None
+        if here():
+            if WATCHDOG.depth:
+                if WATCHDOG.usable:
+                    return self._direct(function, args, what)
+            else:
+                with watching() as usable:
+                    if usable:
+                        return self._direct(function, args, what)
+        return self._on_worker(function, args, what)
+
+    def _direct(
+        self, function: Callable[..., Any], args: tuple[Any, ...], what: Callable[[], str]
+    ) -> Any:
+        """On this (the main) thread, the watchdog interrupting it after the timeout."""
+        dog = WATCHDOG
+        call = Call(self.timeout, what, dog.current, time.monotonic())
+        stops = dog.stops
+        dog.current = call
+        try:
+            try:
+                result = function(*args)
+            finally:
+                dog.current = call.outer
+        except BaseException as raised:
+            dog.current = call.outer  # also when the interrupt landed in the finally above
+            if isinstance(raised, Interrupted) and raised.call is not call:
+                raise  # an outer call's deadline: its guard reports it
+            if call.interrupts:
+                raise self._hang(call.what) from None
+            if isinstance(raised, Exception):
+                raise
+            if isinstance(raised, KeyboardInterrupt) and dog.stops != stops:
+                raise  # the user's Ctrl-C or SIGTERM: it ends pagedkv
+            raise _crash(raised, what) from None
+        if call.interrupts:  # it caught the interrupt and returned: still too late
+            raise self._hang(call.what)
+        return result
+
+    def _on_worker(
+        self, function: Callable[..., Any], args: tuple[Any, ...], what: Callable[[], str]
+    ) -> Any:
+        """On the worker thread, abandoned after the timeout."""
         if self._worker is None:
             self._worker = _Worker(f"pagedkv target {self.__name__}")
             weakref.finalize(self, self._worker.calls.put, None)
         try:
             result, raised = self._worker.run(function, args, self.timeout)
         except queue.Empty:
-            self.hung = what()
             self._worker = None  # abandoned; a new call would never reach it
-            raise TargetTimeout(
-                f"the target did not return from {self.hung} within {show(self.timeout)}"
-                " (--timeout or PAGEDKV_TIMEOUT)"
-            ) from None
+            raise self._hang(what) from None
         if raised is None:
             return result
         if isinstance(raised, Exception):
             raise raised
         raise _crash(raised, what) from None
+
+    def _hang(self, what: Callable[[], str]) -> TargetTimeout:
+        self.hung = what()
+        return TargetTimeout(
+            f"the target did not return from {self.hung} within {show(self.timeout)}"
+            " (--timeout or PAGEDKV_TIMEOUT)"
+        )
 
 
 def _crash(error: BaseException, what: Callable[[], str]) -> TargetCrash:
@@ -145,7 +194,7 @@ class GuardedTarget:
             return guard.call(value, args, lambda: codec.show_call(name, args))
 
         forward.__name__ = name
-        self.__dict__[name] = forward  # read once: later calls go straight to the worker
+        self.__dict__[name] = forward  # read once: later calls go straight to the guard
         return forward
 
 

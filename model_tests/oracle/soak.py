@@ -35,6 +35,7 @@ from model_tests.lockstep.show import show_call, show_value
 from model_tests.machines.manager_machine import held_references, mapping_problems
 from model_tests.oracle import trace
 from model_tests.oracle.exec_target import close_target
+from model_tests.oracle.watchdog import watched
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from specs import invariants
 from specs.errors import PagedKVError
@@ -316,6 +317,7 @@ class Walk:
 Progress = Callable[[int], None]
 
 
+@watched
 def soak(
     factory: Factory,
     steps: int,

@@ -40,6 +40,7 @@ from model_tests.oracle import codec
 from model_tests.oracle.codec import JSON, CodecError, Level
 from model_tests.oracle.exec_target import close_target
 from model_tests.oracle.guard import guard
+from model_tests.oracle.watchdog import watched
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from reference.pool_adapter import ReferenceBlockPool
 from specs.errors import ConfigurationError, PagedKVError
@@ -496,6 +497,7 @@ StepWatch = Callable[[int, Any, BaseException | None], None]
 the comparison there (None if the step agreed): how the trace viewer draws both sides."""
 
 
+@watched
 def replay(
     trace: Trace,
     target_factory: Callable[[Any], Any],
