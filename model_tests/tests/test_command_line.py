@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -397,6 +398,38 @@ def test_a_seed_is_a_whole_number_from_0(seed: str) -> None:
     code, out, err = run_here("check", "--target", "reference", "--seed", seed)
     assert code == 2 and out == ""
     assert "expected a whole number from 0" in err and err.count("\n") == 1, err
+
+
+ARGUMENT_ERROR = re.compile(
+    r"pagedkv: error: argument --[a-z-]+: expected [^\n]+, got '[^']*'"
+    r" \(see pagedkv [a-z]+ --help\)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--target", "reference", "--steps", "0"],
+        ["check", "--target", "reference", "--steps", "many"],
+        ["check", "--target", "reference", "--seed", "-1"],
+        ["check", "--target", "reference", "--timeout", "-1"],
+        ["check", "--target", "reference", "--policy", "eviction"],
+        ["record", "--runs", "0"],
+        ["soak", "--steps", "0"],
+        ["bench", "--reps", "0"],
+        ["bench", "--scaling-calls", "-5"],
+        ["bench", "--reference-calls", "-1"],
+        ["bench", "--scaling", "1024,0"],
+        ["bench", "--seed", "x"],
+    ],
+    ids=" ".join,
+)
+def test_every_bad_option_value_is_one_line_of_one_shape(argv: list[str]) -> None:
+    """``--steps 0`` and ``--seed -1`` were two shapes; every option's bad value is now argparse's
+    ``argument --NAME: expected ..., got '...'``, exit 2."""
+    code, out, err = run_here(*argv)
+    assert (code, out) == (2, ""), err
+    assert ARGUMENT_ERROR.fullmatch(err), err
 
 
 def test_7_the_timeout_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
