@@ -217,6 +217,11 @@ def _names(entry: dict[str, Any], key: str, allowed: tuple[str, ...], where: str
     values = value if isinstance(value, list) else [value]
     if not values:
         raise KnownError(f"{where}: {key} is an empty list")
+    if ANY in values:
+        raise KnownError(
+            f'{where}: {key} "*" stands alone (it means every {key}): write {key} = "*",'
+            f" or list the {key}s without it"
+        )
     for one in values:
         if one not in allowed:
             raise KnownError(f"{where}: unknown {key} {one!r} (known: {', '.join(allowed)})")

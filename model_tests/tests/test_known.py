@@ -195,6 +195,14 @@ def _toml(text: str) -> dict[str, Any]:
         ("level = 'pool'\n[[difference]]\n", "for the pool level"),
         ("difference = 3\n", "array of tables"),
         ("this is = not toml = at all\n", "not TOML"),
+        (
+            "[[difference]]\nname = 'a'\noperation = ['*', 'free']\nkind = 'count'\n",
+            'operation "*" stands alone (it means every operation)',
+        ),
+        (
+            "[[difference]]\nname = 'a'\noperation = 'free'\nkind = ['count', '*']\n",
+            'kind "*" stands alone (it means every kind)',
+        ),
     ],
 )
 def test_a_bad_file_is_one_line_and_exit_2(text: str, says: str, tmp_path: Path) -> None:
