@@ -39,7 +39,7 @@ from model_tests.oracle import codec, trace
 from model_tests.oracle.codec import Level
 from model_tests.oracle.exec_target import close_target
 from model_tests.oracle.guard import guard
-from model_tests.oracle.known import KnownDifferences
+from model_tests.oracle.known import Finding, KnownDifferences, entry_for, finding_of, kinds_of
 from model_tests.oracle.minimize import minimize
 from model_tests.oracle.stepping import Stepping
 from model_tests.oracle.trace import Trace, Verdict
@@ -138,6 +138,9 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)
     stepped: Stepping | None = None
     """With known differences: the runs that ended on each, and an example of each."""
+    finding: Finding | None = None
+    """What the failure is, as a ``--known`` file names it (None for a hang, or for pagedkv's
+    own error: never a known difference)."""
 
     @property
     def passed(self) -> bool:
@@ -256,6 +259,8 @@ def run_check(
         return result
     result.record = getattr(case, "last_run", None)
     result.message = failure_message(result.failure)
+    if result.record is not None:
+        result.finding = finding_of(result.failure, result.record)
     if result.record is not None and result.record.config is not None:
         try:
             result.trace = trace.trace_of_run(result.record)
@@ -323,6 +328,8 @@ def _finish(result: CheckResult, factory: Any, trace_out: str | Path | None) -> 
             "note: not shrunk or replayed: the target hung, and a Python thread cannot be"
             " stopped, so it is not called again"
         )
+    if result.finding is not None:
+        result.trace.divergence = (result.finding.operation, kinds_of(result.finding))
     if trace_out is not None:
         try:
             result.trace_path = trace.write(result.trace, trace_out)
@@ -487,6 +494,7 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
     label = "what breaks" if result.profile.safety else "expected vs did"
     report.detail = f"{label}: {where}{result.message}"
     report.notes += result.notes
+    report.notes += _kind_lines(result)
     if result.trace_path is not None:
         report.notes.append(f"trace: {result.trace_path}")
         if replay_hint:
@@ -497,6 +505,19 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
             " deterministic?)"
         )
     return report
+
+
+def _kind_lines(result: CheckResult) -> list[str]:
+    """What the divergence is, as a ``--known`` file names it, with the entry to copy there."""
+    if result.finding is None:
+        why = "a hang" if result.hung else "no divergence of the target's"
+        return [f"kind: none ({why} is never a known difference)"]
+    kinds = ", ".join(kinds_of(result.finding))
+    return [
+        f"kind: {kinds} (at {result.finding.operation}); to step past it, put this in a file"
+        " and pass --known FILE:",
+        *(f"  {line}" for line in entry_for(result.finding)),
+    ]
 
 
 def replay_report(

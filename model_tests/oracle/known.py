@@ -129,6 +129,24 @@ def finding_of(failure: BaseException, record: RunRecord) -> Finding | None:
     return None
 
 
+def kinds_of(finding: Finding) -> tuple[str, ...]:
+    """The kinds of ``finding``'s parts, each once, in order."""
+    return tuple(dict.fromkeys(kind for kind, _ in finding.parts))
+
+
+def entry_for(finding: Finding) -> list[str]:
+    """The ``[[difference]]`` entry that steps past ``finding``'s class, as lines of TOML a
+    report prints for a user to copy into a ``--known`` file."""
+    kinds = kinds_of(finding)
+    kind = f'"{kinds[0]}"' if len(kinds) == 1 else "[" + ", ".join(f'"{k}"' for k in kinds) + "]"
+    return [
+        "[[difference]]",
+        f'name = "{finding.operation}-{"-".join(kinds)}"',
+        f'operation = "{finding.operation}"',
+        f"kind = {kind}",
+    ]
+
+
 # --- reading a file ---------------------------------------------------------------------------
 
 
