@@ -460,13 +460,21 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
         report.verdict = "FAIL before the first run was set up"
         report.detail = result.message
         return report
-    if record.checking_config is not None:
+    if record.checking_config is not None and result.hung:  # slow to start is no disagreement
+        report.verdict = (
+            "FAIL: the target does not answer in time (hangs) while it is created for a"
+            f" configuration check ({_effort(result)})"
+        )
+        report.config = show_config(record.checking_config)
+    elif record.checking_config is not None:
         report.verdict = "FAIL: the target and the reference disagree about a configuration"
         report.config = show_config(record.checking_config)
     else:
         count = len(record.calls)
         steps = f"{count} step{'' if count == 1 else 's'}"
-        if not count:
+        if not count and result.hung:
+            how = "does not answer in time (hangs) while it is created for this configuration"
+        elif not count:
             how = "fails while it is created for this configuration"
         elif result.hung:
             how = f"does not answer in time (hangs) at the last of {steps}"

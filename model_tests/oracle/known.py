@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from model_tests.lockstep.calls import KINDS, Divergence
+from model_tests.lockstep.calls import KINDS, Divergence, TargetStopped
 from model_tests.lockstep.capture import RunRecord
 from model_tests.oracle import codec
 from model_tests.oracle.codec import Level
@@ -117,6 +117,8 @@ class KnownDifferences:
 def finding_of(failure: BaseException, record: RunRecord) -> Finding | None:
     """The run's failure as a class would match it; None for what is never known (a hang, an
     error of pagedkv's own)."""
+    if isinstance(failure, TargetStopped):
+        return None  # a hang, even while a configuration is checked
     if record.checking_config is not None:
         return Finding("create", (("configuration", str(failure)),), record.checking_config)
     operation = record.calls[-1][0] if record.calls else "create"

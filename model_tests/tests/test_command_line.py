@@ -22,9 +22,11 @@ from typing import Any
 import pytest
 
 from model_tests.independent.manager import IndependentManager
+from model_tests.lockstep.capture import RunRecord
 from model_tests.oracle import exec_target, trace
-from model_tests.oracle.check import run_check
+from model_tests.oracle.check import CheckResult, check_report, run_check
 from model_tests.oracle.guard import GuardedFactory, TargetCrash
+from model_tests.oracle.known import finding_of
 from model_tests.oracle.timeout import FOREVER, TargetTimeout
 from optimized.block_manager import OptimizedBlockSpaceManager
 from optimized.block_pool import OptimizedBlockPool
@@ -529,6 +531,57 @@ def test_11_a_hang_is_waited_for_in_full_once(hostile: Path) -> None:
     assert result.record.calls[-1][0] == "fork"
     assert waits[0] == 3.0 and all(wait < 3.0 for wait in waits[1:]), waits
     assert len(result.record.calls) < (result.shrunk_from or 0)  # minimized all the same
+
+
+SLOW_TO_START = """
+import json, sys, time
+from model_tests.oracle.example_peer import Peer
+
+peer = Peer("reference")
+first = True
+for line in sys.stdin:
+    if first:
+        time.sleep(float(sys.argv[1]))  # loading a model, warming a cache
+        first = False
+    sys.stdout.write(json.dumps(peer.answer(line)) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+@pytest.mark.parametrize(("start", "limit"), [(1.0, 20.0), (3.0, 0.5)])
+def test_a_slow_starting_peer_is_waited_for_up_to_the_timeout(
+    tmp_path: Path, start: float, limit: float
+) -> None:
+    """A second program started while the first is busy (a configuration check does that) is
+    waited for its whole start-up, up to the timeout; past it, it is a timeout, nothing else."""
+    (tmp_path / "slow.py").write_text(SLOW_TO_START)
+    argv = [sys.executable, str(tmp_path / "slow.py"), str(start)]
+    factory = exec_target.ExecFactory(argv, "manager", timeout=limit)
+    try:
+        if start < limit:
+            busy = factory(ManagerConfig(2, 4, 2))
+            second = factory(ManagerConfig(2, 3, 2))  # a new program: the first is busy
+            assert second.get_num_free_gpu_blocks() == 3 and len(factory.spawned) == 2
+            busy.close()
+        else:
+            late = re.escape("did not answer 'create' within 0.5 s")
+            with pytest.raises(TargetTimeout, match=late):
+                factory(ManagerConfig(2, 4, 2))
+    finally:
+        factory.close()
+
+
+def test_a_hang_while_a_configuration_is_checked_is_a_hang_not_a_disagreement() -> None:
+    config = ManagerConfig(2, 1, 2, -0.1, 2)
+    hang = TargetTimeout("the target program did not answer 'create' within 3 s")
+    record = RunRecord("manager", ManagerConfig(2, 4, 2), (), False, checking_config=config)
+    result = CheckResult("manager", 0, failure=hang, record=record, message=str(hang))
+    result.finding = finding_of(hang, record)
+    report = check_report(result, "exec:./slow")
+    assert result.finding is None  # never a known difference, even with operation = "create"
+    assert report.verdict.startswith("FAIL: the target does not answer in time (hangs) while")
+    assert "disagree" not in report.plain()
+    assert "kind: none (a hang is never a known difference)" in report.notes
 
 
 def test_a_guarded_target_that_hangs_is_not_called_again() -> None:
