@@ -322,7 +322,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
     path = Path(args.out) if args.out is not None else _page_beside(Path(args.trace))
     if path.resolve() == Path(args.trace).resolve():
         raise UsageError(f"-o {args.out}: that is the trace itself")
-    loaded = trace.read(args.trace)
+    loaded = _read_replayable(args.trace)
     factory = None if args.target is None else targets.check(args.target, loaded.level)
     walk = walk_trace(loaded, args.trace, factory, args.target)
     written = _write_page(walk, path)
@@ -356,8 +356,19 @@ def _trace_paths(paths: Sequence[str]) -> list[Path]:
     return found
 
 
+def _read_replayable(path: str | Path) -> Trace:
+    """A trace, refused up front (before any other is replayed) if the reference cannot hold
+    its configuration."""
+    loaded = trace.read(path)
+    try:
+        trace.check_reference_size(loaded.config)
+    except trace.TraceError as error:
+        raise trace.TraceError(f"{path}: {error}") from None
+    return loaded
+
+
 def cmd_replay(args: argparse.Namespace, out: Output) -> int:
-    loaded = [(path, trace.read(path)) for path in _trace_paths(args.trace)]
+    loaded = [(path, _read_replayable(path)) for path in _trace_paths(args.trace)]
     if args.level is not None:
         loaded = [(path, one) for path, one in loaded if one.level == args.level]
         if not loaded:
@@ -820,7 +831,11 @@ def _sigterm_interrupts() -> Iterator[None]:
         else:
             previous_hook(unraisable)
 
-    previous = {number: signal.signal(number, interrupt) for number in STOPPING_SIGNALS}
+    previous = {
+        number: signal.signal(number, interrupt)
+        for number in STOPPING_SIGNALS
+        if signal.getsignal(number) is not signal.SIG_IGN  # `nohup`, `&` in a script: theirs
+    }
     previous_hook, sys.unraisablehook = sys.unraisablehook, dropped
     try:
         yield
