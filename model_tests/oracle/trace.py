@@ -98,7 +98,29 @@ class Trace:
 # --- the reference ------------------------------------------------------------------------------
 
 
+REFERENCE_MAX_BLOCKS = 2**20
+"""The most blocks (all devices together) a trace may ask the reference to hold. The reference
+is a textbook: its state keeps a view of every block and its queries scan them all
+(``specs/oracle.md`` §4). At this bound that is about 100 MiB and up to half a second a query;
+at the validation bound (``2**24`` blocks a device) it was 3.4 GB and minutes to build, so such
+a trace is refused before anything is built."""
+
+
+def check_reference_size(config: Any) -> None:
+    """A TraceError, in one line, if ``config`` asks for more blocks than the reference holds."""
+    counts = [getattr(config, name, 0) for name in ("num_gpu_blocks", "num_cpu_blocks")]
+    counts += [getattr(config, "num_blocks", 0)]
+    total = sum(count for count in counts if isinstance(count, int))
+    if total > REFERENCE_MAX_BLOCKS:
+        raise TraceError(
+            f"the configuration has {total:,} blocks; the reference replays at most"
+            f" {REFERENCE_MAX_BLOCKS:,} (2**20, all devices together: about 100 MiB of state,"
+            " and each of its queries scans every block)"
+        )
+
+
 def make_reference(level: Level, config: Any, policy: Policy = PAGEDKV) -> Any:
+    check_reference_size(config)
     if level == "manager":
         return ReferenceBlockSpaceManager(config, policy)
     return ReferenceBlockPool(config, policy)

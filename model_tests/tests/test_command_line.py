@@ -12,6 +12,7 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -258,6 +259,24 @@ def test_4_a_trace_larger_than_the_limit_is_refused_while_streaming(
     monkeypatch.setattr(trace, "MAX_TRACE_BYTES", 1000)
     with pytest.raises(trace.TraceError, match="larger than 0 MiB: not read"):
         trace.read(path)
+
+
+@pytest.mark.parametrize("command", ["replay", "show"])
+def test_a_trace_too_large_for_the_reference_is_refused_up_front(
+    tmp_path: Path, command: str
+) -> None:
+    """At the validation bound (2**24 blocks a device) the reference took 3.4 GB and 165 s to
+    build; such a trace is refused in one line before anything is built."""
+    config = ManagerConfig(16, 2**24, 2**24)
+    path = trace.write(trace.Trace("manager", config), tmp_path / "big.jsonl")
+    started = time.monotonic()
+    extra = ["--target", "optimized"] if command == "replay" else []
+    code, out, err = run_here(command, str(path), *extra)
+    assert (code, out) == (2, ""), err
+    one_line(err, f"big.jsonl: the configuration has {2**25:,} blocks; the reference replays")
+    assert time.monotonic() - started < 30  # nothing was built
+    fits = trace.write(trace.Trace("manager", ManagerConfig(16, 2**19, 2**19)), path)
+    trace.check_reference_size(trace.read(fits).config)  # the bound itself is accepted
 
 
 def test_12_a_version_1_trace_is_still_read(tmp_path: Path) -> None:
@@ -647,6 +666,38 @@ def test_a_termination_dropped_by_a_finalizer_is_sent_again() -> None:
         _DropsTermination()
         time.sleep(10)
     assert time.monotonic() - started < 5
+
+
+def caught(pid: int, number: int) -> bool:
+    """Whether the process has a handler of its own for signal ``number`` (``SigCgt``)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    (mask,) = [line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")]
+    return bool(int(mask, 16) >> (number - 1) & 1)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize(
+    ("number", "code", "says"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+    ids=["SIGINT", "SIGTERM"],
+)
+def test_a_signal_while_pagedkv_imports_is_its_one_line(number: int, code: int, says: str) -> None:
+    """The console script's first lines catch SIGTERM (``pagedkv_entry``); sent the moment they
+    have, the signal lands while pagedkv's modules import (about 0.3 s more), before
+    ``pagedkv.cli`` is there: it used to be a KeyboardInterrupt traceback, or death by SIGTERM
+    with nothing said."""
+    proc = subprocess.Popen(
+        [PAGEDKV, "check", "--target", "reference", "--steps", "5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not caught(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    proc.send_signal(number)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, out, err) == (code, "", f"pagedkv: {says}\n")
 
 
 def test_a_check_that_made_no_call_fails() -> None:
