@@ -33,10 +33,12 @@ for number in STOPPED:
     if signal.getsignal(number) is not signal.SIG_IGN:  # `nohup`, `&` in a script: theirs stands
         signal.signal(number, stop_at_once)
 
+from model_tests.oracle.reaper import adopt_orphans  # noqa: E402 (after the handlers, as below)
 from pagedkv.cli import main as run_command  # noqa: E402 (after the handlers, which must cover it)
 
 
 def main() -> int:
+    adopt_orphans()  # what an `exec:` program leaves behind comes to pagedkv, to be killed
     code = run_command()
     with contextlib.suppress(OSError, ValueError):  # the verdict out before a late signal
         sys.stdout.flush()
