@@ -198,6 +198,8 @@ def run_check(
         if stepping is not None and stepping.ended(record, count=not failing):
             if progress is not None:
                 progress(result.runs, result.calls, failing)
+            if not failing and result.runs >= runs:
+                raise BudgetSpent  # runs that end on known differences spend the budget too
             return
         failing = failing or record.failed or record.failed_call
         failing = failing or record.checking_config is not None
