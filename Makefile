@@ -1,7 +1,7 @@
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
-PKGS    := specs reference optimized model_tests pagedkv
+PKGS    := specs reference optimized model_tests pagedkv pagedkv_entry.py
 
 .PHONY: setup browser test lint typecheck pytest wheel fuzz bench soak crosshair exhaustive mutate clean peers peers-fetch corpus
 

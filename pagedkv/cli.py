@@ -236,22 +236,14 @@ def _level(text: str) -> Level:
 
 
 def _profile(args: argparse.Namespace) -> Profile:
-    overrides: dict[str, str] = {}
-    for assignment in args.policy:
-        name, equals, value = assignment.partition("=")
-        if not equals or not name:
-            raise UsageError(f"--policy takes name=value, got {assignment!r}")
-        overrides[name] = value
     try:
-        return named_profile(args.profile, overrides)
+        return named_profile(args.profile, dict(args.policy))
     except ValueError as error:
-        raise UsageError(str(error)) from None
+        raise UsageError(f"argument --policy: {error} (see pagedkv check --help)") from None
 
 
 def cmd_check(args: argparse.Namespace, out: Output) -> int:
     level = _level(args.level)
-    if args.steps < 1:
-        raise UsageError("--steps must be at least 1")
     profile = _profile(args)
     try:
         profile.check_level(level)
@@ -331,7 +323,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
     path = Path(args.out) if args.out is not None else _page_beside(Path(args.trace))
     if path.resolve() == Path(args.trace).resolve():
         raise UsageError(f"-o {args.out}: that is the trace itself")
-    loaded = trace.read(args.trace)
+    loaded = _read_replayable(args.trace)
     factory = None if args.target is None else targets.check(args.target, loaded.level)
     walk = walk_trace(loaded, args.trace, factory, args.target)
     written = _write_page(walk, path)
@@ -365,8 +357,19 @@ def _trace_paths(paths: Sequence[str]) -> list[Path]:
     return found
 
 
+def _read_replayable(path: str | Path) -> Trace:
+    """A trace, refused up front (before any other is replayed) if the reference cannot hold
+    its configuration."""
+    loaded = trace.read(path)
+    try:
+        trace.check_reference_size(loaded.config)
+    except trace.TraceError as error:
+        raise trace.TraceError(f"{path}: {error}") from None
+    return loaded
+
+
 def cmd_replay(args: argparse.Namespace, out: Output) -> int:
-    loaded = [(path, trace.read(path)) for path in _trace_paths(args.trace)]
+    loaded = [(path, _read_replayable(path)) for path in _trace_paths(args.trace)]
     if args.level is not None:
         loaded = [(path, one) for path, one in loaded if one.level == args.level]
         if not loaded:
@@ -404,8 +407,6 @@ def cmd_replay(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_record(args: argparse.Namespace, out: Output) -> int:
     levels: list[Level] = ["manager", "pool"] if args.level == "all" else [_level(args.level)]
-    if args.runs < 1:
-        raise UsageError("--runs must be at least 1")
     directory = Path(args.out)
     check_out(directory, levels, args.force)
     complete = True
@@ -425,8 +426,6 @@ def cmd_record(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_soak(args: argparse.Namespace, out: Output) -> int:
-    if args.steps < 1:
-        raise UsageError("--steps must be at least 1")
     factory = targets.check(args.target, "manager")
     exact = args.exact or args.target == "optimized"
     if exact:
@@ -497,13 +496,6 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, out: Output) -> int:
-    if args.reps < 1:
-        raise UsageError("--reps must be at least 1")
-    sizes = tuple(_positive_ints(args.scaling, "--scaling")) if args.scaling else ()
-    if args.scaling_calls < 1:
-        raise UsageError("--scaling-calls must be at least 1")
-    if args.reference_calls is not None and args.reference_calls < 0:
-        raise UsageError("--reference-calls must be 0 (the whole stream) or more")
     reference_calls = None if args.no_reference else args.reference_calls
     try:
         found = resolve_targets(args.target, args.baseline, reference_calls)
@@ -514,7 +506,7 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
         repetitions=1 if args.quick else args.reps,
         targets=found,
         quick=args.quick,
-        scaling=sizes,
+        scaling=args.scaling,
         scaling_calls=args.scaling_calls,
         kernels=args.kernels,
         defrag=args.defrag,
@@ -528,16 +520,6 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
     return EXIT_PASS
 
 
-def _positive_ints(text: str, flag: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"{flag} takes comma-separated block counts, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise UsageError(f"{flag} takes comma-separated block counts >= 1, got {text!r}")
-    return values
-
-
 # --- entry point ------------------------------------------------------------------------------
 
 
@@ -548,7 +530,9 @@ def parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="run the lockstep machine against a target")
     check.add_argument("--target", required=True, help=TARGET_HELP)
     check.add_argument("--level", default="manager", choices=["manager", "pool"])
-    check.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="about how many calls")
+    check.add_argument(
+        "--steps", type=whole_number(1), default=DEFAULT_STEPS, help="about how many calls"
+    )
     check.add_argument("--seed", type=seed_number, default=None, help="make the run reproducible")
     check.add_argument(
         "--profile",
@@ -558,6 +542,7 @@ def parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--policy",
+        type=assignment,
         action="append",
         default=[],
         metavar="NAME=VALUE",
@@ -586,7 +571,9 @@ def parser() -> argparse.ArgumentParser:
     record = commands.add_parser("record", help="write conformance traces from the reference")
     record.add_argument("--level", default="all", choices=["manager", "pool", "all"])
     record.add_argument("--out", default="pagedkv-traces", help="directory (pagedkv-traces)")
-    record.add_argument("--runs", type=int, default=40, help="traces per level, at least (40)")
+    record.add_argument(
+        "--runs", type=whole_number(1), default=40, help="traces per level, at least (40)"
+    )
     record.add_argument("--seed", type=seed_number, default=0)
     record.add_argument("--force", action="store_true", help="replace traces already in --out")
 
@@ -613,7 +600,9 @@ def parser() -> argparse.ArgumentParser:
         "soak", help="a long seeded random walk in lockstep with the reference (no Hypothesis)"
     )
     soak_.add_argument("--target", default="optimized", help="optimized (default) or any target")
-    soak_.add_argument("--steps", type=int, default=100_000, help="calls on each side (100000)")
+    soak_.add_argument(
+        "--steps", type=whole_number(1), default=100_000, help="calls on each side (100000)"
+    )
     soak_.add_argument("--seed", type=seed_number, default=None, help="make the walk reproducible")
     soak_.add_argument(
         "--exact",
@@ -630,7 +619,9 @@ def parser() -> argparse.ArgumentParser:
         "bench", help="replay a serving workload on the managers and time it (never asserts)"
     )
     bench.add_argument("--seed", type=seed_number, default=0, help="the workload's seed (0)")
-    bench.add_argument("--reps", type=int, default=5, help="interleaved repetitions (5)")
+    bench.add_argument(
+        "--reps", type=whole_number(1), default=5, help="interleaved repetitions (5)"
+    )
     bench.add_argument(
         "--target",
         action="append",
@@ -645,18 +636,22 @@ def parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--reference-calls",
-        type=int,
+        type=whole_number(0),
         default=REFERENCE_CALLS,
         help=f"replay the reference on the first N calls (0: all; {REFERENCE_CALLS})",
     )
     bench.add_argument("--no-reference", action="store_true", help="leave the reference out")
     bench.add_argument(
         "--scaling",
+        type=block_counts,
         default="1024,16384,131072,1048576",
         help="GPU block counts of the growth section, comma-separated ('' to skip)",
     )
     bench.add_argument(
-        "--scaling-calls", type=int, default=400_000, help="calls per size in it (400000)"
+        "--scaling-calls",
+        type=whole_number(1),
+        default=400_000,
+        help="calls per size in it (400000)",
     )
     bench.add_argument("--kernels", action="store_true", help="time the torch kernels too")
     bench.add_argument(
@@ -675,15 +670,48 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def seed_number(text: str) -> int:
-    """A seed: a whole number from 0 (Hypothesis would take -1 for 1)."""
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argument type: a whole number from ``minimum``. Every bad value of every option is
+    one line of one shape: ``argument --steps: expected a whole number from 1, got '0'``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from {minimum}, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+seed_number = whole_number(0)
+"""A seed: a whole number from 0 (Hypothesis would take -1 for 1)."""
+
+
+def block_counts(text: str) -> tuple[int, ...]:
+    """``--scaling``: comma-separated block counts from 1, or nothing (the section is left out)."""
+    parts = [part for part in text.split(",") if part.strip()]
     try:
-        value = int(text)
+        values = tuple(int(part) for part in parts)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0, got {text!r}")
-    return value
+        values = (0,)
+    if (text.strip() and not values) or any(value < 1 for value in values):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated block counts from 1 ('' for none), got {text!r}"
+        )
+    return values
+
+
+def assignment(text: str) -> tuple[str, str]:
+    """``--policy``: NAME=VALUE."""
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
 
 
 def _timeout_option(command: argparse.ArgumentParser) -> None:
@@ -806,7 +834,11 @@ def _sigterm_interrupts() -> Iterator[None]:
         else:
             previous_hook(unraisable)
 
-    previous = {number: signal.signal(number, interrupt) for number in STOPPING_SIGNALS}
+    previous = {
+        number: signal.signal(number, interrupt)
+        for number in STOPPING_SIGNALS
+        if signal.getsignal(number) is not signal.SIG_IGN  # `nohup`, `&` in a script: theirs
+    }
     previous_hook, sys.unraisablehook = sys.unraisablehook, dropped
     try:
         yield

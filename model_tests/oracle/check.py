@@ -39,7 +39,7 @@ from model_tests.oracle import codec, trace
 from model_tests.oracle.codec import Level
 from model_tests.oracle.exec_target import close_target
 from model_tests.oracle.guard import guard
-from model_tests.oracle.known import KnownDifferences
+from model_tests.oracle.known import Finding, KnownDifferences, entry_for, finding_of, kinds_of
 from model_tests.oracle.minimize import minimize
 from model_tests.oracle.shrink_time import SHRINK_SECONDS, shrinking_for
 from model_tests.oracle.stepping import Stepping
@@ -140,6 +140,9 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)
     stepped: Stepping | None = None
     """With known differences: the runs that ended on each, and an example of each."""
+    finding: Finding | None = None
+    """What the failure is, as a ``--known`` file names it (None for a hang, or for pagedkv's
+    own error: never a known difference)."""
 
     @property
     def passed(self) -> bool:
@@ -261,6 +264,8 @@ def run_check(
         return result
     result.record = getattr(case, "last_run", None)
     result.message = failure_message(result.failure)
+    if result.record is not None:
+        result.finding = finding_of(result.failure, result.record)
     if result.record is not None and result.record.config is not None:
         try:
             result.trace = trace.trace_of_run(result.record)
@@ -328,6 +333,8 @@ def _finish(result: CheckResult, factory: Any, trace_out: str | Path | None) -> 
             "note: not shrunk or replayed: the target hung, and an in-process target is not"
             " called again after a hang (it may have been left anywhere in that call)"
         )
+    if result.finding is not None:
+        result.trace.divergence = (result.finding.operation, kinds_of(result.finding))
     if trace_out is not None:
         try:
             result.trace_path = trace.write(result.trace, trace_out)
@@ -458,13 +465,21 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
         report.verdict = "FAIL before the first run was set up"
         report.detail = result.message
         return report
-    if record.checking_config is not None:
+    if record.checking_config is not None and result.hung:  # slow to start is no disagreement
+        report.verdict = (
+            "FAIL: the target does not answer in time (hangs) while it is created for a"
+            f" configuration check ({_effort(result)})"
+        )
+        report.config = show_config(record.checking_config)
+    elif record.checking_config is not None:
         report.verdict = "FAIL: the target and the reference disagree about a configuration"
         report.config = show_config(record.checking_config)
     else:
         count = len(record.calls)
         steps = f"{count} step{'' if count == 1 else 's'}"
-        if not count:
+        if not count and result.hung:
+            how = "does not answer in time (hangs) while it is created for this configuration"
+        elif not count:
             how = "fails while it is created for this configuration"
         elif result.hung:
             how = f"does not answer in time (hangs) at the last of {steps}"
@@ -492,6 +507,7 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
     label = "what breaks" if result.profile.safety else "expected vs did"
     report.detail = f"{label}: {where}{result.message}"
     report.notes += result.notes
+    report.notes += _kind_lines(result)
     if result.trace_path is not None:
         report.notes.append(f"trace: {result.trace_path}")
         if replay_hint:
@@ -502,6 +518,19 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
             " deterministic?)"
         )
     return report
+
+
+def _kind_lines(result: CheckResult) -> list[str]:
+    """What the divergence is, as a ``--known`` file names it, with the entry to copy there."""
+    if result.finding is None:
+        why = "a hang" if result.hung else "no divergence of the target's"
+        return [f"kind: none ({why} is never a known difference)"]
+    kinds = ", ".join(kinds_of(result.finding))
+    return [
+        f"kind: {kinds} (at {result.finding.operation}); to step past it, put this in a file"
+        " and pass --known FILE:",
+        *(f"  {line}" for line in entry_for(result.finding)),
+    ]
 
 
 def replay_report(

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import json
 import os
 import select
@@ -48,7 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from model_tests.oracle import codec
+from model_tests.oracle import codec, reaper
 from model_tests.oracle.codec import JSON, CodecError, Level
 from model_tests.oracle.timeout import TargetTimeout, resolve, show, wait_limit
 
@@ -91,6 +92,9 @@ def parse_command(command: str) -> list[str]:
     return argv
 
 
+_SERIAL = itertools.count(1)
+
+
 class _Peer:
     """One running program (the leader of its own process group): a line-oriented
     request/answer channel with a timeout."""
@@ -99,6 +103,7 @@ class _Peer:
         self.argv = argv
         self.factory = factory
         self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in kill)
+        self.mark = f"{os.getpid()}.{next(_SERIAL)}"
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -107,6 +112,7 @@ class _Peer:
                 stderr=self.stderr,
                 bufsize=0,
                 start_new_session=True,
+                env={**os.environ, reaper.MARK: self.mark},
             )
         except OSError as error:
             self.stderr.close()
@@ -205,16 +211,19 @@ class _Peer:
         return " | ".join(text.strip().splitlines()[-lines:])
 
     def kill(self) -> None:
-        """Kill the program's whole process group (its children too), then reap it. Once, and
-        only before it is reaped: the group's id is the program's pid, not ours after that."""
+        """Kill the program's whole process group (its children too), then what left the group
+        (``reaper``), then reap it. Once, and only before it is reaped: the group's id is the
+        program's pid, not ours after that."""
         if self.killed:
             return
         self.killed = True
+        below = reaper.descendants(self.proc.pid)  # read before the kill: then they are orphans
         if self.proc.returncode is None:
             with contextlib.suppress(OSError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
+        reaper.kill_all(below + [pid for pid in reaper.strays(self.mark) if pid not in below])
         for stream in (self.proc.stdin, self.proc.stdout, self.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from model_tests.lockstep.calls import KINDS, Divergence
+from model_tests.lockstep.calls import KINDS, Divergence, TargetStopped
 from model_tests.lockstep.capture import RunRecord
 from model_tests.oracle import codec
 from model_tests.oracle.codec import Level
@@ -117,6 +117,8 @@ class KnownDifferences:
 def finding_of(failure: BaseException, record: RunRecord) -> Finding | None:
     """The run's failure as a class would match it; None for what is never known (a hang, an
     error of pagedkv's own)."""
+    if isinstance(failure, TargetStopped):
+        return None  # a hang, even while a configuration is checked
     if record.checking_config is not None:
         return Finding("create", (("configuration", str(failure)),), record.checking_config)
     operation = record.calls[-1][0] if record.calls else "create"
@@ -127,6 +129,24 @@ def finding_of(failure: BaseException, record: RunRecord) -> Finding | None:
         kind = "promise" if _PROMISE.search(message) else "check"
         return Finding(operation, ((kind, message),), record.config)
     return None
+
+
+def kinds_of(finding: Finding) -> tuple[str, ...]:
+    """The kinds of ``finding``'s parts, each once, in order."""
+    return tuple(dict.fromkeys(kind for kind, _ in finding.parts))
+
+
+def entry_for(finding: Finding) -> list[str]:
+    """The ``[[difference]]`` entry that steps past ``finding``'s class, as lines of TOML a
+    report prints for a user to copy into a ``--known`` file."""
+    kinds = kinds_of(finding)
+    kind = f'"{kinds[0]}"' if len(kinds) == 1 else "[" + ", ".join(f'"{k}"' for k in kinds) + "]"
+    return [
+        "[[difference]]",
+        f'name = "{finding.operation}-{"-".join(kinds)}"',
+        f'operation = "{finding.operation}"',
+        f"kind = {kind}",
+    ]
 
 
 # --- reading a file ---------------------------------------------------------------------------
@@ -217,6 +237,11 @@ def _names(entry: dict[str, Any], key: str, allowed: tuple[str, ...], where: str
     values = value if isinstance(value, list) else [value]
     if not values:
         raise KnownError(f"{where}: {key} is an empty list")
+    if ANY in values:
+        raise KnownError(
+            f'{where}: {key} "*" stands alone (it means every {key}): write {key} = "*",'
+            f" or list the {key}s without it"
+        )
     for one in values:
         if one not in allowed:
             raise KnownError(f"{where}: unknown {key} {one!r} (known: {', '.join(allowed)})")

@@ -40,6 +40,7 @@ from model_tests.oracle import codec
 from model_tests.oracle.codec import JSON, CodecError, Level
 from model_tests.oracle.exec_target import close_target
 from model_tests.oracle.guard import guard
+from model_tests.oracle.known import ALL_KINDS
 from model_tests.oracle.watchdog import watched
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from reference.pool_adapter import ReferenceBlockPool
@@ -52,7 +53,9 @@ VERSION = 2
 """Written; versions 1 (no trailer) and 2 are read."""
 MAX_LINE_BYTES = 2**20
 MAX_TRACE_BYTES = 64 * 2**20
-HEADER_FIELDS = frozenset({"format", "version", "level", "config", "create", "policy", "tier"})
+HEADER_FIELDS = frozenset(
+    {"format", "version", "level", "config", "create", "policy", "tier", "divergence"}
+)
 OPERATION_FIELDS = frozenset({"op", "args", "expect"})
 TRAILER_FIELDS = frozenset({"end", "steps"})
 
@@ -81,6 +84,9 @@ class Trace:
     """The reference's policy (``specs/policy.md``); a trace says it when it is not pagedkv's."""
     safety: bool = False
     """A trace of the safety tier: replayed against the target alone, with no expectations."""
+    divergence: tuple[str, tuple[str, ...]] | None = None
+    """A divergence's trace (``pagedkv check``): the failing call's operation and the kinds of
+    divergence it ends on, as a ``--known`` file names them (``specs/oracle.md`` §9)."""
 
     def operations(self) -> set[str]:
         return {op.op for op in self.ops}
@@ -93,7 +99,29 @@ class Trace:
 # --- the reference ------------------------------------------------------------------------------
 
 
+REFERENCE_MAX_BLOCKS = 2**20
+"""The most blocks (all devices together) a trace may ask the reference to hold. The reference
+is a textbook: its state keeps a view of every block and its queries scan them all
+(``specs/oracle.md`` §4). At this bound that is about 100 MiB and up to half a second a query;
+at the validation bound (``2**24`` blocks a device) it was 3.4 GB and minutes to build, so such
+a trace is refused before anything is built."""
+
+
+def check_reference_size(config: Any) -> None:
+    """A TraceError, in one line, if ``config`` asks for more blocks than the reference holds."""
+    counts = [getattr(config, name, 0) for name in ("num_gpu_blocks", "num_cpu_blocks")]
+    counts += [getattr(config, "num_blocks", 0)]
+    total = sum(count for count in counts if isinstance(count, int))
+    if total > REFERENCE_MAX_BLOCKS:
+        raise TraceError(
+            f"the configuration has {total:,} blocks; the reference replays at most"
+            f" {REFERENCE_MAX_BLOCKS:,} (2**20, all devices together: about 100 MiB of state,"
+            " and each of its queries scans every block)"
+        )
+
+
 def make_reference(level: Level, config: Any, policy: Policy = PAGEDKV) -> Any:
+    check_reference_size(config)
     if level == "manager":
         return ReferenceBlockSpaceManager(config, policy)
     return ReferenceBlockPool(config, policy)
@@ -166,6 +194,9 @@ def header_json(trace: Trace) -> JSON:
         header["policy"] = policy_json(trace.policy)
     if trace.safety:
         header["tier"] = SAFETY
+    if trace.divergence is not None:
+        operation, kinds = trace.divergence
+        header["divergence"] = {"operation": operation, "kind": list(kinds)}
     return header
 
 
@@ -249,6 +280,7 @@ class _Header:
     create_error: str | None
     policy: Policy
     safety: bool
+    divergence: tuple[str, tuple[str, ...]] | None
 
 
 def _header(value: dict[str, JSON]) -> _Header:
@@ -279,7 +311,23 @@ def _header(value: dict[str, JSON]) -> _Header:
     tier = value.get("tier", "policy")
     if tier not in ("policy", SAFETY):
         raise TraceError(f'line 1: "tier" is "policy" or "safety", got {tier!r}')
-    return _Header(version, level, config, create_error, policy, tier == SAFETY)
+    divergence = _divergence(value.get("divergence"), level)
+    return _Header(version, level, config, create_error, policy, tier == SAFETY, divergence)
+
+
+def _divergence(value: JSON, level: Level) -> tuple[str, tuple[str, ...]] | None:
+    """The header's ``"divergence"``: ``{"operation": ..., "kind": [...]}``, or absent."""
+    if value is None:
+        return None
+    shape = '"divergence" must be {"operation": "<operation>", "kind": ["<kind>", ...]}'
+    if not isinstance(value, dict) or set(value) != {"operation", "kind"}:
+        raise TraceError(f"line 1: {shape}")
+    operation, kinds = value["operation"], value["kind"]
+    if operation not in (*codec.OPS[level], "create"):
+        raise TraceError(f"line 1: {shape}; unknown {level} operation {operation!r}")
+    if not isinstance(kinds, list) or not kinds or any(k not in ALL_KINDS for k in kinds):
+        raise TraceError(f"line 1: {shape}; kinds are {', '.join(ALL_KINDS)}")
+    return str(operation), tuple(str(kind) for kind in kinds)
 
 
 def _error_name(name: JSON, number: int) -> str:
@@ -347,6 +395,7 @@ def parse(lines: Iterable[str]) -> Trace:
                 create_error=header.create_error,
                 policy=header.policy,
                 safety=header.safety,
+                divergence=header.divergence,
             )
             continue
         value = _object(line, number)

@@ -122,11 +122,14 @@ def test_pagedkv_bench_writes_every_section(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["bench", "--reps", "0"], "--reps must be at least 1"),
-        (["bench", "--scaling", "10,x"], "--scaling takes comma-separated block counts"),
+        (["bench", "--reps", "0"], "argument --reps: expected a whole number from 1, got '0'"),
+        (
+            ["bench", "--scaling", "10,x"],
+            "argument --scaling: expected comma-separated block counts",
+        ),
         (["bench", "--target", "nosuch.module:factory"], "cannot import nosuch.module"),
         (["bench", "--baseline", "no-such-revision"], "--baseline no-such-revision"),
-        (["soak", "--steps", "0"], "--steps must be at least 1"),
+        (["soak", "--steps", "0"], "argument --steps: expected a whole number from 1, got '0'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], says: str) -> None:

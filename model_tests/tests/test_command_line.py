@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -21,9 +23,11 @@ from typing import Any
 import pytest
 
 from model_tests.independent.manager import IndependentManager
+from model_tests.lockstep.capture import RunRecord
 from model_tests.oracle import exec_target, trace
-from model_tests.oracle.check import run_check
+from model_tests.oracle.check import CheckResult, check_report, run_check
 from model_tests.oracle.guard import GuardedFactory, TargetCrash
+from model_tests.oracle.known import finding_of
 from model_tests.oracle.timeout import FOREVER, TargetTimeout
 from optimized.block_manager import OptimizedBlockSpaceManager
 from optimized.block_pool import OptimizedBlockPool
@@ -257,6 +261,24 @@ def test_4_a_trace_larger_than_the_limit_is_refused_while_streaming(
         trace.read(path)
 
 
+@pytest.mark.parametrize("command", ["replay", "show"])
+def test_a_trace_too_large_for_the_reference_is_refused_up_front(
+    tmp_path: Path, command: str
+) -> None:
+    """At the validation bound (2**24 blocks a device) the reference took 3.4 GB and 165 s to
+    build; such a trace is refused in one line before anything is built."""
+    config = ManagerConfig(16, 2**24, 2**24)
+    path = trace.write(trace.Trace("manager", config), tmp_path / "big.jsonl")
+    started = time.monotonic()
+    extra = ["--target", "optimized"] if command == "replay" else []
+    code, out, err = run_here(command, str(path), *extra)
+    assert (code, out) == (2, ""), err
+    one_line(err, f"big.jsonl: the configuration has {2**25:,} blocks; the reference replays")
+    assert time.monotonic() - started < 30  # nothing was built
+    fits = trace.write(trace.Trace("manager", ManagerConfig(16, 2**19, 2**19)), path)
+    trace.check_reference_size(trace.read(fits).config)  # the bound itself is accepted
+
+
 def test_12_a_version_1_trace_is_still_read(tmp_path: Path) -> None:
     path = tmp_path / "old.jsonl"
     path.write_text(lines({**HEADER, "version": 1}, FREE))  # no trailer in version 1
@@ -399,6 +421,38 @@ def test_a_seed_is_a_whole_number_from_0(seed: str) -> None:
     assert "expected a whole number from 0" in err and err.count("\n") == 1, err
 
 
+ARGUMENT_ERROR = re.compile(
+    r"pagedkv: error: argument --[a-z-]+: expected [^\n]+, got '[^']*'"
+    r" \(see pagedkv [a-z]+ --help\)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--target", "reference", "--steps", "0"],
+        ["check", "--target", "reference", "--steps", "many"],
+        ["check", "--target", "reference", "--seed", "-1"],
+        ["check", "--target", "reference", "--timeout", "-1"],
+        ["check", "--target", "reference", "--policy", "eviction"],
+        ["record", "--runs", "0"],
+        ["soak", "--steps", "0"],
+        ["bench", "--reps", "0"],
+        ["bench", "--scaling-calls", "-5"],
+        ["bench", "--reference-calls", "-1"],
+        ["bench", "--scaling", "1024,0"],
+        ["bench", "--seed", "x"],
+    ],
+    ids=" ".join,
+)
+def test_every_bad_option_value_is_one_line_of_one_shape(argv: list[str]) -> None:
+    """``--steps 0`` and ``--seed -1`` were two shapes; every option's bad value is now argparse's
+    ``argument --NAME: expected ..., got '...'``, exit 2."""
+    code, out, err = run_here(*argv)
+    assert (code, out) == (2, ""), err
+    assert ARGUMENT_ERROR.fullmatch(err), err
+
+
 def test_7_the_timeout_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     target = "model_tests.independent.manager:IndependentManager"
     monkeypatch.setenv("PAGEDKV_TIMEOUT", "0")
@@ -473,6 +527,35 @@ def test_10_closing_a_factory_kills_each_program_with_its_children(hostile: Path
     assert not [pid for pid in pids if alive(pid)], "a peer's child outlived its factory"
 
 
+LEAVES_ITS_GROUP = """#!/bin/sh
+# children that leave the process group: one stays the wrapper's child, one is orphaned at once
+ESCAPE='import os, time; os.setsid(); print(os.getpid(), flush=True); time.sleep(999)'
+{python} -c "$ESCAPE" >> {pids} &
+( {python} -c "$ESCAPE" >> {pids} & )
+exec sleep 999
+"""
+
+
+def test_10_children_that_left_the_process_group_are_killed_too(tmp_path: Path) -> None:
+    """``setsid`` took them out of the group the timeout kills; pagedkv finds them below the
+    program, or adopted as a subreaper after their parent exited, and kills them as well."""
+    pids = tmp_path / "pids"
+    wrapper = tmp_path / "leaves.sh"
+    wrapper.write_text(LEAVES_ITS_GROUP.format(python=sys.executable, pids=pids))
+    wrapper.chmod(0o755)
+    code, out, err = run("check", "--target", f"exec:{wrapper}", "--timeout", "3", wait=120)
+    assert code == 2 and "did not answer 'create' within 3 s" in err, out + err
+    escaped = [int(pid) for pid in pids.read_text().split()]
+    assert len(escaped) == 2  # both really ran, each in a session of its own
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in escaped) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in escaped if alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "a process that left the group outlived pagedkv"
+
+
 def test_11_a_hang_is_waited_for_in_full_once(hostile: Path) -> None:
     """The first timeout fails the run at once; minimizing then replays with a short wait."""
     factory = exec_target.ExecFactory(
@@ -496,6 +579,57 @@ def test_11_a_hang_is_waited_for_in_full_once(hostile: Path) -> None:
     assert result.record.calls[-1][0] == "fork"
     assert waits[0] == 3.0 and all(wait < 3.0 for wait in waits[1:]), waits
     assert len(result.record.calls) < (result.shrunk_from or 0)  # minimized all the same
+
+
+SLOW_TO_START = """
+import json, sys, time
+from model_tests.oracle.example_peer import Peer
+
+peer = Peer("reference")
+first = True
+for line in sys.stdin:
+    if first:
+        time.sleep(float(sys.argv[1]))  # loading a model, warming a cache
+        first = False
+    sys.stdout.write(json.dumps(peer.answer(line)) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+@pytest.mark.parametrize(("start", "limit"), [(1.0, 20.0), (3.0, 0.5)])
+def test_a_slow_starting_peer_is_waited_for_up_to_the_timeout(
+    tmp_path: Path, start: float, limit: float
+) -> None:
+    """A second program started while the first is busy (a configuration check does that) is
+    waited for its whole start-up, up to the timeout; past it, it is a timeout, nothing else."""
+    (tmp_path / "slow.py").write_text(SLOW_TO_START)
+    argv = [sys.executable, str(tmp_path / "slow.py"), str(start)]
+    factory = exec_target.ExecFactory(argv, "manager", timeout=limit)
+    try:
+        if start < limit:
+            busy = factory(ManagerConfig(2, 4, 2))
+            second = factory(ManagerConfig(2, 3, 2))  # a new program: the first is busy
+            assert second.get_num_free_gpu_blocks() == 3 and len(factory.spawned) == 2
+            busy.close()
+        else:
+            late = re.escape("did not answer 'create' within 0.5 s")
+            with pytest.raises(TargetTimeout, match=late):
+                factory(ManagerConfig(2, 4, 2))
+    finally:
+        factory.close()
+
+
+def test_a_hang_while_a_configuration_is_checked_is_a_hang_not_a_disagreement() -> None:
+    config = ManagerConfig(2, 1, 2, -0.1, 2)
+    hang = TargetTimeout("the target program did not answer 'create' within 3 s")
+    record = RunRecord("manager", ManagerConfig(2, 4, 2), (), False, checking_config=config)
+    result = CheckResult("manager", 0, failure=hang, record=record, message=str(hang))
+    result.finding = finding_of(hang, record)
+    report = check_report(result, "exec:./slow")
+    assert result.finding is None  # never a known difference, even with operation = "create"
+    assert report.verdict.startswith("FAIL: the target does not answer in time (hangs) while")
+    assert "disagree" not in report.plain()
+    assert "kind: none (a hang is never a known difference)" in report.notes
 
 
 def test_a_guarded_target_that_hangs_is_not_called_again() -> None:
@@ -561,6 +695,38 @@ def test_a_termination_dropped_by_a_finalizer_is_sent_again() -> None:
         _DropsTermination()
         time.sleep(10)
     assert time.monotonic() - started < 5
+
+
+def caught(pid: int, number: int) -> bool:
+    """Whether the process has a handler of its own for signal ``number`` (``SigCgt``)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    (mask,) = [line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")]
+    return bool(int(mask, 16) >> (number - 1) & 1)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize(
+    ("number", "code", "says"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+    ids=["SIGINT", "SIGTERM"],
+)
+def test_a_signal_while_pagedkv_imports_is_its_one_line(number: int, code: int, says: str) -> None:
+    """The console script's first lines catch SIGTERM (``pagedkv_entry``); sent the moment they
+    have, the signal lands while pagedkv's modules import (about 0.3 s more), before
+    ``pagedkv.cli`` is there: it used to be a KeyboardInterrupt traceback, or death by SIGTERM
+    with nothing said."""
+    proc = subprocess.Popen(
+        [PAGEDKV, "check", "--target", "reference", "--steps", "5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not caught(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    proc.send_signal(number)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, out, err) == (code, "", f"pagedkv: {says}\n")
 
 
 def test_a_check_that_made_no_call_fails() -> None:

@@ -5,6 +5,7 @@ and a file that cannot be used is one line and exit code 2."""
 from __future__ import annotations
 
 import io
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -195,6 +196,14 @@ def _toml(text: str) -> dict[str, Any]:
         ("level = 'pool'\n[[difference]]\n", "for the pool level"),
         ("difference = 3\n", "array of tables"),
         ("this is = not toml = at all\n", "not TOML"),
+        (
+            "[[difference]]\nname = 'a'\noperation = ['*', 'free']\nkind = 'count'\n",
+            'operation "*" stands alone (it means every operation)',
+        ),
+        (
+            "[[difference]]\nname = 'a'\noperation = 'free'\nkind = ['count', '*']\n",
+            'kind "*" stands alone (it means every kind)',
+        ),
     ],
 )
 def test_a_bad_file_is_one_line_and_exit_2(text: str, says: str, tmp_path: Path) -> None:
@@ -229,3 +238,54 @@ def test_each_peer_file_loads_and_names_defects_of_the_findings(peer: Any) -> No
     for difference in known.differences:
         for name in difference.name.split("-"):
             assert f"**{name}." in findings, f"{peer.name}: {name} is not a finding of peers.md"
+
+
+def test_a_known_file_copied_from_a_report_steps_past_that_divergence(tmp_path: Path) -> None:
+    """The report prints the divergence's kind and the entry that names it; that entry, copied
+    into a file as it stands, is a known difference the next check steps past."""
+    target = "model_tests.independent.broken:BrokenNoUpFrontCheck"
+    first = tmp_path / "first.jsonl"
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["check", "--target", target, "--seed", "0", "--trace-out", str(first)]
+    assert cli.main(argv, stdout=out, stderr=err) == 1, out.getvalue() + err.getvalue()
+    lines = out.getvalue().splitlines()
+    (head,) = [line for line in lines if line.startswith("kind: ")]
+    said = re.fullmatch(r"kind: (\S+) \(at (\w+)\); .* --known FILE:", head)
+    assert said is not None, head
+    kind, operation = said.groups()
+    entry = lines[lines.index(head) + 1 : lines.index(head) + 5]
+    assert [line.split(" =")[0].strip() for line in entry] == [
+        "[[difference]]",
+        "name",
+        "operation",
+        "kind",
+    ]
+    header = trace.read(first)
+    assert header.divergence == (operation, (kind,))  # the trace's header says it too
+    known = tmp_path / "known.toml"
+    known.write_text("\n".join(entry) + "\n")
+    name = f"{operation}-{kind}"
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["check", "--target", target, "--seed", "0", "--trace-out", str(tmp_path / "t.jsonl")]
+    code = cli.main([*argv, "--known", str(known)], stdout=out, stderr=err)
+    report = out.getvalue()
+    assert code in (0, 1) and err.getvalue() == "", report + err.getvalue()
+    assert re.search(rf"^  {name}: \d+ runs?", report, re.MULTILINE), report
+    assert f"kind: {kind} (at {operation})" not in report  # whatever fails now is another class
+
+
+@pytest.mark.parametrize(
+    ("divergence", "says"),
+    [
+        ({"operation": "allocate"}, '"divergence" must be'),
+        ({"operation": "nope", "kind": ["table"]}, "unknown manager operation 'nope'"),
+        ({"operation": "free", "kind": []}, "kinds are"),
+        ({"operation": "free", "kind": ["weird"]}, "kinds are"),
+    ],
+)
+def test_a_bad_divergence_in_a_trace_header_is_refused(divergence: Any, says: str) -> None:
+    text = trace.dumps(trace.Trace("manager", ManagerConfig(2, 2, 1)))
+    header, rest = text.split("\n", 1)
+    bad = header[:-1] + f', "divergence": {json.dumps(divergence)}}}'
+    with pytest.raises(trace.TraceError, match=re.escape(says)):
+        trace.loads(bad + "\n" + rest)

@@ -391,7 +391,10 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["check", "--target", "exec:./not-there"], "program ./not-there not found"),
         (["check", "--target", "exec:my_adapters.py"], "not found on PATH"),
         (["check", "--target", "exec:./my_adapters.py"], "is not executable"),
-        (["check", "--target", "reference", "--steps", "0"], "--steps must be at least 1"),
+        (
+            ["check", "--target", "reference", "--steps", "0"],
+            "argument --steps: expected a whole number from 1",
+        ),
         (["check"], "required: --target"),
         (["replay", "malformed.jsonl", "--target", "reference"], "line 2: not JSON"),
         (["replay", "unknown_op.jsonl", "--target", "reference"], "unknown manager operation"),

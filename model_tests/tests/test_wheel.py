@@ -58,7 +58,14 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
 def test_the_wheel_ships_no_tests(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     shipped = {name.split("/")[0] for name in names if not name.startswith("pagedkv-")}
-    assert shipped == {"pagedkv", "specs", "reference", "optimized", "model_tests"}
+    assert shipped == {
+        "pagedkv",
+        "pagedkv_entry.py",
+        "specs",
+        "reference",
+        "optimized",
+        "model_tests",
+    }
     tests = [n for n in names if "/tests/" in n or n.endswith("conftest.py") or "/test_" in n]
     assert tests == []
     assert "specs/block_pool.md" in names and "pagedkv/cli.py" in names

@@ -1,0 +1,49 @@
+"""The ``pagedkv`` console script's entry: Ctrl-C and SIGTERM end pagedkv with its one line and
+exit code (130, 143) from the first moment, even while its modules are still being imported
+(about 0.3 s, before ``pagedkv.cli`` installs its own handlers around a command).
+
+A module of its own, outside the ``pagedkv`` package, because importing anything inside the
+package runs ``pagedkv/__init__.py`` first, and that imports everything. What it cannot cover is
+the interpreter's own start (a few tens of milliseconds before this file runs), nor ``python -m
+pagedkv``, which imports the package first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from types import FrameType
+
+STOPPED = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
+"""The exit code and the line of each signal, as ``pagedkv.cli`` gives them."""
+
+
+def stop_at_once(signum: int, frame: FrameType | None) -> None:
+    """Outside a command nothing needs undoing (no target runs, no file is half written): say so
+    and go, without unwinding through a half-imported module."""
+    code, what = STOPPED[signal.Signals(signum)]
+    with contextlib.suppress(OSError):
+        os.write(2, f"pagedkv: {what}\n".encode())
+    os._exit(code)
+
+
+for number in STOPPED:
+    if signal.getsignal(number) is not signal.SIG_IGN:  # `nohup`, `&` in a script: theirs stands
+        signal.signal(number, stop_at_once)
+
+from model_tests.oracle.reaper import adopt_orphans  # noqa: E402 (after the handlers, as below)
+from pagedkv.cli import main as run_command  # noqa: E402 (after the handlers, which must cover it)
+
+
+def main() -> int:
+    adopt_orphans()  # what an `exec:` program leaves behind comes to pagedkv, to be killed
+    code = run_command()
+    with contextlib.suppress(OSError, ValueError):  # the verdict out before a late signal
+        sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
