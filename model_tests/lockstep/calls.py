@@ -131,9 +131,29 @@ def shared_error(
     return model_error
 
 
+def detached(value: Any) -> Any:
+    """``value`` with every list, dict and set in it copied (tuples rebuilt around them): what
+    a side is handed is its own. A target that changed a prompt it was passed in place would
+    otherwise change what the reference is then given, and what the trace records, and the two
+    would agree on the wrong input."""
+    if isinstance(value, list):
+        return [detached(item) for item in value]
+    if isinstance(value, tuple) and any(isinstance(i, list | tuple | dict | set) for i in value):
+        return tuple(detached(item) for item in value)
+    if isinstance(value, dict):
+        return {key: detached(item) for key, item in value.items()}
+    if isinstance(value, set):
+        return set(value)
+    return value
+
+
 def run_call(
     side: Viewable, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Any, BaseException | None]:
+    """``side.method(*args, **kwargs)`` on copies of the arguments (``detached``): the result, or
+    the exception it raised."""
+    args = tuple(detached(arg) for arg in args)
+    kwargs = {key: detached(value) for key, value in kwargs.items()} if kwargs else kwargs
     try:
         return getattr(side, method)(*args, **kwargs), None
     except (KeyboardInterrupt, TargetStopped):
