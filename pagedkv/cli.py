@@ -531,7 +531,10 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--target", required=True, help=TARGET_HELP)
     check.add_argument("--level", default="manager", choices=["manager", "pool"])
     check.add_argument(
-        "--steps", type=whole_number(1), default=DEFAULT_STEPS, help="about how many calls"
+        "--steps",
+        type=whole_number(1),
+        default=DEFAULT_STEPS,
+        help=f"about how many rule steps (a step makes one call or more; {DEFAULT_STEPS})",
     )
     check.add_argument("--seed", type=seed_number, default=None, help="make the run reproducible")
     check.add_argument(

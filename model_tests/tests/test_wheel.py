@@ -69,6 +69,8 @@ def test_the_wheel_ships_no_tests(wheel: Path) -> None:
     tests = [n for n in names if "/tests/" in n or n.endswith("conftest.py") or "/test_" in n]
     assert tests == []
     assert "specs/block_pool.md" in names and "pagedkv/cli.py" in names
+    # the real peers' known defects, which `python -m model_tests.peers.run --known` reads
+    assert "model_tests/peers/known/vllm-0.6.3-manager.toml" in names, names
 
 
 def test_installed_without_torch_or_dev_extras(venv: Path) -> None:
