@@ -529,9 +529,10 @@ def test_10_closing_a_factory_kills_each_program_with_its_children(hostile: Path
 
 LEAVES_ITS_GROUP = """#!/bin/sh
 # children that leave the process group: one stays the wrapper's child, one is orphaned at once
-ESCAPE='import os, time; os.setsid(); print(os.getpid(), flush=True); time.sleep(999)'
-{python} -c "$ESCAPE" >> {pids} &
-( {python} -c "$ESCAPE" >> {pids} & )
+ESCAPE='import os, sys, time; os.setsid(); open(sys.argv[1], "w").write(str(os.getpid()))
+time.sleep(999)'
+{python} -c "$ESCAPE" {pids}/stays &
+( {python} -c "$ESCAPE" {pids}/orphaned & )
 exec sleep 999
 """
 
@@ -540,12 +541,13 @@ def test_10_children_that_left_the_process_group_are_killed_too(tmp_path: Path) 
     """``setsid`` took them out of the group the timeout kills; pagedkv finds them below the
     program, or adopted as a subreaper after their parent exited, and kills them as well."""
     pids = tmp_path / "pids"
+    pids.mkdir()
     wrapper = tmp_path / "leaves.sh"
     wrapper.write_text(LEAVES_ITS_GROUP.format(python=sys.executable, pids=pids))
     wrapper.chmod(0o755)
     code, out, err = run("check", "--target", f"exec:{wrapper}", "--timeout", "3", wait=120)
     assert code == 2 and "did not answer 'create' within 3 s" in err, out + err
-    escaped = [int(pid) for pid in pids.read_text().split()]
+    escaped = [int(path.read_text()) for path in pids.iterdir()]
     assert len(escaped) == 2  # both really ran, each in a session of its own
     deadline = time.monotonic() + 10
     while any(alive(pid) for pid in escaped) and time.monotonic() < deadline:
