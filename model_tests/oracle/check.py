@@ -197,21 +197,18 @@ def run_check(
             return  # declined before it began
         result.runs += 1
         result.calls += len(record.calls)
+        # a run stepped past (a known difference) is no failure, but it spends the budget too;
         # after the first unknown failure, runs are Hypothesis's shrinking: not counted
-        if stepping is not None and stepping.ended(record, count=not failing):
-            if progress is not None:
-                progress(result.runs, result.calls, failing)
-            if not failing and result.runs >= runs:
-                raise BudgetSpent  # a run stepped past counts against the budget too
-            return
-        failing = failing or record.failed or record.failed_call
-        failing = failing or record.checking_config is not None
-        if failing and result.found_after is None:
-            result.found_after = (result.runs, result.calls)
+        stepped = stepping is not None and stepping.ended(record, count=not failing)
+        if not stepped:
+            failing = failing or record.failed or record.failed_call
+            failing = failing or record.checking_config is not None
+            if failing and result.found_after is None:
+                result.found_after = (result.runs, result.calls)
         if progress is not None:
             progress(result.runs, result.calls, failing)
         if not failing and result.runs >= runs:
-            raise BudgetSpent  # in whatever search: runs a search does not count count here
+            raise BudgetSpent  # in whatever search: the runs a search makes do not count here
 
     def on_declined(config: Any, why: str) -> None:
         result.declined.setdefault(show_config(config), why)
