@@ -14,7 +14,7 @@ same pairs, the same state, I4 after every step and I8 after every ``defragment(
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, ClassVar, Literal
 
@@ -221,8 +221,6 @@ class ManagerLockstep(RuleBasedStateMachine):
         label per run: they are handed over at teardown)."""
         """The rules and features this run leaves out (``SWARM``)."""
         self.window_releases = 0
-        self.greedy: set[int] = set()
-        """The groups whose sequences decode alike (``_admit``)."""
 
     def on(self, name: str) -> bool:
         return name not in self.off
@@ -427,8 +425,6 @@ class ManagerLockstep(RuleBasedStateMachine):
         many = self.policy.groups == "many_sequences" and self.policy.copy_on_write
         many = many and self.on("parallel sampling")
         num_seqs = data.draw(integers(1, 3 if many else 1), label="sequences")
-        # sampled greedily, a group's sequences decode the same tokens: their blocks dedup
-        greedy = num_seqs > 1 and data.draw(BOOLEANS, label="greedy")
         if key is None:
             keys = EXTRA_KEYS if self.on("extra keys") else EXTRA_KEYS[:1]
             key = data.draw(sampled(keys), label="extra key")
@@ -449,8 +445,6 @@ class ManagerLockstep(RuleBasedStateMachine):
         if self.scheduler and status is not AllocStatus.OK:
             return group_id  # the request waits in the queue
         seq_ids = [self.fresh_id() for _ in range(num_seqs)]
-        if greedy:
-            self.greedy.add(group_id)
         result = self.both("allocate", group_id, seq_ids, prompt, key, encoder)
         if status is AllocStatus.OK:
             assert not isinstance(result, PagedKVError), f"can_allocate said OK, then {result!r}"
@@ -521,13 +515,9 @@ class ManagerLockstep(RuleBasedStateMachine):
                 self._preempt(group)
                 return
         scheduled: dict[int, range] = {}
-        members = self.ledger.members(group)
-        alike = group in self.greedy
-        tokens: list[Token] = []
-        for seq_id in members:
+        for seq_id in self.ledger.members(group):
             start = len(self.ledger.seqs[seq_id].tokens)
-            if not (alike and tokens):
-                tokens = self._tokens(data, start, num_new)
+            tokens = self._tokens(data, start, num_new)
             before = self.model_view()
             pairs = self.both("append_slots", seq_id, tokens, lookahead)
             if allowed:
@@ -650,15 +640,21 @@ class ManagerLockstep(RuleBasedStateMachine):
 
     def _edge_lookahead(self, group: int, short: int) -> int:
         """The fewest lookahead slots that bring ``group``'s swap-in to ``short`` blocks under
-        the GPU's capacity, counted as a block per distinct block of its tables, plus the new
-        blocks each sequence's slots take past its table."""
-        view = self.model_view() or self.target_view()
-        if group not in view.groups:
+        the GPU's capacity, counted as a block per distinct block of its tables (as the model
+        has them; under the safety tier, a block per ``block_size`` tokens of each sequence),
+        plus the new blocks each sequence's slots take past its table."""
+        members = self.ledger.members(group)
+        if not members:
             return 0
-        size, null = self.config.block_size, view.null_block
-        tables = [view.seqs[s].blocks for s in view.groups[group].seq_ids]
-        held = len({b for table in tables for b in table if b != null})
-        lengths = [len(view.seqs[s].tokens) for s in view.groups[group].seq_ids]
+        size, view = self.config.block_size, self.model_view()
+        lengths = [len(self.ledger.seqs[s].tokens) for s in members]
+        tables: list[Sequence[int]]
+        if view is None:
+            tables = [range(-(-length // size)) for length in lengths]
+            held = sum(len(table) for table in tables)
+        else:
+            tables = [view.seqs[s].blocks for s in members]
+            held = len({b for table in tables for b in table if b != view.null_block})
         capacity = self.config.num_gpu_blocks - (self.config.sliding_window is not None)
         for lookahead in range(capacity * size + 1):
             more = sum(
