@@ -323,11 +323,11 @@ class IsomorphicManagerSession:
         self, before: ManagerView, after: ManagerView, slots: list[Slot]
     ) -> dict[Device, set[BlockId]]:
         """Cached blocks both sides evicted during this call: the model block lost its content,
-        and its target block sits where no block of that content does. When several evictable
-        blocks rank first, which of them each allocation takes is a free choice, and so is which
-        position each evicted block then serves (its old content is gone on both sides): their
-        correspondence ends here, as a released pair's does (a swap-in evicting two tied blocks
-        in the other order than the reference is no divergence)."""
+        and its target block sits where no block of that content does. Which position each
+        block evicted in the call then serves is not observable (both sides evicted the same
+        blocks, their old contents gone on both): their correspondence ends here, as a released
+        pair's does. A swap-in evicting two tied blocks in the other order than the reference is
+        no divergence; a block only one side evicted still is."""
         evicted: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
         for device in Device:
             old, new = before.pool(device), after.pool(device)

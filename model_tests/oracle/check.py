@@ -51,7 +51,7 @@ from specs.policy import profile as named_profile
 
 PAGEDKV_PROFILE = named_profile("pagedkv")
 
-DEFAULT_STEPS = 10_000
+DEFAULT_STEPS = 16_000
 DEFAULT_TRACE = "pagedkv-divergence.jsonl"
 MAX_STEPS_PER_RUN = 30
 
