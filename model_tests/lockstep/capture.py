@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import reject
@@ -44,6 +44,8 @@ class RunRecord:
     """The run held the target to the safety tier alone; ``outcomes`` are then the target's."""
     failed: bool = False
     """The run ended on a failure: a divergence, a machine's own check, a crash, a hang."""
+    error: BaseException | None = field(default=None, compare=False)
+    """That failure (what Hypothesis raises at the end if this run is the one it reports)."""
 
 
 RunHook = Callable[[RunRecord], None]
@@ -65,14 +67,14 @@ def build_target(machine: Any, config: Any) -> Any:
         reject()
 
 
-def _failing() -> bool:
-    """Whether teardown runs because the run is failing: Hypothesis calls it in a ``finally``,
-    where the exception on its way out is visible. Its own control flow (a rejected example,
-    the end of the data) is no failure."""
+def _failure() -> BaseException | None:
+    """The failure teardown runs for, if it does: Hypothesis calls it in a ``finally``, where
+    the exception on its way out is visible. Its own control flow (a rejected example, the end
+    of the data) is no failure."""
     error = sys.exc_info()[1]
     if error is None or isinstance(error, HypothesisException | StopTest):
-        return False
-    return isinstance(error, Exception | TargetStopped)
+        return None
+    return error if isinstance(error, Exception | TargetStopped) else None
 
 
 def finish(machine: Any, level: Level) -> RunRecord:
@@ -84,6 +86,7 @@ def finish(machine: Any, level: Level) -> RunRecord:
     if pending is not None:
         calls.append(pending)
     config = getattr(machine, "config", None) or getattr(model, "config", None)
+    failure = _failure()
     record = RunRecord(
         level=level,
         config=config,
@@ -93,7 +96,8 @@ def finish(machine: Any, level: Level) -> RunRecord:
         checking_config=getattr(machine, "checking_config", None),
         policy=getattr(machine, "policy", PAGEDKV),
         safety=getattr(machine, "mode", None) == "safety",
-        failed=_failing(),
+        failed=failure is not None,
+        error=failure,
     )
     cls = type(machine)
     release: ReleaseHook | None = getattr(cls, "release_target", None)

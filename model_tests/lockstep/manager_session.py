@@ -28,7 +28,8 @@ from reference.pool_state import PoolState
 from specs.errors import OutOfBlocksError, PagedKVError
 from specs.manager_view import ManagerView
 from specs.operations import OPERATIONS
-from specs.types import NO_EXTRA_KEY, BlockId, CopyPair, Device, ExtraKey
+from specs.pool_view import PoolView
+from specs.types import NO_EXTRA_KEY, BlockHash, BlockId, CopyPair, Device, ExtraKey
 
 
 class ManagerSession(Protocol):
@@ -116,6 +117,8 @@ class IsomorphicManagerSession:
             observed = self.observe(after)
             slots = self._positions(after, observed)
             released = self._released(held_before, after, slots)
+            for device, evicted in self._evicted_by_both(before, after, slots).items():
+                released[device] |= evicted
             wanted = self._align(before, slots, previous, released, bind=False)
             if all(wanted[d] <= prefer[d] for d in Device):
                 break
@@ -316,6 +319,31 @@ class IsomorphicManagerSession:
                 released[device].add(mine)
         return released
 
+    def _evicted_by_both(
+        self, before: ManagerView, after: ManagerView, slots: list[Slot]
+    ) -> dict[Device, set[BlockId]]:
+        """Cached blocks both sides evicted during this call: the model block lost its content,
+        and its target block sits where no block of that content does. Which position each
+        block evicted in the call then serves is not observable (both sides evicted the same
+        blocks, their old contents gone on both): their correspondence ends here, as a released
+        pair's does. A swap-in evicting two tied blocks in the other order than the reference is
+        no divergence; a block only one side evicted still is."""
+        evicted: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
+        for device in Device:
+            old, new = before.pool(device), after.pool(device)
+            serving: dict[BlockId, set[object]] = {}  # the contents each target block sits at
+            for _, where_device, mine, theirs in slots:
+                if where_device is device:
+                    serving.setdefault(theirs, set()).add(_content(new, mine))
+            for block in old.evictable:
+                content = _content(old, block)
+                counterpart = self.maps[device].to_target.get(block)
+                if block in new.evictable or _content(new, block) == content:
+                    continue  # kept, or revived as a hit
+                if counterpart in serving and content not in serving[counterpart]:
+                    evicted[device].add(block)
+        return evicted
+
     def _forget_freed(self, after: ManagerView) -> None:
         """Free blocks are interchangeable: their correspondence ends when they are freed."""
         for device in Device:
@@ -393,3 +421,9 @@ class IsomorphicManagerSession:
 def _same_rate(mine: Any, theirs: Any) -> bool:
     both = isinstance(mine, float) and isinstance(theirs, float)
     return both and math.isclose(mine, theirs, rel_tol=RATE_TOLERANCE, abs_tol=RATE_TOLERANCE)
+
+
+def _content(pool: PoolView, block: BlockId) -> BlockHash | None:
+    """What ``block`` holds as the cache knows it (None for the null block and free ones)."""
+    view = pool.blocks.get(block)
+    return None if view is None else view.content_hash

@@ -14,7 +14,7 @@ same pairs, the same state, I4 after every step and I8 after every ``defragment(
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, ClassVar, Literal
 
@@ -79,7 +79,7 @@ manager_configs = st.builds(
     block_size=sampled((1, 2, 2, 3, 4)),
     num_gpu_blocks=integers(2, 12),
     num_cpu_blocks=integers(1, 8),
-    watermark=sampled((0.0, 0.0, 0.1, 0.3)),
+    watermark=sampled((0.0, 0.1, 0.2, 0.3)),
     sliding_window=sampled((None, None, 1, 2, 3, 5)),
     enable_caching=BOOLEANS,
 )
@@ -433,7 +433,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         offered = plain and self.policy.encoder and self.on("encoder")
         if offered and data.draw(BOOLEANS, label="encoder"):
             encoder = self._tokens(data, 5, data.draw(integers(1, 2 * size), label="enc"))
-        most = 2 if self.policy.lookahead and self.on("lookahead") else 0
+        most = 2 if self._lookahead_on() else 0
         lookahead = data.draw(integers(0, most), label="lookahead")
         status = self.both("can_allocate", prompt, lookahead, encoder)
         group_id = self.fresh_id()
@@ -463,7 +463,13 @@ class ManagerLockstep(RuleBasedStateMachine):
     @rule(data=st.data())
     def decode_step(self, data: st.DataObject) -> None:
         """One scheduler iteration: every group on the GPU gets its decode step. This is what
-        fills the pool, so it is what makes copy-on-write and window releases common."""
+        fills the pool, so it is what makes copy-on-write and window releases common. First,
+        as a scheduler looks at its swapped queue, each group on the CPU is asked about (with a
+        lookahead, or one at the GPU's edge) and comes back if it may."""
+        for group_id, group in sorted(self.ledger.groups.items()):
+            if group.device is Device.CPU:
+                edge = data.draw(sampled((None, 2, 1, 0, -1)), label="edge")
+                self._swap_in(group_id, 1, edge, only_when_allowed=True)
         for group_id, group in sorted(self.ledger.groups.items()):
             if group.device is Device.GPU:
                 self.append_slots(group_id, data)
@@ -476,10 +482,16 @@ class ManagerLockstep(RuleBasedStateMachine):
     @rule(group=groups, data=st.data())
     def append_slots(self, group: int, data: st.DataObject) -> None:
         """One decode step for a group: ask, then append to each of its sequences."""
+        lookaheads = (0, 0, 1, 2) if self._lookahead_on() else (0,)
+        self._decode(group, data, lookaheads)
+
+    def _lookahead_on(self) -> bool:
+        return self.policy.lookahead and self.on("lookahead")
+
+    def _decode(self, group: int, data: st.DataObject, lookaheads: tuple[int, ...]) -> None:
         if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
             return  # a scheduler decodes running groups only
         num_new = data.draw(sampled((1, 1, 1, 0, 2, 3)), label="new tokens")
-        lookaheads = (0, 0, 1, 2) if self.policy.lookahead and self.on("lookahead") else (0,)
         lookahead = data.draw(sampled(lookaheads), label="lookahead")
         self._steer_scarcity("scarcity at append")
         members = self.ledger.members(group)
@@ -592,17 +604,28 @@ class ManagerLockstep(RuleBasedStateMachine):
             for side in self.kv_sides():
                 side.run_swap(pairs, Device.CPU)
 
-    @rule(group=groups, lookahead=sampled((0, 0, 1, 3)))
-    def swap_in(self, group: int, lookahead: int) -> None:
-        if self.scheduler and self.ledger.device_of(group) is not Device.CPU:
+    @rule(group=groups, lookahead=sampled((0, 0, 1, 3)), edge=sampled((None, None, 2, 1, 0, -1)))
+    def swap_in(self, group: int, lookahead: int, edge: int | None) -> None:
+        self._swap_in(group, lookahead, edge, only_when_allowed=self.scheduler)
+
+    def _swap_in(
+        self, group: int, lookahead: int, edge: int | None, *, only_when_allowed: bool
+    ) -> None:
+        """``can_swap_in``, then the swap (only after an OK, if ``only_when_allowed``); with an
+        ``edge``, the lookahead is the one that brings the swap-in's worst case to ``edge``
+        blocks short of the GPU's capacity (the watermark's blocks lie there: boundary values
+        for each answer and its promise)."""
+        if only_when_allowed and self.ledger.device_of(group) is not Device.CPU:
             return
-        lookahead = lookahead if self.policy.lookahead and self.on("lookahead") else 0
+        if edge is not None:
+            lookahead = self._edge_lookahead(group, edge)
+        lookahead = lookahead if self._lookahead_on() else 0
         self._steer_scarcity("scarcity at swap-in")
         status = self.both("can_swap_in", group, lookahead)
         if isinstance(status, PagedKVError):
             return
         event(f"outcome: can_swap_in {status.name}")
-        if self.scheduler and status is not AllocStatus.OK:
+        if only_when_allowed and status is not AllocStatus.OK:
             return
         pairs = self.both("swap_in", group)
         if status is AllocStatus.OK:
@@ -615,6 +638,33 @@ class ManagerLockstep(RuleBasedStateMachine):
         if status is AllocStatus.OK and lookahead:
             self._lookahead_promised(group, lookahead)
 
+    def _edge_lookahead(self, group: int, short: int) -> int:
+        """The fewest lookahead slots that bring ``group``'s swap-in to ``short`` blocks under
+        the GPU's capacity, counted as a block per distinct block of its tables (as the model
+        has them; under the safety tier, a block per ``block_size`` tokens of each sequence),
+        plus the new blocks each sequence's slots take past its table."""
+        members = self.ledger.members(group)
+        if not members:
+            return 0
+        size, view = self.config.block_size, self.model_view()
+        lengths = [len(self.ledger.seqs[s].tokens) for s in members]
+        tables: list[Sequence[int]]
+        if view is None:
+            tables = [range(-(-length // size)) for length in lengths]
+            held = sum(len(table) for table in tables)
+        else:
+            tables = [view.seqs[s].blocks for s in members]
+            held = len({b for table in tables for b in table if b != view.null_block})
+        capacity = self.config.num_gpu_blocks - (self.config.sliding_window is not None)
+        for lookahead in range(capacity * size + 1):
+            more = sum(
+                max(0, -(-(length + lookahead) // size) - len(table))
+                for length, table in zip(lengths, tables, strict=True)
+            )
+            if held + more >= capacity - short:
+                return lookahead
+        return 0
+
     @rule(group=groups, lookahead=sampled((0, 1, 3)))
     def preempt_and_resume(self, group: int, lookahead: int) -> None:
         """A scheduler's preemption by swapping, and the resumption: the group goes to the CPU
@@ -624,7 +674,7 @@ class ManagerLockstep(RuleBasedStateMachine):
             return
         self.swap_out(group)
         if self.ledger.device_of(group) is Device.CPU:
-            self.swap_in(group, lookahead)
+            self._swap_in(group, lookahead, None, only_when_allowed=self.scheduler)
 
     def _lookahead_promised(self, group: int, lookahead: int) -> None:
         """An OK from ``can_swap_in(group, n)`` promises room for n lookahead slots as well."""
@@ -674,7 +724,7 @@ class ManagerLockstep(RuleBasedStateMachine):
             # the logical block that sat at the free id now sits where the used one was
             event("outcome: an evictable cached block's KV exchanged away")
 
-    @rule(group=groups, leave=sampled((0, 0, 1, 2)), data=st.data())
+    @rule(group=groups, leave=sampled((0, 0, 1, 2, 3, 5)), data=st.data())
     def fill_pool(self, group: int, leave: int, data: st.DataObject) -> None:
         """Drive the GPU to its edge on purpose, for one question: admit one-block requests
         until ``leave`` blocks are free (or admission refuses), then make one step there (a new
@@ -682,12 +732,16 @@ class ManagerLockstep(RuleBasedStateMachine):
         on the GPU), then let the requests finish, their cached blocks left for eviction. The
         squeeze passes: a filled pool that stayed, with its requests in the bundle, made most
         later steps pick a filler, and lost swap pairs and leaked copy sources were found in
-        half as many runs."""
+        half as many runs. In a ``steady`` state (with caching, sometimes) the requests are full
+        blocks and finish before the step, as a serving engine's pool is once it has run a
+        while: nothing free, everything cached and evictable, so that every block the step
+        takes evicts one; the step on the GPU is then a whole scheduler iteration."""
+        steady = self.config.enable_caching and data.draw(BOOLEANS, label="steady state")
         finishing = []
         for index in range(self.config.num_gpu_blocks):
             if self.ended or self._free_gpu() <= leave:
                 break
-            prompt = self._filler_tokens(index)
+            prompt = self._filler_tokens(index, steady)
             status = self.both("can_allocate", prompt, 0, None)
             if status is AllocStatus.NEVER or (self.scheduler and status is not AllocStatus.OK):
                 break
@@ -701,21 +755,30 @@ class ManagerLockstep(RuleBasedStateMachine):
             finishing.append(seq_id)
         event(f"outcome: pool filled with {min(len(finishing), 3)}+ requests")
         self._steer_scarcity("scarcity after filling")
+        if steady:
+            for seq_id in finishing:
+                self.both("free", seq_id)
+            finishing = []
         if data.draw(sampled((False, False, True)), label="a new request"):
             finishing += self.ledger.members(self._admit(self._prompt(data), data))
         elif self.ledger.device_of(group) is Device.CPU:
-            self.swap_in(group, data.draw(sampled((1, 2, 3)), label="lookahead"))
-        elif self.ledger.members(group):
-            self.append_slots(group, data)
+            lookahead = data.draw(sampled((1, 2, 3)), label="lookahead")
+            self._swap_in(group, lookahead, None, only_when_allowed=self.scheduler)
+        elif steady:  # a scheduler iteration there: each running group decodes in turn
+            self.decode_step(data)
+        elif self.ledger.members(group):  # a decode step whose lookahead takes blocks
+            self._decode(group, data, (1, 2, 3) if self._lookahead_on() else (0,))
         for seq_id in finishing:
             self.both("free", seq_id)
 
-    def _filler_tokens(self, index: int) -> list[Token]:
+    def _filler_tokens(self, index: int, full: bool) -> list[Token]:
         """One block's prompt no other prompt holds (tokens past the machine's usual 0-9), so
-        each filler takes a block of its own; short of a full block where a block holds more
-        than one token, so that it is never cached and, given back, leaves the evictor as it
-        was (full fillers, evicted first, shielded the blocks whose order is under test)."""
-        return [FILLER_TOKEN + index] * max(1, self.config.block_size - 1)
+        each filler takes a block of its own; unless ``full``, short of a full block where a
+        block holds more than one token, so that it is never cached and, given back, leaves
+        the evictor as it was (full fillers, evicted first, shielded the blocks whose order is
+        under test)."""
+        size = self.config.block_size
+        return [FILLER_TOKEN + index] * (size if full else max(1, size - 1))
 
     # --- marks and queries --------------------------------------------------------------------
 

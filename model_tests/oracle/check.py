@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ from model_tests.oracle.exec_target import close_target
 from model_tests.oracle.guard import guard
 from model_tests.oracle.known import Finding, KnownDifferences, entry_for, finding_of, kinds_of
 from model_tests.oracle.minimize import minimize
-from model_tests.oracle.shrink_time import SHRINK_SECONDS, shrinking_for
+from model_tests.oracle.shrink_time import AFTER_FAILURE_SECONDS, SHRINK_SECONDS, shrinking_for
 from model_tests.oracle.stepping import Stepping
 from model_tests.oracle.trace import Trace, Verdict
 from model_tests.oracle.watchdog import watched
@@ -50,7 +51,7 @@ from specs.policy import profile as named_profile
 
 PAGEDKV_PROFILE = named_profile("pagedkv")
 
-DEFAULT_STEPS = 6000
+DEFAULT_STEPS = 16_000
 DEFAULT_TRACE = "pagedkv-divergence.jsonl"
 MAX_STEPS_PER_RUN = 30
 
@@ -101,6 +102,11 @@ def epoch_phases(epoch: int) -> list[Phase]:
 class BudgetSpent(BaseException):
     """Every run the budget allows is made (a ``BaseException``: Hypothesis must not take it for
     a failure)."""
+
+
+class SearchCut(BaseException):
+    """Hypothesis went on for ``AFTER_FAILURE_SECONDS`` after a failure; the check reports the
+    shortest failing run so far."""
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -189,10 +195,13 @@ def run_check(
     if stepping is not None:
         case = stepping.wrap(case)
     failing = False
+    failed_at: float | None = None
+    shortest: RunRecord | None = None
+    """The failing run with the fewest calls (what a cut search reports)."""
     runs, per_run = budget(steps, steps_per_run)
 
     def on_run_end(record: RunRecord) -> None:
-        nonlocal failing
+        nonlocal failing, failed_at, shortest
         if record.config is None:
             return  # declined before it began
         result.runs += 1
@@ -205,9 +214,17 @@ def run_check(
             failing = failing or record.checking_config is not None
             if failing and result.found_after is None:
                 result.found_after = (result.runs, result.calls)
+                failed_at = time.monotonic()
+            if record.error is not None and (
+                shortest is None or len(record.calls) < len(shortest.calls)
+            ):
+                shortest = record
         if progress is not None:
             progress(result.runs, result.calls, failing)
-        if not failing and result.runs >= runs:
+        if failed_at is not None and shortest is not None:
+            if time.monotonic() - failed_at > AFTER_FAILURE_SECONDS:
+                raise SearchCut
+        elif not failing and result.runs >= runs:
             raise BudgetSpent  # in whatever search: the runs a search makes do not count here
 
     def on_declined(config: Any, why: str) -> None:
@@ -235,6 +252,10 @@ def run_check(
                     case, settings=settings(chosen, phases=epoch_phases(epoch))
                 )
             except BudgetSpent:
+                break
+            except SearchCut:
+                assert shortest is not None and shortest.error is not None
+                result.failure, case.last_run = shortest.error, shortest
                 break
             except Unsatisfiable:
                 pass  # every example of the search was rejected

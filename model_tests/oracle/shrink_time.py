@@ -18,6 +18,12 @@ from hypothesis.internal.conjecture import engine
 
 SHRINK_SECONDS = 10.0
 
+AFTER_FAILURE_SECONDS = 1.5 * SHRINK_SECONDS
+"""How long a check lets Hypothesis go on once a run has failed: its shrinking, and half as long
+again for what it finishes first. A steering pass (``Phase.target``) that finds a failure goes
+on climbing its score to the end of the pass: once 4,000 runs and 400 s after the failure. Then
+the check stops Hypothesis itself and reports the shortest failing run it saw."""
+
 
 @contextmanager
 def shrinking_for(seconds: float = SHRINK_SECONDS) -> Iterator[None]:

@@ -106,6 +106,30 @@ def test_a_block_released_and_taken_again_within_one_call_is_a_free_choice() -> 
     assert verdict.ok, verdict.describe()
 
 
+def test_blocks_evicted_in_one_call_may_serve_either_position() -> None:
+    """A swap-in evicts two cached blocks that rank alike (the same access, as many hashed
+    tokens): the reference gives the first position the lower id, the independent manager the
+    other. Either is allowed, and their old contents are gone on both sides (found once the
+    search built a pool full of evictable blocks: the oracle flagged the correct manager)."""
+    config = ManagerConfig(2, 7, 2, 0.0, sliding_window=1, enable_caching=True)
+    fillers = [("allocate", (8 + 2 * i, [9 + 2 * i], [100 + i] * 2)) for i in range(5)]
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate", (1, [2, 3], [3, 1])),
+        ("access_all_blocks_in_seq", (3, 1.0)),
+        ("append_slots", (2, [4], 1)),
+        ("append_slots", (3, [4], 1)),
+        ("swap_out", (1,)),
+        *fillers,
+        ("free", (9,)),
+        ("free", (11,)),
+        ("swap_in", (1,)),
+        ("get_block_table", (2,)),
+        ("get_block_table", (3,)),
+    ]
+    verdict = trace.replay(trace.trace_of_calls("manager", config, calls), IndependentManager)
+    assert verdict.ok, verdict.describe()
+
+
 # --- each broken variant fails, shrunk, and its trace replays the failure -----------------------
 
 
