@@ -42,10 +42,13 @@ class RunRecord:
     """The reference's policy in the run (under the safety tier: only what the target lacks)."""
     safety: bool = False
     """The run held the target to the safety tier alone; ``outcomes`` are then the target's."""
-    failed: bool = False
-    """The run ended on a failure: a divergence, a machine's own check, a crash, a hang."""
     error: BaseException | None = field(default=None, compare=False)
-    """That failure (what Hypothesis raises at the end if this run is the one it reports)."""
+    """The failure the run ended on (a divergence, a machine's own check, a crash, a hang): what
+    Hypothesis raises at the end if this run is the one it reports."""
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
 
 
 RunHook = Callable[[RunRecord], None]
@@ -86,7 +89,6 @@ def finish(machine: Any, level: Level) -> RunRecord:
     if pending is not None:
         calls.append(pending)
     config = getattr(machine, "config", None) or getattr(model, "config", None)
-    failure = _failure()
     record = RunRecord(
         level=level,
         config=config,
@@ -96,8 +98,7 @@ def finish(machine: Any, level: Level) -> RunRecord:
         checking_config=getattr(machine, "checking_config", None),
         policy=getattr(machine, "policy", PAGEDKV),
         safety=getattr(machine, "mode", None) == "safety",
-        failed=failure is not None,
-        error=failure,
+        error=_failure(),
     )
     cls = type(machine)
     release: ReleaseHook | None = getattr(cls, "release_target", None)

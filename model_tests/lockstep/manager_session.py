@@ -331,6 +331,8 @@ class IsomorphicManagerSession:
         evicted: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
         for device in Device:
             old, new = before.pool(device), after.pool(device)
+            if not old.evictable:
+                continue  # nothing cached to evict: most calls (this runs on every one)
             serving: dict[BlockId, set[object]] = {}  # the contents each target block sits at
             for _, where_device, mine, theirs in slots:
                 if where_device is device:

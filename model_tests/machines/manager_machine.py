@@ -54,6 +54,7 @@ from model_tests.machines.kv_harness import (
 )
 from reference.manager_adapter import ReferenceBlockSpaceManager
 from specs import invariants
+from specs.accounting import blocks_for
 from specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
 from specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
 from specs.manager_view import ManagerView
@@ -650,7 +651,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         lengths = [len(self.ledger.seqs[s].tokens) for s in members]
         tables: list[Sequence[int]]
         if view is None:
-            tables = [range(-(-length // size)) for length in lengths]
+            tables = [range(blocks_for(length, size)) for length in lengths]
             held = sum(len(table) for table in tables)
         else:
             tables = [view.seqs[s].blocks for s in members]
@@ -658,7 +659,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         capacity = self.config.num_gpu_blocks - (self.config.sliding_window is not None)
         for lookahead in range(capacity * size + 1):
             more = sum(
-                max(0, -(-(length + lookahead) // size) - len(table))
+                max(0, blocks_for(length + lookahead, size) - len(table))
                 for length, table in zip(lengths, tables, strict=True)
             )
             if held + more >= capacity - short:
