@@ -1,7 +1,7 @@
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
-PKGS    := specs reference optimized model_tests pagedkv pagedkv_entry.py
+PKGS    := specs reference optimized model_tests pagedkv
 
 .PHONY: setup browser test lint typecheck pytest wheel fuzz bench soak crosshair exhaustive mutate clean peers peers-fetch corpus
 
@@ -32,8 +32,10 @@ lint:
 	$(BIN)/ruff check $(PKGS)
 	$(BIN)/ruff format --check $(PKGS)
 
+# One import name: mypy reads the folders as pagedkv.specs, pagedkv.reference ... through the
+# links in pagedkv/ (README, "The layout"), so it is given the package, not the folders.
 typecheck:
-	$(BIN)/mypy --strict $(PKGS)
+	$(BIN)/mypy --strict pagedkv
 
 pytest:
 	$(BIN)/pytest -q --hypothesis-show-statistics
@@ -48,7 +50,7 @@ wheel:
 # into specs/corpus.md's table and each variant's trace into model_tests/corpus/traces/ (`make
 # test` replays those, and searches live for six variants).
 corpus:
-	$(BIN)/python -m model_tests.corpus.measure --jobs 2 --write specs/corpus.md
+	$(BIN)/python -m pagedkv.model_tests.corpus.measure --jobs 2 --write specs/corpus.md
 
 # Long campaigns: the `fuzz` Hypothesis profile (see model_tests/machines/profiles.py).
 fuzz:
@@ -57,18 +59,18 @@ fuzz:
 # CrossHair over the PEP 316 contracts of specs/ and reference/ and over each reference/optimized
 # pair (crosshair diffbehavior); pytest runs a short pass (model_tests/tests/test_formal.py).
 crosshair:
-	$(BIN)/python -m model_tests.formal.crosshair_check --timeout 20 --pair-timeout 60
+	$(BIN)/python -m pagedkv.model_tests.formal.crosshair_check --timeout 20 --pair-timeout 60
 
 # Breadth first over every step sequence of tiny managers, reference against optimized at every
 # state; prints states, transitions and the depth reached per configuration in a fixed time.
 exhaustive:
-	$(BIN)/python -m model_tests.machines.explorer --seconds 20
+	$(BIN)/python -m pagedkv.model_tests.machines.explorer --seconds 20
 
 # The mutation score over optimized/ and reference/: SAMPLE mutants per file (0: every mutant,
 # hours on two cores), each run against the fast killer tests under the `mutate` profile.
 SAMPLE ?= 10
 mutate:
-	$(BIN)/python -m model_tests.formal.mutate --sample $(SAMPLE)
+	$(BIN)/python -m pagedkv.model_tests.formal.mutate --sample $(SAMPLE)
 
 # Figures, never asserts: the serving workload on the optimized manager, beside the commit this
 # work started from (BASELINE), the reference and the control loop, and the kernels. Takes some
@@ -90,8 +92,8 @@ clean:
 # defects (model_tests/peers/known/). Not part of `make test`. PEERS_ARGS passes options, e.g.
 # PEERS_ARGS="--steps 4000 --seed 3".
 peers-fetch:
-	$(BIN)/python -m model_tests.peers.run fetch
+	$(BIN)/python -m pagedkv.model_tests.peers.run fetch
 
 peers: peers-fetch
-	$(BIN)/python -m model_tests.peers.run check $(PEERS_ARGS)
-	$(BIN)/python -m model_tests.peers.run check --known $(PEERS_ARGS)
+	$(BIN)/python -m pagedkv.model_tests.peers.run check $(PEERS_ARGS)
+	$(BIN)/python -m pagedkv.model_tests.peers.run check --known $(PEERS_ARGS)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn, SupportsIndex
 
-from specs.types import BlockId
+from pagedkv.specs.types import BlockId
 
 
 class BlockIds(list[BlockId]):

@@ -1,9 +1,10 @@
 """The mutable, fast block space manager: observably identical to
-``reference.manager_adapter.ReferenceBlockSpaceManager`` in exact mode.
+``pagedkv.reference.manager_adapter.ReferenceBlockSpaceManager`` in exact mode.
 
 Two ``OptimizedBlockPool``s (GPU and CPU), one mutable ``BlockTable`` per sequence and one
 ``SequenceGroup`` per group. Every operation validates its arguments once, here at the public
-boundary, in the reference's order with the shared ``specs.validation`` checks, and compares its
+boundary, in the reference's order with the shared ``pagedkv.specs.validation`` checks, and
+compares its
 worst case of blocks with the free ones before it changes anything, so it either happens whole or
 raises having changed nothing. Below the boundary it calls the pools' trusted core: every id it
 passes is one the pool handed out. The pool calls are the reference's, in the reference's order,
@@ -22,20 +23,20 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from optimized.block_ids import NO_BLOCK_IDS, BlockIds
-from optimized.block_pool import OptimizedBlockPool, common_length
-from optimized.block_table import BlockTable
-from optimized.sequence_group import SequenceGroup
-from optimized.tokens import plain_tokens
-from specs.accounting import (
+from pagedkv.optimized.block_ids import NO_BLOCK_IDS, BlockIds
+from pagedkv.optimized.block_pool import OptimizedBlockPool, common_length
+from pagedkv.optimized.block_table import BlockTable
+from pagedkv.optimized.sequence_group import SequenceGroup
+from pagedkv.optimized.tokens import plain_tokens
+from pagedkv.specs.accounting import (
     alloc_status,
     blocks_for,
     blocks_touched_by_append,
     most_blocks_touched,
 )
-from specs.errors import DuplicateSequenceError, OutOfBlocksError
-from specs.manager_view import GroupView, ManagerView, SeqView
-from specs.types import (
+from pagedkv.specs.errors import DuplicateSequenceError, OutOfBlocksError
+from pagedkv.specs.manager_view import GroupView, ManagerView, SeqView
+from pagedkv.specs.types import (
     NO_EXTRA_KEY,
     AllocStatus,
     BlockId,
@@ -45,7 +46,7 @@ from specs.types import (
     ManagerConfig,
     Token,
 )
-from specs.validation import (
+from pagedkv.specs.validation import (
     check_count,
     check_device,
     check_encoder_support,
@@ -106,7 +107,8 @@ class OptimizedBlockSpaceManager:
         """The block released window entries point at."""
         return self._null_block
 
-    # --- lookups (the shared checks of specs.validation, a dict hit first) -----------------------
+    # --- lookups (the shared checks of pagedkv.specs.validation, a dict hit first)
+    # -----------------------
 
     def _pool(self, device: Device) -> OptimizedBlockPool:
         return self._gpu if device is Device.GPU else self._cpu
@@ -228,7 +230,7 @@ class OptimizedBlockSpaceManager:
         """Whether every sequence of the group can take ``num_new_tokens`` tokens and
         ``num_lookahead_slots`` lookahead slots, assuming every touched block needs a new one.
         A sequence's worst case is at most one block per new slot and one more
-        (``specs.accounting.most_blocks_touched``): while that many are free for every
+        (``pagedkv.specs.accounting.most_blocks_touched``): while that many are free for every
         sequence, the answer is yes without adding the worst cases up."""
         found = self._groups.get(group_id) if type(group_id) is int else None
         if found is None or found.device is not GPU:

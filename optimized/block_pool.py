@@ -1,4 +1,5 @@
-"""The mutable, fast block pool: observably identical to ``reference.pool_adapter`` in exact mode.
+"""The mutable, fast block pool: observably identical to ``pagedkv.reference.pool_adapter`` in
+exact mode.
 
 Each block's fields live in flat lists indexed by ``block - first_id``, so an operation touches
 only the blocks it names; the free list and the evictor are heaps, and the counts that
@@ -8,7 +9,8 @@ garbage collector would have to walk: on a pool of a million blocks, a tuple per
 every full collection take longer than all the calls between two of them.
 
 Two faces. The ``BlockPool`` protocol (``allocate_mutable``, ``append_tokens``, ``free``, ...)
-validates all of its input, in the reference's order and with the shared ``specs.validation``
+validates all of its input, in the reference's order and with the shared
+``pagedkv.specs.validation``
 checks, before it changes anything, so an error leaves the pool as it was. Under it is a trusted
 core (``take``, ``take_full``, ``fill``, ``hold``, ``release``, ``touch``, ``set_computed``, ...)
 that checks nothing: it is for a caller that only passes ids this pool handed it, and that has
@@ -20,13 +22,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from optimized.evictor import Evictor
-from optimized.free_list import FreeList
-from specs.content_hash import ROOT, Prefix
-from specs.errors import DoubleFreeError, OutOfBlocksError
-from specs.pool_view import BlockView, PoolView
-from specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, ExtraKey, PoolConfig, Token
-from specs.validation import (
+from pagedkv.optimized.evictor import Evictor
+from pagedkv.optimized.free_list import FreeList
+from pagedkv.specs.content_hash import ROOT, Prefix
+from pagedkv.specs.errors import DoubleFreeError, OutOfBlocksError
+from pagedkv.specs.pool_view import BlockView, PoolView
+from pagedkv.specs.types import (
+    NEVER_ACCESSED,
+    BlockHash,
+    BlockId,
+    CopyPair,
+    ExtraKey,
+    PoolConfig,
+    Token,
+)
+from pagedkv.specs.validation import (
     BlockFacts,
     check_append,
     check_appendable,
@@ -100,7 +110,8 @@ class OptimizedBlockPool:
     def config(self) -> PoolConfig:
         return self._config
 
-    # --- what the shared checks of specs.validation read ---------------------------------------
+    # --- what the shared checks of pagedkv.specs.validation read
+    # ---------------------------------------
 
     def _facts(self, block: BlockId) -> BlockFacts:
         index = block - self._first_id

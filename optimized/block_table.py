@@ -3,12 +3,12 @@ O(sequence length).
 
 Logical block ``i`` holds tokens ``i * block_size .. (i + 1) * block_size - 1`` and lives in
 physical block ``blocks[i]``. Every function makes the same pool calls in the same order as
-``reference.block_table``, so the pool ends in the same state; the table adds what lets the three
-questions a scheduler asks of every running sequence at every step cost O(1) amortized:
+``pagedkv.reference.block_table``, so the pool ends in the same state; the table adds what lets the
+three questions a scheduler asks of every running sequence at every step cost O(1) amortized:
 
 - ``hashes``: with caching, the content hash of every full block, so that filling the next one
-  hashes that block alone, once, after its parent's hash (``reference.block_table.prefix_at``
-  starts over from the root each time).
+  hashes that block alone, once, after its parent's hash
+  (``pagedkv.reference.block_table.prefix_at`` starts over from the root each time).
 - a pending access (``access_time``, ``access_stamp``, ``access_end``): the last
   ``access_all_blocks_in_seq`` is kept here instead of being written into every block, and is
   written into a block (``pool.touch``) only when the table stops holding it there: before a
@@ -31,17 +31,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from optimized.block_ids import NO_BLOCK_IDS, BlockIds
-from optimized.block_pool import OptimizedBlockPool
-from optimized.sequence_group import SequenceGroup
-from specs.accounting import blocks_touched_by_append
-from specs.content_hash import ROOT
-from specs.types import BlockHash, BlockId, Token
+from pagedkv.optimized.block_ids import NO_BLOCK_IDS, BlockIds
+from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.optimized.sequence_group import SequenceGroup
+from pagedkv.specs.accounting import blocks_touched_by_append
+from pagedkv.specs.content_hash import ROOT
+from pagedkv.specs.types import BlockHash, BlockId, Token
 
 
 def num_out_of_window(num_tokens: int, window: int, block_size: int, num_blocks: int) -> int:
     """How many leading blocks no token from ``num_tokens`` on attends to: those wholly before
-    ``num_tokens - window + 1`` (``reference.block_table.out_of_window`` lists them)."""
+    ``num_tokens - window + 1`` (``pagedkv.reference.block_table.out_of_window`` lists them)."""
     return max(0, min((num_tokens - window + 1) // block_size, num_blocks))
 
 

@@ -9,15 +9,15 @@ used id. An update that only appends to a table (the usual decode step) touches 
 entries.
 
 The exchanges it returns are physical ids; the caller runs them with
-``optimized.kernels.swap_blocks_in_place(store, pairs, config.pad_sizes)``.
+``pagedkv.optimized.kernels.swap_blocks_in_place(store, pairs, config.pad_sizes)``.
 """
 
 from __future__ import annotations
 
-from specs import defrag_rule
-from specs.defrag_view import DefragmenterView
-from specs.types import BlockId, DefragConfig, TableKey
-from specs.validation import (
+from pagedkv.specs import defrag_rule
+from pagedkv.specs.defrag_view import DefragmenterView
+from pagedkv.specs.types import BlockId, DefragConfig, TableKey
+from pagedkv.specs.validation import (
     check_defrag_config,
     check_defrag_id,
     check_defrag_tables,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 from typing import TypeAlias
 
-from specs.types import BlockId
+from pagedkv.specs.types import BlockId
 
 _Entry: TypeAlias = tuple[float, int, BlockId, int]
 """(last_accessed, -num_hashed_tokens, block, stamp): the heap order is the eviction order."""
@@ -16,8 +16,8 @@ _SLACK = 32
 
 
 class Evictor:
-    """A min-heap keyed like ``reference.allocation.eviction_rank`` with the id as the last tie
-    breaker, so ``pop`` takes the same block as the reference.
+    """A min-heap keyed like ``pagedkv.reference.allocation.eviction_rank`` with the id as the last
+    tie breaker, so ``pop`` takes the same block as the reference.
 
     Removing a block or changing its access time does not search the heap: the block's current
     entry is remembered in ``_live`` and any other entry for it is stale, skipped when it reaches

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 
-from specs.types import BlockId
+from pagedkv.specs.types import BlockId
 
 
 class FreeList:

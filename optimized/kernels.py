@@ -26,10 +26,10 @@ from typing import NamedTuple, TypeAlias
 
 import torch
 
-from optimized.kv_store import KVStore
-from specs.defrag_rule import padded_size
-from specs.errors import ForeignBlockError, InvalidArgumentError
-from specs.types import DEFRAG_PAD_SIZES
+from pagedkv.optimized.kv_store import KVStore
+from pagedkv.specs.defrag_rule import padded_size
+from pagedkv.specs.errors import ForeignBlockError, InvalidArgumentError
+from pagedkv.specs.types import DEFRAG_PAD_SIZES
 
 PairsLike: TypeAlias = torch.Tensor | Sequence[Sequence[int]]
 """``[N, 2]`` int64 CPU tensor, or a sequence of ``(src, dst)`` pairs."""

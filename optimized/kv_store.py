@@ -2,7 +2,8 @@
 
 Blocks are the first axis (``[num_blocks, block_size, num_kv_heads, head_dim]``) so that one block
 is one contiguous slab and a run of consecutive blocks is one contiguous slab too: that is what
-lets ``optimized.kernels`` move a run with a single ``copy_``. All the cache tensors are views of
+lets ``pagedkv.optimized.kernels`` move a run with a single ``copy_``. All the cache tensors are
+views of
 one allocation (``blocks``, ``[tensors, num_blocks, ...]``), so that one block of every layer is
 one strided slice too: a kernel moves a block of all layers with one call. Indices here are
 0-based positions in this store; a pool whose ids start at ``first_id`` subtracts it before
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specs.errors import ConfigurationError, ForeignBlockError, InvalidArgumentError
+from pagedkv.specs.errors import ConfigurationError, ForeignBlockError, InvalidArgumentError
 
 LayerCache = tuple[torch.Tensor, torch.Tensor | None]
 """One layer's (K, V); V is None for MLA, whose single latent cache plays both roles."""

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from optimized.block_ids import BlockIds
-from specs.content_hash import BlockHasher
-from specs.types import BlockId, Device, ExtraKey, Token
+from pagedkv.optimized.block_ids import BlockIds
+from pagedkv.specs.content_hash import BlockHasher
+from pagedkv.specs.types import BlockId, Device, ExtraKey, Token
 
 if TYPE_CHECKING:
-    from optimized.block_table import BlockTable
+    from pagedkv.optimized.block_table import BlockTable
 
 
 @dataclass(slots=True)

@@ -1,7 +1,8 @@
 """A prompt's tokens checked in C loops: a scheduler admits prompts of thousands of tokens, and
 asks ``can_allocate`` about each before it allocates it.
 
-``specs.validation.check_tokens`` looks at one token at a time in Python. For a list or tuple of
+``pagedkv.specs.validation.check_tokens`` looks at one token at a time in Python. For a list or
+tuple of
 plain ints the same verdict comes from passes that run in C: the elements' types are counted
 (every one must be ``int`` itself, so a ``bool`` or any other subclass fails), then the tokens are
 packed as unsigned 64-bit little-endian integers, which ``struct`` refuses for a value outside
@@ -16,7 +17,7 @@ from __future__ import annotations
 import struct
 from operator import countOf
 
-from specs.types import MAX_TOKEN
+from pagedkv.specs.types import MAX_TOKEN
 
 assert MAX_TOKEN == 2**63 - 1, "the top bit of each packed token is the bound"
 

@@ -44,13 +44,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from model_tests.bench.report import Section, cell
-from model_tests.bench.runner import REFERENCE_CALLS, BenchError, resolve_targets
-from model_tests.bench.runner import run as run_bench
-from model_tests.bench.sections import Options as BenchOptions
-from model_tests.machines import profiles
-from model_tests.oracle import codec, targets, timeout, trace
-from model_tests.oracle.check import (
+from pagedkv.model_tests.bench.report import Section, cell
+from pagedkv.model_tests.bench.runner import REFERENCE_CALLS, BenchError, resolve_targets
+from pagedkv.model_tests.bench.runner import run as run_bench
+from pagedkv.model_tests.bench.sections import Options as BenchOptions
+from pagedkv.model_tests.machines import profiles
+from pagedkv.model_tests.oracle import codec, targets, timeout, trace
+from pagedkv.model_tests.oracle.check import (
     DEFAULT_STEPS,
     DEFAULT_TRACE,
     Report,
@@ -60,19 +60,19 @@ from model_tests.oracle.check import (
     run_check,
     show_config,
 )
-from model_tests.oracle.codec import Level
-from model_tests.oracle.exec_target import close_target
-from model_tests.oracle.known import KnownError
-from model_tests.oracle.known import load as load_known
-from model_tests.oracle.record import CorpusError, check_out, record_level
-from model_tests.oracle.soak import CHECKPOINT, soak
-from model_tests.oracle.trace import Trace
-from model_tests.oracle.watchdog import Interrupted
-from model_tests.teaching import demo, page, terminal
-from model_tests.teaching.frames import Frame, Walk
-from model_tests.teaching.walkthrough import walk_trace
-from specs.policy import PROFILE_NAMES, Profile
-from specs.policy import profile as named_profile
+from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.model_tests.oracle.exec_target import close_target
+from pagedkv.model_tests.oracle.known import KnownError
+from pagedkv.model_tests.oracle.known import load as load_known
+from pagedkv.model_tests.oracle.record import CorpusError, check_out, record_level
+from pagedkv.model_tests.oracle.soak import CHECKPOINT, soak
+from pagedkv.model_tests.oracle.trace import Trace
+from pagedkv.model_tests.oracle.watchdog import Interrupted
+from pagedkv.model_tests.teaching import demo, page, terminal
+from pagedkv.model_tests.teaching.frames import Frame, Walk
+from pagedkv.model_tests.teaching.walkthrough import walk_trace
+from pagedkv.specs.policy import PROFILE_NAMES, Profile
+from pagedkv.specs.policy import profile as named_profile
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143

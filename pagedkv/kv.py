@@ -16,7 +16,7 @@ if importlib.util.find_spec("torch") is None:
         "pagedkv.kv needs torch, which is not installed: pip install 'pagedkv[kv]'", name="torch"
     )
 
-from optimized.kernels import copy_blocks, swap_blocks, swap_blocks_in_place
-from optimized.kv_store import KVStore
+from pagedkv.optimized.kernels import copy_blocks, swap_blocks, swap_blocks_in_place
+from pagedkv.optimized.kv_store import KVStore
 
 __all__ = ["KVStore", "copy_blocks", "swap_blocks", "swap_blocks_in_place"]

@@ -13,12 +13,12 @@ from dataclasses import replace
 
 from immutables import Map
 
-from reference.hash_index import unindex_block
-from reference.pool_state import PoolState, evictable_ids, free_ids, with_block
-from specs.errors import ForeignBlockError, InvalidArgumentError, OutOfBlocksError  # noqa: F401
-from specs.pool_view import BLANK, BlockView
-from specs.types import BlockId
-from specs.validation import check_block_id
+from pagedkv.reference.hash_index import unindex_block
+from pagedkv.reference.pool_state import PoolState, evictable_ids, free_ids, with_block
+from pagedkv.specs.errors import ForeignBlockError, InvalidArgumentError, OutOfBlocksError  # noqa: F401
+from pagedkv.specs.pool_view import BLANK, BlockView
+from pagedkv.specs.types import BlockId
+from pagedkv.specs.validation import check_block_id
 
 Picker = Callable[[PoolState], BlockId | None]
 """Makes the spec's open choice for the next allocation from a pool (one of

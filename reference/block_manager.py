@@ -17,9 +17,9 @@ from typing import TypeVar
 
 from immutables import Map
 
-from reference import block_pool as pool_ops
-from reference import block_table
-from reference.manager_state import (
+from pagedkv.reference import block_pool as pool_ops
+from pagedkv.reference import block_table
+from pagedkv.reference.manager_state import (
     ComputedList,
     DevicePicker,
     ManagerState,
@@ -35,20 +35,28 @@ from reference.manager_state import (
     take_null_block,
     with_pool,
 )
-from reference.pool_state import PoolState, is_computed
-from reference.swap import move_group
-from specs.accounting import (
+from pagedkv.reference.pool_state import PoolState, is_computed
+from pagedkv.reference.swap import move_group
+from pagedkv.specs.accounting import (
     alloc_status,
     blocks_for,
     blocks_touched_by_append,
     computed_blocks_release_end,
     token_chunks,
 )
-from specs.errors import DuplicateSequenceError, OutOfBlocksError, UnsupportedError
-from specs.manager_view import GroupView, SeqView
-from specs.pool_view import BlockView
-from specs.types import NO_EXTRA_KEY, AllocStatus, BlockId, CopyPair, Device, ExtraKey, Token
-from specs.validation import (
+from pagedkv.specs.errors import DuplicateSequenceError, OutOfBlocksError, UnsupportedError
+from pagedkv.specs.manager_view import GroupView, SeqView
+from pagedkv.specs.pool_view import BlockView
+from pagedkv.specs.types import (
+    NO_EXTRA_KEY,
+    AllocStatus,
+    BlockId,
+    CopyPair,
+    Device,
+    ExtraKey,
+    Token,
+)
+from pagedkv.specs.validation import (
     check_count,
     check_device,
     check_encoder_support,

@@ -12,9 +12,9 @@ from dataclasses import replace
 from functools import partial
 from itertools import takewhile
 
-from reference.allocation import discard_pending_copies, take_block
-from reference.hash_index import forget_hash, index_block
-from reference.pool_state import (
+from pagedkv.reference.allocation import discard_pending_copies, take_block
+from pagedkv.reference.hash_index import forget_hash, index_block
+from pagedkv.reference.pool_state import (
     PoolState,
     callers_count,
     facts,
@@ -24,12 +24,12 @@ from reference.pool_state import (
     new_state,
     with_block,
 )
-from specs.content_hash import Prefix
-from specs.errors import DoubleFreeError, UnsupportedError
-from specs.policy import PAGEDKV, Policy
-from specs.pool_view import BLANK
-from specs.types import NEVER_ACCESSED, BlockId, CopyPair, PoolConfig, Token
-from specs.validation import (
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import DoubleFreeError, UnsupportedError
+from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.pool_view import BLANK
+from pagedkv.specs.types import NEVER_ACCESSED, BlockId, CopyPair, PoolConfig, Token
+from pagedkv.specs.validation import (
     check_append,
     check_appendable,
     check_block_id,

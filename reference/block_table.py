@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reference import block_pool as pool_ops
-from reference.allocation import Picker, lowest_id
-from reference.pool_state import PoolState, is_computed
-from specs.content_hash import Prefix, encodable  # noqa: F401  (read by the contracts)
-from specs.types import MAX_TOKEN, BlockId, ExtraKey, Token  # noqa: F401
+from pagedkv.reference import block_pool as pool_ops
+from pagedkv.reference.allocation import Picker, lowest_id
+from pagedkv.reference.pool_state import PoolState, is_computed
+from pagedkv.specs.content_hash import Prefix, encodable  # noqa: F401  (read by the contracts)
+from pagedkv.specs.types import MAX_TOKEN, BlockId, ExtraKey, Token  # noqa: F401
 
 
 def prefix_at(tokens: Sequence[Token], index: int, block_size: int, key: ExtraKey) -> Prefix:

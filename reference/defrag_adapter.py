@@ -1,11 +1,11 @@
-"""The reference defragmenter behind the mutable ``specs.interface.Defragmenter`` face."""
+"""The reference defragmenter behind the mutable ``pagedkv.specs.interface.Defragmenter`` face."""
 
 from __future__ import annotations
 
-from reference import defragmenter as ops
-from reference.defragmenter import DefragState, Pair
-from specs.defrag_view import DefragmenterView
-from specs.types import BlockId, DefragConfig
+from pagedkv.reference import defragmenter as ops
+from pagedkv.reference.defragmenter import DefragState, Pair
+from pagedkv.specs.defrag_view import DefragmenterView
+from pagedkv.specs.types import BlockId, DefragConfig
 
 
 class ReferenceDefragmenter:

@@ -7,7 +7,7 @@ past the number used it exchanges the highest used ids with the lowest free ones
 tables, so that every logical id still finds its data. The manager never sees anything move.
 
 Every function takes a frozen ``DefragState`` and returns a new one (or a value); bad input raises
-the typed error of ``specs.validation`` before anything is computed.
+the typed error of ``pagedkv.specs.validation`` before anything is computed.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 
 from immutables import Map
 
-from specs import defrag_rule
-from specs.defrag_view import DefragmenterView
-from specs.types import BlockId, DefragConfig, TableKey
-from specs.validation import (
+from pagedkv.specs import defrag_rule
+from pagedkv.specs.defrag_view import DefragmenterView
+from pagedkv.specs.types import BlockId, DefragConfig, TableKey
+from pagedkv.specs.validation import (
     check_defrag_config,
     check_defrag_id,
     check_defrag_tables,

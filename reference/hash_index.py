@@ -13,9 +13,9 @@ from dataclasses import replace
 
 from immutables import Map
 
-from reference.pool_state import PoolState, with_block
-from specs.pool_view import BLANK
-from specs.types import BlockHash, BlockId
+from pagedkv.reference.pool_state import PoolState, with_block
+from pagedkv.specs.pool_view import BLANK
+from pagedkv.specs.types import BlockHash, BlockId
 
 
 def index_block(state: PoolState, block: BlockId, content_hash: BlockHash) -> PoolState:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from immutables import Map
 
-from specs.types import Device, ExtraKey, Token
+from pagedkv.specs.types import Device, ExtraKey, Token
 
 
 @dataclass(frozen=True, slots=True)

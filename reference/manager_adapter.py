@@ -1,15 +1,15 @@
-"""The reference block space manager behind the mutable ``specs.interface`` face."""
+"""The reference block space manager behind the mutable ``pagedkv.specs.interface`` face."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reference import block_manager as ops
-from reference.manager_state import DevicePicker, ManagerState, lowest_ids, to_manager_view
-from reference.offered import offered
-from specs.manager_view import ManagerView
-from specs.policy import PAGEDKV, Policy
-from specs.types import (
+from pagedkv.reference import block_manager as ops
+from pagedkv.reference.manager_state import DevicePicker, ManagerState, lowest_ids, to_manager_view
+from pagedkv.reference.offered import offered
+from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.types import (
     NO_EXTRA_KEY,
     AllocStatus,
     BlockId,
@@ -23,8 +23,8 @@ from specs.types import (
 
 class ReferenceBlockSpaceManager:
     """``pick`` makes the spec's open allocation choices; the oracle sets it to replay another
-    implementation's choices (``reference.allocation.Picker``). ``policy`` selects the choices
-    where correct managers differ (``specs/policy.md``); pagedkv's own by default."""
+    implementation's choices (``pagedkv.reference.allocation.Picker``). ``policy`` selects the
+    choices where correct managers differ (``specs/policy.md``); pagedkv's own by default."""
 
     def __init__(self, config: ManagerConfig, policy: Policy = PAGEDKV) -> None:
         self.state: ManagerState = ops.create(config, policy)

@@ -7,13 +7,13 @@ from dataclasses import dataclass, field, replace
 
 from immutables import Map
 
-from reference import block_pool as pool_ops
-from reference.allocation import Picker, lowest_id
-from reference.pool_state import PoolState, to_view
-from specs.manager_view import GroupView, ManagerView, SeqView
-from specs.policy import PAGEDKV, Policy
-from specs.types import BlockId, Device, ManagerConfig
-from specs.validation import (
+from pagedkv.reference import block_pool as pool_ops
+from pagedkv.reference.allocation import Picker, lowest_id
+from pagedkv.reference.pool_state import PoolState, to_view
+from pagedkv.specs.manager_view import GroupView, ManagerView, SeqView
+from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.types import BlockId, Device, ManagerConfig
+from pagedkv.specs.validation import (
     check_manager_config,
     check_on_device,
     lookup_group,

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Concatenate, ParamSpec, Protocol, TypeVar, cast
 
-from specs.errors import UnsupportedError
-from specs.policy import Policy
+from pagedkv.specs.errors import UnsupportedError
+from pagedkv.specs.policy import Policy
 
 
 class UnderPolicy(Protocol):

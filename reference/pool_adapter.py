@@ -1,4 +1,4 @@
-"""The reference pool behind the mutable ``specs.interface.BlockPool`` face.
+"""The reference pool behind the mutable ``pagedkv.specs.interface.BlockPool`` face.
 
 It holds one frozen ``PoolState`` and replaces it after each operation, so the lockstep tests can
 drive the reference and any other pool through the same calls. The ``choice`` arguments let the
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reference import block_pool as ops
-from reference.offered import offered
-from reference.pool_state import PoolState, to_view
-from specs.content_hash import Prefix
-from specs.policy import PAGEDKV, Policy
-from specs.pool_view import BlockView, PoolView
-from specs.types import BlockHash, BlockId, CopyPair, PoolConfig, Token
-from specs.validation import check_block_id, check_content_hash
+from pagedkv.reference import block_pool as ops
+from pagedkv.reference.offered import offered
+from pagedkv.reference.pool_state import PoolState, to_view
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.pool_view import BlockView, PoolView
+from pagedkv.specs.types import BlockHash, BlockId, CopyPair, PoolConfig, Token
+from pagedkv.specs.validation import check_block_id, check_content_hash
 
 
 class ReferenceBlockPool:

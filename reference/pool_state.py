@@ -11,10 +11,10 @@ from dataclasses import dataclass, field, replace
 
 from immutables import Map
 
-from specs.policy import PAGEDKV, Policy
-from specs.pool_view import BLANK, BlockView, PoolView
-from specs.types import BlockHash, BlockId, CopyPair, PoolConfig
-from specs.validation import BlockFacts, check_known, check_live
+from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.pool_view import BLANK, BlockView, PoolView
+from pagedkv.specs.types import BlockHash, BlockId, CopyPair, PoolConfig
+from pagedkv.specs.validation import BlockFacts, check_known, check_live
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ def callers_count(state: PoolState, block: BlockId) -> int:
 
 
 def facts(state: PoolState, block: BlockId) -> BlockFacts:
-    """What the shared checks of ``specs.validation`` read of a block."""
+    """What the shared checks of ``pagedkv.specs.validation`` read of a block."""
     view = state.blocks[block]
     return BlockFacts(callers_count(state, block), view.content_hash is not None, len(view.tokens))
 

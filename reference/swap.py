@@ -20,16 +20,16 @@ from functools import partial
 
 from immutables import Map
 
-from reference import block_pool as pool_ops
-from reference.allocation import Picker, lowest_id
-from reference.block_table import prefix_at
-from reference.manager_state import ManagerState, distinct_blocks, pool, with_pool
-from reference.pool_state import PoolState
-from specs.content_hash import Prefix
-from specs.errors import OutOfBlocksError
-from specs.manager_view import GroupView
-from specs.pool_view import BlockView
-from specs.types import BlockId, CopyPair, Device, ExtraKey, Token
+from pagedkv.reference import block_pool as pool_ops
+from pagedkv.reference.allocation import Picker, lowest_id
+from pagedkv.reference.block_table import prefix_at
+from pagedkv.reference.manager_state import ManagerState, distinct_blocks, pool, with_pool
+from pagedkv.reference.pool_state import PoolState
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import OutOfBlocksError
+from pagedkv.specs.manager_view import GroupView
+from pagedkv.specs.pool_view import BlockView
+from pagedkv.specs.types import BlockId, CopyPair, Device, ExtraKey, Token
 
 
 def check_room(state: ManagerState, found: GroupView, to: Device) -> None:

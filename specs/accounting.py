@@ -7,7 +7,7 @@ over all paths with CrossHair.
 
 from __future__ import annotations
 
-from specs.types import AllocStatus
+from pagedkv.specs.types import AllocStatus
 
 
 def blocks_for(num_slots: int, block_size: int) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from specs.types import MAX_TOKEN, BlockHash, ExtraKey, Token
+from pagedkv.specs.types import MAX_TOKEN, BlockHash, ExtraKey, Token
 
 BLOCK_DOMAIN: bytes = b"pagedkv/block/v1\x00"
 ROOT: BlockHash = hashlib.sha256(b"pagedkv/root/v1").digest()
@@ -29,8 +29,8 @@ def utf8_encodable(text: str) -> bool:
 
 
 def encodable(extra_key: ExtraKey) -> bool:
-    """The keys the encoding is defined for; ``specs.validation.check_extra_key`` admits exactly
-    these (its contract says so)."""
+    """The keys the encoding is defined for; ``pagedkv.specs.validation.check_extra_key`` admits
+    exactly these (its contract says so)."""
     lora, salt = extra_key.lora_id, extra_key.cache_salt
     if lora is not None and (type(lora) is not int or not 0 <= lora <= MAX_TOKEN):
         return False

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from specs.types import BlockId, DefragConfig
+from pagedkv.specs.types import BlockId, DefragConfig
 
 
 def should_defragment(max_used: int, num_used: int, threshold: int) -> bool:

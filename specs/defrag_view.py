@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specs.types import BlockId, DefragConfig, TableKey
+from pagedkv.specs.types import BlockId, DefragConfig, TableKey
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
-from specs.content_hash import Prefix
-from specs.defrag_view import DefragmenterView
-from specs.manager_view import ManagerView
-from specs.pool_view import BlockView, PoolView
-from specs.types import (
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.defrag_view import DefragmenterView
+from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.pool_view import BlockView, PoolView
+from pagedkv.specs.types import (
     NO_EXTRA_KEY,
     AllocStatus,
     BlockHash,

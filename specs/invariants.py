@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from specs import defrag_rule
-from specs.defrag_view import DefragmenterView
-from specs.pool_view import BLANK, PoolView
-from specs.types import BlockId, TableKey
+from pagedkv.specs import defrag_rule
+from pagedkv.specs.defrag_view import DefragmenterView
+from pagedkv.specs.pool_view import BLANK, PoolView
+from pagedkv.specs.types import BlockId, TableKey
 
 
 def ref_counts(view: PoolView, held: Mapping[BlockId, int]) -> list[str]:

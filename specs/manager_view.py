@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specs.pool_view import PoolView
-from specs.types import BlockId, Device, ExtraKey, ManagerConfig, Token
+from pagedkv.specs.pool_view import PoolView
+from pagedkv.specs.types import BlockId, Device, ExtraKey, ManagerConfig, Token
 
 
 @dataclass(frozen=True, slots=True)

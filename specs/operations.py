@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from specs.types import Device
+from pagedkv.specs.types import Device
 
 Level = Literal["manager", "pool"]
 LEVELS: tuple[Level, ...] = ("manager", "pool")
@@ -178,7 +178,8 @@ ERRORS: dict[Level, tuple[str, ...]] = {
         "TooManyTokensError",
     ),
 }
-"""The error classes (``specs.errors``) each level raises; ``ConfigurationError`` on creation."""
+"""The error classes (``pagedkv.specs.errors``) each level raises; ``ConfigurationError`` on
+creation."""
 
 
 def level_of(text: object) -> Level:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Literal, get_args
 
-from specs.operations import OPERATIONS
+from pagedkv.specs.operations import OPERATIONS
 
 OPERATION_NAMES: frozenset[str] = frozenset(name for level in OPERATIONS.values() for name in level)
 """What policy ``unsupported`` may name: the operations of both protocols."""

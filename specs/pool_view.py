@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from specs.content_hash import Prefix
-from specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, PoolConfig, Token
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, PoolConfig, Token
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from specs.types import BlockId
+from pagedkv.specs.types import BlockId
 
 
 class Slot(NamedTuple):

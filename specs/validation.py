@@ -1,6 +1,7 @@
 """Input checks shared by every implementation, so both sides reject bad input the same way.
 
-Each check raises the typed error of ``specs.errors`` with a message naming the offending value.
+Each check raises the typed error of ``pagedkv.specs.errors`` with a message naming the offending
+value.
 The PEP 316 contracts in the docstrings say what a check lets through, and that it raises nothing
 but the typed errors it declares (``make crosshair`` checks them).
 Checks that need an implementation's state take the few facts they read (a block's ref count,
@@ -14,12 +15,12 @@ import sys
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence, Set
 from typing import NamedTuple, TypeGuard, TypeVar
 
-from specs.content_hash import (  # encodable: read by the contracts
+from pagedkv.specs.content_hash import (  # encodable: read by the contracts
     Prefix,
     encodable,  # noqa: F401
     utf8_encodable,
 )
-from specs.errors import (
+from pagedkv.specs.errors import (
     ConfigurationError,
     ForeignBlockError,
     InvalidArgumentError,
@@ -29,7 +30,7 @@ from specs.errors import (
     UnknownSequenceError,
     UnsupportedError,
 )
-from specs.types import (
+from pagedkv.specs.types import (
     MAX_TOKEN,
     BlockHash,
     BlockId,
@@ -271,7 +272,7 @@ def check_manager_config(config: ManagerConfig) -> None:
 
 
 def check_content_hash(content_hash: object) -> BlockHash:
-    """A block's content hash: the 32 bytes of ``specs.content_hash.block_hash``."""
+    """A block's content hash: the 32 bytes of ``pagedkv.specs.content_hash.block_hash``."""
     if not isinstance(content_hash, bytes) or len(content_hash) != 32:
         raise InvalidArgumentError(f"a content hash is 32 bytes, got {content_hash!r}")
     return content_hash

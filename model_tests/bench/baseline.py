@@ -3,11 +3,12 @@
 
 ``git archive`` copies the commit's ``optimized/`` and ``specs/`` into a package of their own under
 a temporary directory, and their imports are renamed into it, so the old code runs its own
-validation, accounting and hashing. Only ``specs.types`` and ``specs.errors`` stay shared: both
-sides must take the same configurations and return the same ``AllocStatus`` and errors. That is
-faithful only if those two files kept every line they had at the commit (lines added since, such
-as new types at the end, leave the old code's names as they were), which is checked; the bench's
-replay check then compares every answer of the old manager with the recording.
+validation, accounting and hashing. Only ``pagedkv.specs.types`` and ``pagedkv.specs.errors`` stay
+shared: both sides must take the same configurations and return the same ``AllocStatus`` and
+errors. That is faithful only if those two files kept every line they had at the commit (lines
+added since, such as new types at the end, leave the old code's names as they were; an import
+line renamed to the one import name changes no name), which is checked; the bench's replay check
+then compares every answer of the old manager with the recording.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parents[2]
 SHARED = ("specs/types.py", "specs/errors.py")
 FACTORY = "optimized.block_manager:OptimizedBlockSpaceManager"
+"""The manager inside the exported package."""
 
 
 class BaselineError(Exception):
@@ -70,24 +72,33 @@ def _changed_lines(commit: str) -> list[str]:
     changed = []
     for path in SHARED:
         diff = _git("diff", "--unified=0", commit, "--", path).decode(errors="replace")
+        added = {_unprefixed(line[1:]) for line in diff.splitlines() if line.startswith("+")}
         removed = [
             line
             for line in diff.splitlines()
-            if line.startswith("-") and not line.startswith("---")
+            if line.startswith("-") and not line.startswith("---") and line[1:] not in added
         ]
         if removed:
             changed.append(path)
     return changed
 
 
+def _unprefixed(line: str) -> str:
+    """An import line as it was written before the one import name (``from specs.x``)."""
+    return re.sub(r"^(\s*from )pagedkv\.((?:optimized|specs)\b)", r"\1\2", line)
+
+
 def _renamed(text: str, package: str) -> str:
-    """``from optimized.x`` and ``from specs.x`` into the package, except the shared modules."""
+    """``from pagedkv.optimized.x`` and ``from pagedkv.specs.x`` (``from optimized.x`` in commits
+    before the one import name) into the package, except the shared modules, which stay
+    today's."""
     shared = "|".join(re.escape(Path(p).stem) for p in SHARED)
 
     def rename(match: re.Match[str]) -> str:
-        module = match.group(2)
-        if module.startswith("specs.") and re.fullmatch(rf"specs\.({shared})", module):
-            return match.group(0)
+        module = match.group(3)
+        if re.fullmatch(rf"specs\.({shared})", module):
+            return f"{match.group(1)}pagedkv.{module}"
         return f"{match.group(1)}{package}.{module}"
 
-    return re.sub(r"^(\s*from )((?:optimized|specs)(?:\.\w+)*)", rename, text, flags=re.M)
+    pattern = r"^(\s*from )(pagedkv\.)?((?:optimized|specs)(?:\.\w+)*)"
+    return re.sub(pattern, rename, text, flags=re.M)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specs.types import (
+from pagedkv.specs.types import (
     NO_EXTRA_KEY,
     AllocStatus,
     BlockId,

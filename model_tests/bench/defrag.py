@@ -1,4 +1,5 @@
-"""The defragmenter's figure for a long serving run, as ``python -m model_tests.bench.defrag``.
+"""The defragmenter's figure for a long serving run, as ``python -m
+pagedkv.model_tests.bench.defrag``.
 
 A seeded stand-in for a serving engine drives the optimized block space manager with prefix
 caching: requests share a few system prompts, arrive at random, decode for long-tailed lengths,
@@ -32,14 +33,14 @@ from functools import partial
 
 import torch
 
-from model_tests.bench.kernels import synchronize
-from model_tests.bench.report import Table, cell, load_average
-from optimized.block_manager import OptimizedBlockSpaceManager
-from optimized.defragmenter import OptimizedDefragmenter
-from optimized.kernels import swap_blocks_in_place
-from optimized.kv_store import KVStore
-from specs import defrag_rule
-from specs.types import (
+from pagedkv.model_tests.bench.kernels import synchronize
+from pagedkv.model_tests.bench.report import Table, cell, load_average
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.optimized.defragmenter import OptimizedDefragmenter
+from pagedkv.optimized.kernels import swap_blocks_in_place
+from pagedkv.optimized.kv_store import KVStore
+from pagedkv.specs import defrag_rule
+from pagedkv.specs.types import (
     DEFRAG_PAD_SIZES,
     AllocStatus,
     BlockId,
@@ -349,7 +350,7 @@ def at_least(minimum: int) -> Callable[[str], int]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m model_tests.bench.defrag", description=__doc__.splitlines()[0]
+        prog="python -m pagedkv.model_tests.bench.defrag", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--steps", type=at_least(1), default=4000)
     parser.add_argument("--blocks", type=at_least(2), default=2048)

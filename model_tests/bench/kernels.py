@@ -1,5 +1,5 @@
 """The kernels' bandwidth beside a plain ``copy_`` of the same bytes: a program of its own
-(``python -m model_tests.bench.kernels``), the only part of the benchmarks that needs torch.
+(``python -m pagedkv.model_tests.bench.kernels``), the only part of the benchmarks that needs torch.
 ``pagedkv bench --kernels`` runs it as a child process and reads the JSON it prints.
 
 Each case times the kernel and a contiguous ``copy_`` of as many bytes in turns, and keeps the
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from optimized.kernels import copy_blocks, swap_blocks, swap_blocks_in_place
-from optimized.kv_store import KVStore
+from pagedkv.optimized.kernels import copy_blocks, swap_blocks, swap_blocks_in_place
+from pagedkv.optimized.kv_store import KVStore
 
 LAYERS, KV_HEADS, HEAD_DIM, DTYPE = 4, 8, 128, torch.float16
 PAIRS = 64
@@ -183,7 +183,7 @@ def measure(repetitions: int, threads: int, quick: bool) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m model_tests.bench.kernels")
+    parser = argparse.ArgumentParser(prog="python -m pagedkv.model_tests.bench.kernels")
     parser.add_argument("--reps", type=int, default=15, help="repetitions per case (15)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1)")
     parser.add_argument("--quick", action="store_true", help="small stores, for a smoke run")

@@ -1,4 +1,4 @@
-"""The plot of a ``pagedkv bench`` JSON file: ``python -m model_tests.bench.plot BENCH.json
+"""The plot of a ``pagedkv bench`` JSON file: ``python -m pagedkv.model_tests.bench.plot BENCH.json
 OUT.png``. A program of its own because matplotlib is an optional dependency (the ``bench``
 extra) that nothing else imports.
 
@@ -114,7 +114,7 @@ def draw(document: dict[str, Any], out: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        print("usage: python -m model_tests.bench.plot BENCH.json OUT.png", file=sys.stderr)
+        print("usage: python -m pagedkv.model_tests.bench.plot BENCH.json OUT.png", file=sys.stderr)
         return 2
     document = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     draw(document, Path(args[1]))

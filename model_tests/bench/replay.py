@@ -26,8 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from model_tests.bench.scheduler import Call, digest
-from specs.types import ManagerConfig
+from pagedkv.model_tests.bench.scheduler import Call, digest
+from pagedkv.specs.types import ManagerConfig
 
 Factory = Callable[[ManagerConfig], Any]
 

@@ -15,7 +15,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from specs.types import ExtraKey, Token
+from pagedkv.specs.types import ExtraKey, Token
 
 VOCABULARY = range(100, 32_000)
 

@@ -4,7 +4,7 @@ then write the JSON file and the plot.
 ``SECTIONS`` is the list a new section joins: a function from the ``Context`` (options, the
 workload, what earlier sections found) to a ``Section``. The kernels and the plot need torch and
 matplotlib, which the rest does not: each runs as a program of its own (``python -m
-model_tests.bench.kernels``, ``python -m model_tests.bench.plot``) when asked for.
+pagedkv.model_tests.bench.kernels``, ``python -m pagedkv.model_tests.bench.plot``) when asked for.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from model_tests.bench import baseline
-from model_tests.bench.report import Section, Table, load_average
-from model_tests.bench.scaling import scaling_section
-from model_tests.bench.sections import (
+from pagedkv.model_tests.bench import baseline
+from pagedkv.model_tests.bench.report import Section, Table, load_average
+from pagedkv.model_tests.bench.scaling import scaling_section
+from pagedkv.model_tests.bench.sections import (
     Context,
     Options,
     Target,
@@ -32,7 +32,7 @@ from model_tests.bench.sections import (
     queries_section,
     workload_section,
 )
-from model_tests.oracle import targets
+from pagedkv.model_tests.oracle import targets
 
 REFERENCE_CALLS = 20_000
 """The reference replays only the stream's first calls by default: it is a textbook, about a
@@ -49,7 +49,7 @@ def kernels_section(context: Context) -> Section:
     section = Section("kernels")
     if not context.options.kernels:
         return section
-    argv = [sys.executable, "-m", "model_tests.bench.kernels"]
+    argv = [sys.executable, "-m", "pagedkv.model_tests.bench.kernels"]
     argv += ["--reps", "2", "--quick"] if context.options.quick else ["--reps", "15"]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -108,7 +108,7 @@ def defrag_section(context: Context) -> Section:
     section = Section("defragmenter")
     if not context.options.defrag:
         return section
-    argv = [sys.executable, "-m", "model_tests.bench.defrag", "--json", "--threads", "1"]
+    argv = [sys.executable, "-m", "pagedkv.model_tests.bench.defrag", "--json", "--threads", "1"]
     argv += ["--steps", "200", "--blocks", "256"] if context.options.quick else []
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -205,7 +205,7 @@ def _plot(document: dict[str, Any], json_out: Path | None, plot_out: Path) -> Se
         if source is None:
             source = Path(scratch) / "bench.json"
             source.write_text(json.dumps(document, default=str), encoding="utf-8")
-        argv = [sys.executable, "-m", "model_tests.bench.plot", str(source), str(plot_out)]
+        argv = [sys.executable, "-m", "pagedkv.model_tests.bench.plot", str(source), str(plot_out)]
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode:
         reason = (done.stderr.strip().splitlines() or ["failed"])[-1]

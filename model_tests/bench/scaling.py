@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from model_tests.bench import replay
-from model_tests.bench.control import ControlLoop
-from model_tests.bench.replay import COLLECTOR
-from model_tests.bench.report import Section, Table, load_average
-from model_tests.bench.sections import Context, workload_spec
-from model_tests.bench.workload import build
-from optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.model_tests.bench import replay
+from pagedkv.model_tests.bench.control import ControlLoop
+from pagedkv.model_tests.bench.replay import COLLECTOR
+from pagedkv.model_tests.bench.report import Section, Table, load_average
+from pagedkv.model_tests.bench.sections import Context, workload_spec
+from pagedkv.model_tests.bench.workload import build
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 
 QUICK_SIZES = (128, 512)
 

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from model_tests.bench.requests import Request
-from specs.interface import BlockSpaceManager
-from specs.types import AllocStatus, Token
+from pagedkv.model_tests.bench.requests import Request
+from pagedkv.specs.interface import BlockSpaceManager
+from pagedkv.specs.types import AllocStatus, Token
 
 Call = tuple[str, tuple[Any, ...]]
 

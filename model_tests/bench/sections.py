@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model_tests.bench import replay
-from model_tests.bench.report import Section, Table, load_average
-from model_tests.bench.requests import RequestShape
-from model_tests.bench.scheduler import SchedulerLimits
-from model_tests.bench.workload import Workload, WorkloadSpec, build, to_trace
-from model_tests.oracle import trace
-from optimized.block_manager import OptimizedBlockSpaceManager
-from specs.types import Device, ManagerConfig
+from pagedkv.model_tests.bench import replay
+from pagedkv.model_tests.bench.report import Section, Table, load_average
+from pagedkv.model_tests.bench.requests import RequestShape
+from pagedkv.model_tests.bench.scheduler import SchedulerLimits
+from pagedkv.model_tests.bench.workload import Workload, WorkloadSpec, build, to_trace
+from pagedkv.model_tests.oracle import trace
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.specs.types import Device, ManagerConfig
 
 Factory = Callable[[ManagerConfig], Any]
 OPTIMIZED = "optimized"

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from model_tests.bench.requests import RequestShape, generate
-from model_tests.bench.scheduler import Call, Recorder, Scheduler, SchedulerLimits, Totals
-from model_tests.oracle import trace
-from optimized.block_manager import OptimizedBlockSpaceManager
-from specs.interface import BlockSpaceManager
-from specs.types import Device, ManagerConfig
+from pagedkv.model_tests.bench.requests import RequestShape, generate
+from pagedkv.model_tests.bench.scheduler import Call, Recorder, Scheduler, SchedulerLimits, Totals
+from pagedkv.model_tests.oracle import trace
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.specs.interface import BlockSpaceManager
+from pagedkv.specs.types import Device, ManagerConfig
 
 REFERENCE_GPU_BLOCKS = 2048
 

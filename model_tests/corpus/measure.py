@@ -1,7 +1,7 @@
 """Run the corpus: each wrong variant through ``pagedkv check``'s default budget, for given seeds;
 print or write ``specs/corpus.md``'s table (``make corpus``).
 
-    python -m model_tests.corpus.measure [--seeds 0,1,2] [--only NAME ...] [--jobs N]
+    python -m pagedkv.model_tests.corpus.measure [--seeds 0,1,2] [--only NAME ...] [--jobs N]
                                          [--write specs/corpus.md]
 
 Exit status 1 if a variant passes a check, or is reported with more than ``MAX_SHRUNK_STEPS``
@@ -19,15 +19,17 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from model_tests.corpus.registry import CLAUSES, VARIANTS, Variant, variant
-from model_tests.machines.profiles import pin_generation
-from model_tests.oracle import trace
-from model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
-from specs.policy import profile
+from pagedkv.model_tests.corpus.registry import CLAUSES, VARIANTS, Variant, variant
+from pagedkv.model_tests.machines.profiles import pin_generation
+from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
+from pagedkv.specs.policy import profile
 
 SEEDS = (0, 1, 2)
 MAX_SHRUNK_STEPS = 12
-BEGIN = "<!-- corpus table: python -m model_tests.corpus.measure --write specs/corpus.md -->"
+BEGIN = (
+    "<!-- corpus table: python -m pagedkv.model_tests.corpus.measure --write specs/corpus.md -->"
+)
 END = "<!-- end of the corpus table -->"
 
 
@@ -173,7 +175,7 @@ def write_table(page: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m model_tests.corpus.measure")
+    parser = argparse.ArgumentParser(prog="python -m pagedkv.model_tests.corpus.measure")
     parser.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     parser.add_argument("--only", nargs="*", default=None, metavar="NAME")
     parser.add_argument("--jobs", type=int, default=2)

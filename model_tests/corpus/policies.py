@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from model_tests.oracle.codec import Level
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from reference.pool_adapter import ReferenceBlockPool
-from specs.policy import OPTIONS, PROFILES, Policy
+from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.specs.policy import OPTIONS, PROFILES, Policy
 
 
 @dataclass(frozen=True)

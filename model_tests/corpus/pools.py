@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from reference.pool_adapter import ReferenceBlockPool
-from specs.content_hash import Prefix
-from specs.types import NO_EXTRA_KEY, BlockId, CopyPair, PoolConfig, Token
+from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.types import NO_EXTRA_KEY, BlockId, CopyPair, PoolConfig, Token
 
 
 class PoolAllocateLeaksABlock(ReferenceBlockPool):

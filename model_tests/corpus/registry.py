@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from model_tests.corpus import pools
-from model_tests.corpus.policies import OTHER_CHOICES
-from model_tests.independent import broken
-from model_tests.oracle.codec import Level
-from specs.operations import OPERATIONS
-from specs.policy import OPTIONS
+from pagedkv.model_tests.corpus import pools
+from pagedkv.model_tests.corpus.policies import OTHER_CHOICES
+from pagedkv.model_tests.independent import broken
+from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.specs.operations import OPERATIONS
+from pagedkv.specs.policy import OPTIONS
 
 INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8")
 PROMISES = ("can_allocate", "can_append_slots", "can_swap_out", "can_swap_in", "NEVER")

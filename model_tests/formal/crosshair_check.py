@@ -1,5 +1,5 @@
 """``make crosshair``: CrossHair over the PEP 316 contracts of ``specs/`` and ``reference/``, and
-``crosshair diffbehavior`` over each pair of ``model_tests.formal.pairs``.
+``crosshair diffbehavior`` over each pair of ``pagedkv.model_tests.formal.pairs``.
 
 Prints every condition with its outcome (confirmed over all paths, not refuted within the
 per-condition timeout, or refuted with CrossHair's counterexample) and every pair with CrossHair's
@@ -7,7 +7,7 @@ verdict; exits 1 on any counterexample, on any difference, or when a target yiel
 all (a check that ran nothing must not pass). CrossHair counts its timeouts in CPU time, so a
 loaded machine takes longer in wall time but checks as much.
 
-    python -m model_tests.formal.crosshair_check [--timeout S] [--pair-timeout S] [--jobs N]
+    python -m pagedkv.model_tests.formal.crosshair_check [--timeout S] [--pair-timeout S] [--jobs N]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from model_tests.machines.explorer import positive
+from pagedkv.model_tests.machines.explorer import positive
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = Path(__file__).with_name("crosshair_plugin.py")
@@ -38,7 +38,7 @@ CONTRACT_TARGETS = (
     "reference/block_table.py",
     "reference/block_pool.py",
 )
-PAIRS_MODULE = "model_tests.formal.pairs"
+PAIRS_MODULE = "pagedkv.model_tests.formal.pairs"
 PAIRS = (
     ("window release", "window_release", "out_of_window ~ num_out_of_window"),
     ("eviction order", "eviction_order", "first_to_evict + lowest id ~ Evictor"),

@@ -15,7 +15,7 @@ from typing import Any
 import immutables
 from crosshair import SymbolicFactory, register_type
 
-from specs.policy import PROFILES, Policy
+from pagedkv.specs.policy import PROFILES, Policy
 
 
 def symbolic_map(factory: SymbolicFactory, key_type: Any = object, value_type: Any = object) -> Any:

@@ -13,7 +13,7 @@ Survivors that change nothing observable are listed in ``EQUIVALENT`` with the r
 is killed over non-equivalent mutants, per file. A full run is long (every site of every file), so
 ``--sample N`` takes N mutants per file, chosen with ``--seed``.
 
-    python -m model_tests.formal.mutate [--sample N] [--seed S] [--jobs J] [FILE ...]
+    python -m pagedkv.model_tests.formal.mutate [--sample N] [--seed S] [--jobs J] [FILE ...]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from model_tests.machines.explorer import positive
+from pagedkv.model_tests.machines.explorer import positive
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -318,7 +318,7 @@ class Result:
 
 def run_one(mutant: Mutant | None, tests: Sequence[str], timeout: float) -> tuple[str, float]:
     env = dict(os.environ, PAGEDKV_PROFILE="mutate")
-    command = [sys.executable, "-m", "model_tests.formal.mutate", "--worker"]
+    command = [sys.executable, "-m", "pagedkv.model_tests.formal.mutate", "--worker"]
     if mutant is not None:
         command += [mutant.file, str(mutant.index)]
     started = time.monotonic()

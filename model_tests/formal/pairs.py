@@ -9,18 +9,18 @@ either helper runs, so the search spends its time on inputs that matter.
 
 from __future__ import annotations
 
-from optimized.block_pool import OptimizedBlockPool
-from optimized.block_table import BlockTable, num_out_of_window
-from optimized.evictor import Evictor
-from optimized.sequence_group import SequenceGroup
-from reference import block_pool
-from reference.allocation import first_to_evict
-from reference.block_table import out_of_window, prefix_at
-from reference.pool_state import new_state
-from specs.content_hash import ROOT, Prefix
-from specs.errors import OutOfBlocksError
-from specs.pool_view import BlockView
-from specs.types import MAX_TOKEN, NEVER_ACCESSED, Device, ExtraKey, PoolConfig
+from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.optimized.block_table import BlockTable, num_out_of_window
+from pagedkv.optimized.evictor import Evictor
+from pagedkv.optimized.sequence_group import SequenceGroup
+from pagedkv.reference import block_pool
+from pagedkv.reference.allocation import first_to_evict
+from pagedkv.reference.block_table import out_of_window, prefix_at
+from pagedkv.reference.pool_state import new_state
+from pagedkv.specs.content_hash import ROOT, Prefix
+from pagedkv.specs.errors import OutOfBlocksError
+from pagedkv.specs.pool_view import BlockView
+from pagedkv.specs.types import MAX_TOKEN, NEVER_ACCESSED, Device, ExtraKey, PoolConfig
 
 MAX_BLOCKS = 6
 """The largest pool or table a pair is asked about: bounded loops keep each path short."""

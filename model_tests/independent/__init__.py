@@ -1,6 +1,6 @@
 """A small, independently written block space manager, used to test the oracle.
 
-``manager.IndependentManager`` implements the ``specs.interface.BlockSpaceManager`` protocol
+``manager.IndependentManager`` implements the ``pagedkv.specs.interface.BlockSpaceManager`` protocol
 (except ``view()``: foreign engines expose no view) from the prose spec alone, in a deliberately
 different style from ``reference/``: mutable per-block records, a LIFO free list that hands out
 the highest ids first, a dict evictor that breaks ties by the highest id, and the null block

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from model_tests.independent.manager import (
+from pagedkv.model_tests.independent.manager import (
     IndependentManager,
     _Block,
     _ceil_div,
@@ -18,9 +18,17 @@ from model_tests.independent.manager import (
     _Seq,
     _status,
 )
-from specs.content_hash import Prefix
-from specs.types import NO_EXTRA_KEY, AllocStatus, BlockId, CopyPair, Device, ExtraKey, Token
-from specs.validation import check_count, check_extra_key, check_time
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.types import (
+    NO_EXTRA_KEY,
+    AllocStatus,
+    BlockId,
+    CopyPair,
+    Device,
+    ExtraKey,
+    Token,
+)
+from pagedkv.specs.validation import check_count, check_extra_key, check_time
 
 
 class _KeepsCowSource(_Device):

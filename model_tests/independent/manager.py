@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from specs.content_hash import Prefix
-from specs.errors import (
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import (
     DuplicateSequenceError,
     InvalidArgumentError,
     OutOfBlocksError,
     SequenceStateError,
     UnknownSequenceError,
 )
-from specs.types import (
+from pagedkv.specs.types import (
     NEVER_ACCESSED,
     NO_EXTRA_KEY,
     AllocStatus,
@@ -32,7 +32,7 @@ from specs.types import (
     ManagerConfig,
     Token,
 )
-from specs.validation import (
+from pagedkv.specs.validation import (
     check_count,
     check_encoder_support,
     check_extra_key,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model_tests.lockstep.calls import Divergence
-from specs.types import BlockId
+from pagedkv.model_tests.lockstep.calls import Divergence
+from pagedkv.specs.types import BlockId
 
 
 class Conflict(Divergence):

@@ -12,8 +12,8 @@ from typing import Any, Literal, Protocol, get_args
 
 from hypothesis import currently_in_test_context, event
 
-from model_tests.lockstep.show import show_error, show_value
-from specs.errors import PagedKVError
+from pagedkv.model_tests.lockstep.show import show_error, show_value
+from pagedkv.specs.errors import PagedKVError
 
 
 class Viewable(Protocol):
@@ -37,7 +37,7 @@ DivergenceKind = Literal[
     "kv",
 ]
 """What a divergence is about. Against the reference: a result that differs; an error on one
-side only (or another class); an error that is not of ``specs.errors``; a failed call that
+side only (or another class); an error that is not of ``pagedkv.specs.errors``; a failed call that
 changed state; a pool block or lookup, read through the optional ``block()`` / ``lookup()``,
 that differs after a call; block tables that disagree (or cannot be read); a choice the spec
 does not allow; a free count; a ``can_*`` answer that a call acting on it broke. Under the

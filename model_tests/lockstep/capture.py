@@ -17,10 +17,10 @@ from typing import Any
 from hypothesis import reject
 from hypothesis.errors import HypothesisException, StopTest
 
-from model_tests.lockstep.calls import TargetStopped
-from specs.errors import UnsupportedError
-from specs.operations import Level
-from specs.policy import PAGEDKV, Policy
+from pagedkv.model_tests.lockstep.calls import TargetStopped
+from pagedkv.specs.errors import UnsupportedError
+from pagedkv.specs.operations import Level
+from pagedkv.specs.policy import PAGEDKV, Policy
 
 Call = tuple[str, tuple[Any, ...]]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specs.types import NO_EXTRA_KEY, Device, ExtraKey, ManagerConfig, Token
+from pagedkv.specs.types import NO_EXTRA_KEY, Device, ExtraKey, ManagerConfig, Token
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,22 +14,28 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from model_tests.lockstep.bijection import Bijection
-from model_tests.lockstep.calls import Divergence, call_both, comparable, run_call, shared_error
-from model_tests.lockstep.ledger import Ledger
-from model_tests.lockstep.observation import Observation, differences, observe
-from model_tests.lockstep.places import Place, Slot, cannot_serve, misplaced, not_a_hit
-from model_tests.lockstep.show import free_count_differs, show_call, show_value
-from model_tests.lockstep.step import Step
-from reference.allocation import Picker, allowed_choices
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from reference.manager_state import lowest_ids
-from reference.pool_state import PoolState
-from specs.errors import OutOfBlocksError, PagedKVError
-from specs.manager_view import ManagerView
-from specs.operations import OPERATIONS
-from specs.pool_view import PoolView
-from specs.types import NO_EXTRA_KEY, BlockHash, BlockId, CopyPair, Device, ExtraKey
+from pagedkv.model_tests.lockstep.bijection import Bijection
+from pagedkv.model_tests.lockstep.calls import (
+    Divergence,
+    call_both,
+    comparable,
+    run_call,
+    shared_error,
+)
+from pagedkv.model_tests.lockstep.ledger import Ledger
+from pagedkv.model_tests.lockstep.observation import Observation, differences, observe
+from pagedkv.model_tests.lockstep.places import Place, Slot, cannot_serve, misplaced, not_a_hit
+from pagedkv.model_tests.lockstep.show import free_count_differs, show_call, show_value
+from pagedkv.model_tests.lockstep.step import Step
+from pagedkv.reference.allocation import Picker, allowed_choices
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.reference.manager_state import lowest_ids
+from pagedkv.reference.pool_state import PoolState
+from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
+from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.operations import OPERATIONS
+from pagedkv.specs.pool_view import PoolView
+from pagedkv.specs.types import NO_EXTRA_KEY, BlockHash, BlockId, CopyPair, Device, ExtraKey
 
 
 class ManagerSession(Protocol):

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from model_tests.lockstep.calls import Divergence
-from model_tests.lockstep.show import show_error
-from specs.types import BlockId, Device
+from pagedkv.model_tests.lockstep.calls import Divergence
+from pagedkv.model_tests.lockstep.show import show_error
+from pagedkv.specs.types import BlockId, Device
 
 
 @dataclass(frozen=True)

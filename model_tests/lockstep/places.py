@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from model_tests.lockstep.bijection import Bijection
-from model_tests.lockstep.show import show_value
-from specs.manager_view import ManagerView
-from specs.pool_view import BlockView
-from specs.types import BlockId, Device, ExtraKey, Token
+from pagedkv.model_tests.lockstep.bijection import Bijection
+from pagedkv.model_tests.lockstep.show import show_value
+from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.pool_view import BlockView
+from pagedkv.specs.types import BlockId, Device, ExtraKey, Token
 
 MAX_SHOWN_TOKENS = 12
 

@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from model_tests.lockstep.calls import run_call
-from model_tests.lockstep.show import show_value
-from specs.content_hash import Prefix
-from specs.pool_view import BlockView, PoolView
-from specs.types import BlockHash, BlockId
+from pagedkv.model_tests.lockstep.calls import run_call
+from pagedkv.model_tests.lockstep.show import show_value
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.pool_view import BlockView, PoolView
+from pagedkv.specs.types import BlockHash, BlockId
 
 Answer = tuple[str, Any]
 """("is", a value) or ("raised", the error's class name): a read that raised is a reading too."""

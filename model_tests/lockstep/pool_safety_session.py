@@ -26,13 +26,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from model_tests.lockstep.calls import Divergence, DivergenceKind, run_call
-from model_tests.lockstep.pool_reading import PoolReading, changes, hash_of_call, read_pool, reread
-from model_tests.lockstep.show import show_call, show_error
-from model_tests.lockstep.step import Step
-from specs.content_hash import Prefix
-from specs.errors import OutOfBlocksError, PagedKVError
-from specs.types import BlockId, CopyPair, PoolConfig, Token
+from pagedkv.model_tests.lockstep.calls import Divergence, DivergenceKind, run_call
+from pagedkv.model_tests.lockstep.pool_reading import (
+    PoolReading,
+    changes,
+    hash_of_call,
+    read_pool,
+    reread,
+)
+from pagedkv.model_tests.lockstep.show import show_call, show_error
+from pagedkv.model_tests.lockstep.step import Step
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
+from pagedkv.specs.types import BlockId, CopyPair, PoolConfig, Token
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from model_tests.lockstep.bijection import Bijection, Conflict
-from model_tests.lockstep.calls import Divergence, run_call, shared_error
-from model_tests.lockstep.pool_reading import (
+from pagedkv.model_tests.lockstep.bijection import Bijection, Conflict
+from pagedkv.model_tests.lockstep.calls import Divergence, run_call, shared_error
+from pagedkv.model_tests.lockstep.pool_reading import (
     PoolReading,
     changes,
     differences,
@@ -23,14 +23,14 @@ from model_tests.lockstep.pool_reading import (
     read_pool,
     reread,
 )
-from model_tests.lockstep.show import free_count_differs, show_call, show_value
-from model_tests.lockstep.step import Step
-from reference.pool_adapter import ReferenceBlockPool
-from specs.errors import InvalidArgumentError
-from specs.operations import ALLOCATING_POOL_OPERATIONS as ALLOCATING
-from specs.operations import OPERATIONS
-from specs.pool_view import PoolView
-from specs.types import BlockId
+from pagedkv.model_tests.lockstep.show import free_count_differs, show_call, show_value
+from pagedkv.model_tests.lockstep.step import Step
+from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.specs.errors import InvalidArgumentError
+from pagedkv.specs.operations import ALLOCATING_POOL_OPERATIONS as ALLOCATING
+from pagedkv.specs.operations import OPERATIONS
+from pagedkv.specs.pool_view import PoolView
+from pagedkv.specs.types import BlockId
 
 
 @dataclass
@@ -183,8 +183,8 @@ class IsomorphicPoolSession:
         return unused[0] if unused else block
 
     def _translate_args(self, method: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """Block ids in arguments (by their kind in ``specs.operations``) in target ids; values
-        of the wrong shape (deliberate misuse) pass unchanged."""
+        """Block ids in arguments (by their kind in ``pagedkv.specs.operations``) in target ids;
+        values of the wrong shape (deliberate misuse) pass unchanged."""
         operation = OPERATIONS["pool"].get(method)
         if operation is None:
             return args

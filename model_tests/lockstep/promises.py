@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from model_tests.lockstep.show import show_call, show_value
-from specs.errors import OutOfBlocksError, PagedKVError
-from specs.types import AllocStatus
+from pagedkv.model_tests.lockstep.show import show_call, show_value
+from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
+from pagedkv.specs.types import AllocStatus
 
 
 @dataclass(frozen=True)

@@ -30,17 +30,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from model_tests.lockstep.calls import Divergence, DivergenceKind, run_call
-from model_tests.lockstep.ledger import GroupRecord, Ledger
-from model_tests.lockstep.observation import Observation, differences, observe
-from model_tests.lockstep.promises import Promises
-from model_tests.lockstep.show import show_call, show_error, show_value
-from model_tests.lockstep.step import Step
-from reference import kv_model
-from reference.kv_model import KVModel, SlotContent
-from specs.errors import OutOfBlocksError, PagedKVError
-from specs.slots import slot_of
-from specs.types import BlockId, CopyPair, Device, ExtraKey, ManagerConfig, Token
+from pagedkv.model_tests.lockstep.calls import Divergence, DivergenceKind, run_call
+from pagedkv.model_tests.lockstep.ledger import GroupRecord, Ledger
+from pagedkv.model_tests.lockstep.observation import Observation, differences, observe
+from pagedkv.model_tests.lockstep.promises import Promises
+from pagedkv.model_tests.lockstep.show import show_call, show_error, show_value
+from pagedkv.model_tests.lockstep.step import Step
+from pagedkv.reference import kv_model
+from pagedkv.reference.kv_model import KVModel, SlotContent
+from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
+from pagedkv.specs.slots import slot_of
+from pagedkv.specs.types import BlockId, CopyPair, Device, ExtraKey, ManagerConfig, Token
 
 CROSS_SALT = "pagedkv/cross-attention"
 """Cross-attention KV is of the encoder's tokens, never interchangeable with decoder KV."""
@@ -60,8 +60,8 @@ class KVAccess(Protocol):
 
 @dataclass
 class SimulatedKV:
-    """The engine's KV as the target's pairs would leave it: ``reference.kv_model`` in target
-    ids. Used when the target offers no KV of its own."""
+    """The engine's KV as the target's pairs would leave it: ``pagedkv.reference.kv_model`` in
+    target ids. Used when the target offers no KV of its own."""
 
     block_size: int
     kv: KVModel = kv_model.EMPTY

@@ -3,8 +3,8 @@
 One way to write a call everywhere a person reads one: the numbered steps of ``pagedkv
 check``, the trace viewer, and the sentences of the sessions' divergences (a ``Prefix`` is its
 hash's first eight hex digits, its token count and its extra key, never 32 raw bytes). An
-exception that is not one of ``specs.errors`` comes from inside the target, and its class alone
-(a bare ``AssertionError()``) says nothing: it is shown with the innermost frame it was raised
+exception that is not one of ``pagedkv.specs.errors`` comes from inside the target, and its class
+alone (a bare ``AssertionError()``) says nothing: it is shown with the innermost frame it was raised
 in, outside pagedkv's own comparison code (for a ``RecursionError``, the frame that recurses).
 """
 
@@ -16,9 +16,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from specs.content_hash import Prefix
-from specs.errors import PagedKVError
-from specs.types import AllocStatus, Device, ExtraKey
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.types import AllocStatus, Device, ExtraKey
 
 _HARNESS = tuple(
     str(Path(__file__).resolve().parents[1] / layer) + os.sep for layer in ("lockstep", "oracle")

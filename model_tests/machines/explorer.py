@@ -7,7 +7,7 @@ and a two-token alphabet: allocate a prompt, append a token (or a lookahead slot
 swap out and in, mark computed, access at the current or the next time, reset the prefix cache.
 Every step runs on the reference and on the optimized manager (exact mode, ``call_both``: the
 same result or the same typed error, and an error changes nothing), and after it both must show
-the same state and satisfy I1-I4 (``specs.invariants``, ``mapping_problems``,
+the same state and satisfy I1-I4 (``pagedkv.specs.invariants``, ``mapping_problems``,
 ``held_references``); I5 is checked on the reference's abstract KV, written by the same stand-in
 model as the machine's; I7's promises are checked at each ``can_*`` step.
 
@@ -18,7 +18,8 @@ up to renaming, access times up to an order-preserving renaming, and the hit cou
 state was still checked; what merging gives up is exploring its successors under other ids, which
 the spec's rules (lowest free id aside) do not tell apart.
 
-    python -m model_tests.machines.explorer [--seconds S] [--max-depth D] [--scope full|quick]
+    python -m pagedkv.model_tests.machines.explorer [--seconds S] [--max-depth D] [--scope
+    full|quick]
 """
 
 from __future__ import annotations
@@ -32,24 +33,28 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from model_tests.lockstep.calls import assert_same_state, call_both
-from model_tests.machines.kv_harness import (
+from pagedkv.model_tests.lockstep.calls import assert_same_state, call_both
+from pagedkv.model_tests.machines.kv_harness import (
     AbstractKV,
     CachedPrefixes,
     Writer,
     expected_kv,
     kv_problems,
 )
-from model_tests.machines.manager_machine import held_references, mapping_problems, pair_problems
-from optimized.block_manager import OptimizedBlockSpaceManager
-from reference.kv_model import EMPTY, KVModel
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from reference.manager_state import ManagerState
-from specs import invariants
-from specs.errors import OutOfBlocksError, PagedKVError
-from specs.interface import BlockSpaceManager
-from specs.manager_view import ManagerView
-from specs.types import NEVER_ACCESSED, AllocStatus, BlockId, Device, ManagerConfig, Token
+from pagedkv.model_tests.machines.manager_machine import (
+    held_references,
+    mapping_problems,
+    pair_problems,
+)
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.reference.kv_model import EMPTY, KVModel
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.reference.manager_state import ManagerState
+from pagedkv.specs import invariants
+from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
+from pagedkv.specs.interface import BlockSpaceManager
+from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.types import NEVER_ACCESSED, AllocStatus, BlockId, Device, ManagerConfig, Token
 
 TOKENS: tuple[Token, ...] = (0, 1)
 MAX_SEQS = 2

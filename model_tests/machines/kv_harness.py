@@ -21,15 +21,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from reference import kv_model
-from reference.defrag_adapter import ReferenceDefragmenter
-from reference.kv_model import KVModel, SlotContent
-from specs.content_hash import ROOT, encode_block
-from specs.defrag_view import DefragmenterView
-from specs.interface import Defragmenter
-from specs.manager_view import ManagerView
-from specs.slots import slot_of
-from specs.types import BlockId, DefragConfig, Device, ExtraKey, ManagerConfig, TableKey, Token
+from pagedkv.reference import kv_model
+from pagedkv.reference.defrag_adapter import ReferenceDefragmenter
+from pagedkv.reference.kv_model import KVModel, SlotContent
+from pagedkv.specs.content_hash import ROOT, encode_block
+from pagedkv.specs.defrag_view import DefragmenterView
+from pagedkv.specs.interface import Defragmenter
+from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.slots import slot_of
+from pagedkv.specs.types import (
+    BlockId,
+    DefragConfig,
+    Device,
+    ExtraKey,
+    ManagerConfig,
+    TableKey,
+    Token,
+)
 
 CROSS = "cross-attention"
 
@@ -138,8 +146,8 @@ class KVSide:
 
 @dataclass
 class AbstractKV(KVSide):
-    """The reference's side: ``reference.kv_model`` keyed by where the data sits, placed by the
-    reference defragmenter when there is one, so the model's KV is checked through it too."""
+    """The reference's side: ``pagedkv.reference.kv_model`` keyed by where the data sits, placed by
+    the reference defragmenter when there is one, so the model's KV is checked through it too."""
 
     kv: KVModel = kv_model.EMPTY
 

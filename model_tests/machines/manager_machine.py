@@ -30,19 +30,25 @@ from hypothesis.stateful import (
     rule,
 )
 
-from model_tests.lockstep import capture
-from model_tests.lockstep.calls import assert_same_state, construction_outcome
-from model_tests.lockstep.ledger import Ledger
-from model_tests.lockstep.manager_session import (
+from pagedkv.model_tests.lockstep import capture
+from pagedkv.model_tests.lockstep.calls import assert_same_state, construction_outcome
+from pagedkv.model_tests.lockstep.ledger import Ledger
+from pagedkv.model_tests.lockstep.manager_session import (
     ExactManagerSession,
     IsomorphicManagerSession,
     ManagerSession,
 )
-from model_tests.lockstep.observation import Observation
-from model_tests.lockstep.safety_session import SafetySession
-from model_tests.lockstep.views import Views
-from model_tests.machines.draws import BOOLEANS, FOLLOW_TEMPLATE, integers, sampled, small_tokens
-from model_tests.machines.kv_harness import (
+from pagedkv.model_tests.lockstep.observation import Observation
+from pagedkv.model_tests.lockstep.safety_session import SafetySession
+from pagedkv.model_tests.lockstep.views import Views
+from pagedkv.model_tests.machines.draws import (
+    BOOLEANS,
+    FOLLOW_TEMPLATE,
+    integers,
+    sampled,
+    small_tokens,
+)
+from pagedkv.model_tests.machines.kv_harness import (
     AbstractKV,
     CachedPrefixes,
     KVSide,
@@ -52,14 +58,14 @@ from model_tests.machines.kv_harness import (
     kv_problems,
     table_changes,
 )
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from specs import invariants
-from specs.accounting import blocks_for
-from specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
-from specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
-from specs.manager_view import ManagerView
-from specs.policy import PAGEDKV, Policy
-from specs.types import (
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.specs import invariants
+from pagedkv.specs.accounting import blocks_for
+from pagedkv.specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
+from pagedkv.specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
+from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.types import (
     DEFRAG_PAD_SIZES,
     AllocStatus,
     BlockId,

@@ -28,20 +28,20 @@ from hypothesis.stateful import (
     rule,
 )
 
-from model_tests.lockstep import capture
-from model_tests.lockstep.calls import assert_same_state, call_both, construction_outcome
-from model_tests.lockstep.pool_safety_session import PoolSafetySession
-from model_tests.lockstep.pool_session import IsomorphicPoolSession
-from model_tests.lockstep.views import Views
-from model_tests.machines.draws import FOLLOW_TEMPLATE, SAMPLE, integers, small_tokens
-from reference.pool_adapter import ReferenceBlockPool
-from specs import invariants
-from specs.content_hash import Prefix
-from specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
-from specs.interface import BlockPool, BlockPoolFactory
-from specs.policy import PAGEDKV, Policy
-from specs.pool_view import PoolView
-from specs.types import BlockId, ExtraKey, PoolConfig, Token
+from pagedkv.model_tests.lockstep import capture
+from pagedkv.model_tests.lockstep.calls import assert_same_state, call_both, construction_outcome
+from pagedkv.model_tests.lockstep.pool_safety_session import PoolSafetySession
+from pagedkv.model_tests.lockstep.pool_session import IsomorphicPoolSession
+from pagedkv.model_tests.lockstep.views import Views
+from pagedkv.model_tests.machines.draws import FOLLOW_TEMPLATE, SAMPLE, integers, small_tokens
+from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.specs import invariants
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
+from pagedkv.specs.interface import BlockPool, BlockPoolFactory
+from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.pool_view import PoolView
+from pagedkv.specs.types import BlockId, ExtraKey, PoolConfig, Token
 
 TEMPLATE: tuple[Token, ...] = (0, 1, 1, 0, 2, 0, 1, 2, 2, 1, 0, 0)
 """The shared 'system prompt' most chains follow, so that prefixes repeat across chains."""

@@ -1,5 +1,5 @@
 """The torch side of the KV harness: stores on the accelerator (or the CPU) and the CPU, moved by
-``optimized.kernels`` and written through ``KVStore.write``, with GPU blocks placed by an
+``pagedkv.optimized.kernels`` and written through ``KVStore.write``, with GPU blocks placed by an
 ``OptimizedDefragmenter`` (seed 003) whose exchanges ``swap_blocks_in_place`` runs.
 
 Only a machine whose target has tensors (exact mode against ``optimized/``) uses this file; it
@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from model_tests.machines.kv_harness import Batch, KVSide, Place, kv_values
-from optimized import kernels
-from optimized.defragmenter import OptimizedDefragmenter
-from optimized.kv_store import KVStore
-from reference.kv_model import SlotContent
-from specs.types import BlockId, Device
+from pagedkv.model_tests.machines.kv_harness import Batch, KVSide, Place, kv_values
+from pagedkv.optimized import kernels
+from pagedkv.optimized.defragmenter import OptimizedDefragmenter
+from pagedkv.optimized.kv_store import KVStore
+from pagedkv.reference.kv_model import SlotContent
+from pagedkv.specs.types import BlockId, Device
 
 NUM_LAYERS = 2
 HEADS, HEAD_DIM = 1, 2

@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from model_tests.machines.manager_machine import Contract
-from model_tests.oracle import targets, trace
-from model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
-from model_tests.oracle.codec import Level
-from model_tests.oracle.known import KnownDifferences
-from model_tests.oracle.known import load as load_known
-from model_tests.oracle.record import Corpus, record_level
-from model_tests.oracle.targets import Factory
-from model_tests.oracle.trace import Trace, Verdict
-from specs.policy import profile as named_profile
+from pagedkv.model_tests.machines.manager_machine import Contract
+from pagedkv.model_tests.oracle import targets, trace
+from pagedkv.model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
+from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.model_tests.oracle.known import KnownDifferences
+from pagedkv.model_tests.oracle.known import load as load_known
+from pagedkv.model_tests.oracle.record import Corpus, record_level
+from pagedkv.model_tests.oracle.targets import Factory
+from pagedkv.model_tests.oracle.trace import Trace, Verdict
+from pagedkv.specs.policy import profile as named_profile
 
 
 def _factory(target: Factory | str, level: Level, timeout: float | None) -> Factory:

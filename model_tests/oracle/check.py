@@ -27,27 +27,37 @@ from hypothesis.errors import Unsatisfiable
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from model_tests.lockstep.calls import Divergence, TargetStopped
-from model_tests.lockstep.capture import RunRecord
-from model_tests.machines.manager_machine import (
+from pagedkv.model_tests.lockstep.calls import Divergence, TargetStopped
+from pagedkv.model_tests.lockstep.capture import RunRecord
+from pagedkv.model_tests.machines.manager_machine import (
     Contract,
     ManagerLockstep,
     Mode,
     manager_lockstep_case,
 )
-from model_tests.machines.pool_machine import PoolLockstep, lockstep_case
-from model_tests.oracle import codec, trace
-from model_tests.oracle.codec import Level
-from model_tests.oracle.exec_target import close_target
-from model_tests.oracle.guard import guard
-from model_tests.oracle.known import Finding, KnownDifferences, entry_for, finding_of, kinds_of
-from model_tests.oracle.minimize import minimize
-from model_tests.oracle.shrink_time import AFTER_FAILURE_SECONDS, SHRINK_SECONDS, shrinking_for
-from model_tests.oracle.stepping import Stepping
-from model_tests.oracle.trace import Trace, Verdict
-from model_tests.oracle.watchdog import watched
-from specs.policy import Profile
-from specs.policy import profile as named_profile
+from pagedkv.model_tests.machines.pool_machine import PoolLockstep, lockstep_case
+from pagedkv.model_tests.oracle import codec, trace
+from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.model_tests.oracle.exec_target import close_target
+from pagedkv.model_tests.oracle.guard import guard
+from pagedkv.model_tests.oracle.known import (
+    Finding,
+    KnownDifferences,
+    entry_for,
+    finding_of,
+    kinds_of,
+)
+from pagedkv.model_tests.oracle.minimize import minimize
+from pagedkv.model_tests.oracle.shrink_time import (
+    AFTER_FAILURE_SECONDS,
+    SHRINK_SECONDS,
+    shrinking_for,
+)
+from pagedkv.model_tests.oracle.stepping import Stepping
+from pagedkv.model_tests.oracle.trace import Trace, Verdict
+from pagedkv.model_tests.oracle.watchdog import watched
+from pagedkv.specs.policy import Profile
+from pagedkv.specs.policy import profile as named_profile
 
 PAGEDKV_PROFILE = named_profile("pagedkv")
 

@@ -20,7 +20,7 @@ Kinds and their JSON:
 Callers may pass deliberately ill-typed arguments (the machines check that they are refused, e.g.
 the string ``"gpu"`` where a ``Device`` belongs). Such a value is written ``{"raw": <json>}`` and
 read back as that plain JSON value, so it reaches the target exactly as the caller passed it.
-Errors are ``{"error": "<class name in specs.errors>", "message": "..."}``.
+Errors are ``{"error": "<class name in pagedkv.specs.errors>", "message": "..."}``.
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
-from model_tests.lockstep.show import show_call as show_call  # one way to write a call
-from model_tests.lockstep.show import show_value as show_value
-from specs import errors as error_module
-from specs import operations
-from specs.content_hash import Prefix
-from specs.errors import PagedKVError
-from specs.operations import Operation
-from specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, PoolConfig
+from pagedkv.model_tests.lockstep.show import show_call as show_call  # one way to write a call
+from pagedkv.model_tests.lockstep.show import show_value as show_value
+from pagedkv.specs import errors as error_module
+from pagedkv.specs import operations
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.operations import Operation
+from pagedkv.specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, PoolConfig
 
 JSON = Any
 Level = operations.Level
@@ -379,7 +379,7 @@ def decode_result(level: Level, op: str, value: JSON) -> Any:
 def error_class(name: object) -> type[PagedKVError]:
     found = getattr(error_module, name, None) if isinstance(name, str) else None
     if not (isinstance(found, type) and issubclass(found, PagedKVError)):
-        raise CodecError(f"{_short(name)} is not an error class of specs.errors")
+        raise CodecError(f"{_short(name)} is not an error class of pagedkv.specs.errors")
     return found
 
 

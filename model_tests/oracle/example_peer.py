@@ -1,6 +1,7 @@
 """An example peer of the stdio protocol: serves a Python manager (or pool) over JSON lines.
 
-    python -m model_tests.oracle.example_peer [--impl reference|optimized|independent|MOD:FACTORY]
+    python -m pagedkv.model_tests.oracle.example_peer [--impl
+    reference|optimized|independent|MOD:FACTORY]
 
 This is the model for a C++, Rust or Go engine's peer; the loop is the whole protocol:
 
@@ -10,7 +11,7 @@ This is the model for a C++, Rust or Go engine's peer; the loop is the whole pro
    discarding any previous one; answer ``{"result": null}``, or the error if the configuration
    is refused;
 4. any other op: decode ``"args"``, call the operation, and answer ``{"result": <encoded>}`` or
-   ``{"error": "<class name>", "message": "..."}`` with the class name of ``specs.errors``;
+   ``{"error": "<class name>", "message": "..."}`` with the class name of ``pagedkv.specs.errors``;
 5. write the answer as one line to stdout and flush.
 
 Requests it cannot understand get ``{"error": "ProtocolError", ...}``; it never writes anything
@@ -24,10 +25,10 @@ import json
 import sys
 from typing import IO, Any
 
-from model_tests.oracle import codec
-from model_tests.oracle.codec import JSON, CodecError, Level
-from model_tests.oracle.targets import TargetError, load
-from specs.errors import PagedKVError
+from pagedkv.model_tests.oracle import codec
+from pagedkv.model_tests.oracle.codec import JSON, CodecError, Level
+from pagedkv.model_tests.oracle.targets import TargetError, load
+from pagedkv.specs.errors import PagedKVError
 
 
 class Peer:
@@ -90,7 +91,7 @@ def serve(impl: str, stdin: IO[str], stdout: IO[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m model_tests.oracle.example_peer")
+    parser = argparse.ArgumentParser(prog="python -m pagedkv.model_tests.oracle.example_peer")
     parser.add_argument(
         "--impl",
         default="reference",

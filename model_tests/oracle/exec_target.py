@@ -19,7 +19,7 @@ exits when its stdin closes. ``example_peer`` is a complete peer, in Python.
 
 ``ExecFactory`` is a target factory: calling it with a configuration gives an ``ExecTarget``, a
 Python object with the protocol's methods that forwards each call. Errors named after a class of
-``specs.errors`` are raised as that class; anything else (a dead program, a line that is not
+``pagedkv.specs.errors`` are raised as that class; anything else (a dead program, a line that is not
 JSON, an answer of the wrong shape, an error class pagedkv does not know) raises a ``PeerError``
 whose message says what happened.
 
@@ -49,9 +49,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from model_tests.oracle import codec, reaper
-from model_tests.oracle.codec import JSON, CodecError, Level
-from model_tests.oracle.timeout import TargetTimeout, resolve, show, wait_limit
+from pagedkv.model_tests.oracle import codec, reaper
+from pagedkv.model_tests.oracle.codec import JSON, CodecError, Level
+from pagedkv.model_tests.oracle.timeout import TargetTimeout, resolve, show, wait_limit
 
 MAX_IDLE = 4
 MAX_ANSWER_BYTES = 16 * 2**20

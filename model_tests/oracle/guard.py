@@ -28,10 +28,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from model_tests.oracle import codec
-from model_tests.oracle.exec_target import ExecFactory
-from model_tests.oracle.timeout import FOREVER, TargetTimeout, resolve, show, wait_limit
-from model_tests.oracle.watchdog import WATCHDOG, Call, Interrupted, here, watching
+from pagedkv.model_tests.oracle import codec
+from pagedkv.model_tests.oracle.exec_target import ExecFactory
+from pagedkv.model_tests.oracle.timeout import FOREVER, TargetTimeout, resolve, show, wait_limit
+from pagedkv.model_tests.oracle.watchdog import WATCHDOG, Call, Interrupted, here, watching
 
 
 class TargetCrash(Exception):
@@ -169,7 +169,7 @@ class GuardedFactory:
 def _crash(error: BaseException, what: Callable[[], str]) -> TargetCrash:
     return TargetCrash(
         f"{error!r} from {what()}: a BaseException that is not an Exception (a target raises"
-        " only the errors of specs.errors)"
+        " only the errors of pagedkv.specs.errors)"
     )
 
 

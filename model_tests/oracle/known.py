@@ -23,10 +23,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from model_tests.lockstep.calls import KINDS, Divergence, TargetStopped
-from model_tests.lockstep.capture import RunRecord
-from model_tests.oracle import codec
-from model_tests.oracle.codec import Level
+from pagedkv.model_tests.lockstep.calls import KINDS, Divergence, TargetStopped
+from pagedkv.model_tests.lockstep.capture import RunRecord
+from pagedkv.model_tests.oracle import codec
+from pagedkv.model_tests.oracle.codec import Level
 
 OTHER_KINDS = ("configuration", "check")
 ALL_KINDS = (*KINDS, *OTHER_KINDS)

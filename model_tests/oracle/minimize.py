@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from model_tests.lockstep.capture import Call
-from model_tests.oracle import trace
-from model_tests.oracle.codec import CodecError
-from model_tests.oracle.trace import Trace, Verdict
+from pagedkv.model_tests.lockstep.capture import Call
+from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle.codec import CodecError
+from pagedkv.model_tests.oracle.trace import Trace, Verdict
 
 MAX_REPLAYS = 2000
 """A bound on the replays one minimization may take (ddmin is quadratic at worst)."""

@@ -13,6 +13,10 @@ or add a generated test item from the command line::
 
 A divergence fails the test with the same report as ``pagedkv check``: the shrunk numbered
 steps, what the model expected and what the target did, and the path of a trace that replays it.
+
+pytest loads this module in every session of an environment that has pagedkv installed, so it
+imports only pytest at first: the oracle (and Hypothesis with it) loads when a test first uses
+the fixture or a ``--pagedkv-target`` item runs (``run_oracle``).
 """
 
 from __future__ import annotations
@@ -23,9 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from model_tests.oracle import codec, targets, timeout, trace
-from model_tests.oracle.check import check_report, run_check
 
 DEFAULT_STEPS = 1000
 
@@ -57,6 +58,10 @@ def run_oracle(
     trace_out: Path | None = None,
 ) -> Any:
     """Check ``target`` (a factory or a target string); raise OracleFailure with the report."""
+    # Imported here, not above: only a test that checks something pays for the oracle.
+    from pagedkv.model_tests.oracle import codec, targets, timeout, trace
+    from pagedkv.model_tests.oracle.check import check_report, run_check
+
     lvl = codec.level_of(level)
     try:
         if isinstance(target, str):

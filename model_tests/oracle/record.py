@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from model_tests.lockstep.capture import RunRecord
-from model_tests.oracle import codec, trace
-from model_tests.oracle.check import machine_case
-from model_tests.oracle.codec import Level
-from specs.types import ManagerConfig, PoolConfig
+from pagedkv.model_tests.lockstep.capture import RunRecord
+from pagedkv.model_tests.oracle import codec, trace
+from pagedkv.model_tests.oracle.check import machine_case
+from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.specs.types import ManagerConfig, PoolConfig
 
 REFUSED_CONFIGS: dict[Level, list[Any]] = {
     "manager": [

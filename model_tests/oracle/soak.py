@@ -28,19 +28,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model_tests.lockstep.calls import Divergence, run_call, shared_error
-from model_tests.lockstep.capture import Call
-from model_tests.lockstep.manager_session import IsomorphicManagerSession
-from model_tests.lockstep.show import show_call, show_value
-from model_tests.machines.manager_machine import held_references, mapping_problems
-from model_tests.oracle import trace
-from model_tests.oracle.exec_target import close_target
-from model_tests.oracle.watchdog import watched
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from specs import invariants
-from specs.errors import PagedKVError
-from specs.manager_view import ManagerView
-from specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, Token
+from pagedkv.model_tests.lockstep.calls import Divergence, run_call, shared_error
+from pagedkv.model_tests.lockstep.capture import Call
+from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
+from pagedkv.model_tests.lockstep.show import show_call, show_value
+from pagedkv.model_tests.machines.manager_machine import held_references, mapping_problems
+from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle.exec_target import close_target
+from pagedkv.model_tests.oracle.watchdog import watched
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.specs import invariants
+from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, Token
 
 EPISODE = 2000
 CHECKPOINT = 64

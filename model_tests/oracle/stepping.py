@@ -20,11 +20,11 @@ from typing import Any
 from hypothesis import reject
 from hypothesis.errors import HypothesisException, StopTest
 
-from model_tests.lockstep.capture import RunRecord
-from model_tests.oracle import codec, trace
-from model_tests.oracle.known import Finding, KnownDifferences, finding_of
-from model_tests.oracle.minimize import minimize
-from model_tests.oracle.trace import Trace, Verdict
+from pagedkv.model_tests.lockstep.capture import RunRecord
+from pagedkv.model_tests.oracle import codec, trace
+from pagedkv.model_tests.oracle.known import Finding, KnownDifferences, finding_of
+from pagedkv.model_tests.oracle.minimize import minimize
+from pagedkv.model_tests.oracle.trace import Trace, Verdict
 
 
 @dataclass

@@ -10,13 +10,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from model_tests.lockstep.calls import TargetStopped
-from model_tests.oracle import codec
-from model_tests.oracle.codec import Level
-from model_tests.oracle.exec_target import ExecSetupError, ExecTarget, exec_factory
-from model_tests.oracle.guard import guard
-from specs.errors import UnsupportedError
-from specs.types import ManagerConfig, PoolConfig
+from pagedkv.model_tests.lockstep.calls import TargetStopped
+from pagedkv.model_tests.oracle import codec
+from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.model_tests.oracle.exec_target import ExecSetupError, ExecTarget, exec_factory
+from pagedkv.model_tests.oracle.guard import guard
+from pagedkv.specs.errors import UnsupportedError
+from pagedkv.specs.types import ManagerConfig, PoolConfig
 
 Factory = Callable[[Any], Any]
 
@@ -28,14 +28,14 @@ SAMPLE_CONFIGS: dict[Level, ManagerConfig | PoolConfig] = {
 
 ALIASES = {
     "reference": {
-        "manager": "reference.manager_adapter:ReferenceBlockSpaceManager",
-        "pool": "reference.pool_adapter:ReferenceBlockPool",
+        "manager": "pagedkv.reference.manager_adapter:ReferenceBlockSpaceManager",
+        "pool": "pagedkv.reference.pool_adapter:ReferenceBlockPool",
     },
     "optimized": {
-        "manager": "optimized.block_manager:OptimizedBlockSpaceManager",
-        "pool": "optimized.block_pool:OptimizedBlockPool",
+        "manager": "pagedkv.optimized.block_manager:OptimizedBlockSpaceManager",
+        "pool": "pagedkv.optimized.block_pool:OptimizedBlockPool",
     },
-    "independent": {"manager": "model_tests.independent.manager:IndependentManager"},
+    "independent": {"manager": "pagedkv.model_tests.independent.manager:IndependentManager"},
 }
 """Short names for the targets pagedkv ships."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 
-from model_tests.lockstep.calls import TargetStopped
+from pagedkv.model_tests.lockstep.calls import TargetStopped
 
 DEFAULT_TIMEOUT = 30.0
 ENVIRONMENT = ("PAGEDKV_TIMEOUT", "PAGEDKV_EXEC_TIMEOUT")

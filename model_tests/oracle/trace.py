@@ -30,23 +30,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from model_tests.lockstep.calls import Divergence, TargetStopped, run_call
-from model_tests.lockstep.capture import Call, RunRecord
-from model_tests.lockstep.manager_session import IsomorphicManagerSession
-from model_tests.lockstep.pool_safety_session import PoolSafetySession
-from model_tests.lockstep.pool_session import IsomorphicPoolSession
-from model_tests.lockstep.safety_session import SafetySession
-from model_tests.oracle import codec
-from model_tests.oracle.codec import JSON, CodecError, Level
-from model_tests.oracle.exec_target import close_target
-from model_tests.oracle.guard import guard
-from model_tests.oracle.known import ALL_KINDS
-from model_tests.oracle.watchdog import watched
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from reference.pool_adapter import ReferenceBlockPool
-from specs.errors import ConfigurationError, PagedKVError
-from specs.policy import PAGEDKV, SAFETY, Policy, policy_from_json, policy_json
-from specs.validation import check_config_bounds
+from pagedkv.model_tests.lockstep.calls import Divergence, TargetStopped, run_call
+from pagedkv.model_tests.lockstep.capture import Call, RunRecord
+from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
+from pagedkv.model_tests.lockstep.pool_safety_session import PoolSafetySession
+from pagedkv.model_tests.lockstep.pool_session import IsomorphicPoolSession
+from pagedkv.model_tests.lockstep.safety_session import SafetySession
+from pagedkv.model_tests.oracle import codec
+from pagedkv.model_tests.oracle.codec import JSON, CodecError, Level
+from pagedkv.model_tests.oracle.exec_target import close_target
+from pagedkv.model_tests.oracle.guard import guard
+from pagedkv.model_tests.oracle.known import ALL_KINDS
+from pagedkv.model_tests.oracle.watchdog import watched
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.specs.errors import ConfigurationError, PagedKVError
+from pagedkv.specs.policy import PAGEDKV, SAFETY, Policy, policy_from_json, policy_json
+from pagedkv.specs.validation import check_config_bounds
 
 FORMAT = "pagedkv-trace"
 VERSION = 2

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar
 
-from model_tests.oracle.timeout import show
+from pagedkv.model_tests.oracle.timeout import show
 
 MAIN_THREAD = threading.main_thread().ident
 INTERRUPT_SIGNAL: int | None = getattr(signal, "SIGALRM", None)
@@ -224,7 +224,7 @@ def give_up(call: Call) -> None:
                 f" {call.interrupts} interrupts {call.grace:g} s apart: it catches them, or"
                 " waits in code that never looks at them. An in-process target cannot be"
                 " stopped otherwise: pagedkv ends here (serve it as a program, which can be"
-                " killed: --target 'exec:python -m model_tests.oracle.example_peer --impl"
+                " killed: --target 'exec:python -m pagedkv.model_tests.oracle.example_peer --impl"
                 " MODULE:FACTORY')\n"
             ).encode(),
         )

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-from specs.errors import DuplicateSequenceError
-from specs.validation import check_id, check_seq_ids
+from pagedkv.specs.errors import DuplicateSequenceError
+from pagedkv.specs.validation import check_id, check_seq_ids
 
 
 def new_ids(

@@ -3,8 +3,8 @@
 
 nano-vllm has one GPU pool, prefix caching always on, no groups, no fork, no swap, no lookahead
 slots, no sliding window, no watermark, no computed marks and no access times. The adapter plays
-its scheduler: it owns the sequences (ids, groups, arguments checked with ``specs.validation``)
-and maps each call onto the block manager's own:
+its scheduler: it owns the sequences (ids, groups, arguments checked with
+``pagedkv.specs.validation``) and maps each call onto the block manager's own:
 
 - ``can_allocate(prompt, L)``: ``can_allocate`` of a probe sequence of the prompt and ``L``
   placeholder tokens; yes is ``OK``, no is ``LATER`` (nano-vllm has no NEVER).
@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar
 
-from model_tests.peers import sources
-from model_tests.peers.admission import new_ids
-from model_tests.peers.standins import nano_vllm
-from model_tests.peers.standins.nano_vllm import Sequence as NanoSequence
-from specs.errors import OutOfBlocksError, UnsupportedError
-from specs.types import (
+from pagedkv.model_tests.peers import sources
+from pagedkv.model_tests.peers.admission import new_ids
+from pagedkv.model_tests.peers.standins import nano_vllm
+from pagedkv.model_tests.peers.standins.nano_vllm import Sequence as NanoSequence
+from pagedkv.specs.errors import OutOfBlocksError, UnsupportedError
+from pagedkv.specs.types import (
     NO_EXTRA_KEY,
     AllocStatus,
     BlockId,
@@ -47,7 +47,7 @@ from specs.types import (
     ManagerConfig,
     Token,
 )
-from specs.validation import (
+from pagedkv.specs.validation import (
     check_count,
     check_extra_key,
     check_manager_config,

@@ -1,8 +1,8 @@
 """``make peers``: hold each real peer to the reference under its engine's profile, and to the
 safety tier, and print one table.
 
-    python -m model_tests.peers.run fetch
-    python -m model_tests.peers.run check [--peer NAME ...] [--steps N] [--seed S]
+    python -m pagedkv.model_tests.peers.run fetch
+    python -m pagedkv.model_tests.peers.run check [--peer NAME ...] [--steps N] [--seed S]
                                           [--switch NAME ...] [--policy NAME=VALUE ...]
                                           [--traces DIR] [--known [FILE]]
 
@@ -39,18 +39,18 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from model_tests.oracle.check import CheckResult, run_check
-from model_tests.oracle.codec import Level
-from model_tests.oracle.known import KnownDifferences, KnownError
-from model_tests.oracle.known import load as load_known
-from model_tests.peers import sources
-from model_tests.peers.nano_vllm_manager import NanoVllmManager
-from model_tests.peers.nano_vllm_manager import Switches as NanoSwitches
-from model_tests.peers.vllm_v0_manager import Switches as V0ManagerSwitches
-from model_tests.peers.vllm_v0_manager import VllmV0Manager
-from model_tests.peers.vllm_v1_pool import Switches as V1PoolSwitches
-from model_tests.peers.vllm_v1_pool import VllmV1Pool
-from specs.policy import SAFETY, Profile, profile
+from pagedkv.model_tests.oracle.check import CheckResult, run_check
+from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.model_tests.oracle.known import KnownDifferences, KnownError
+from pagedkv.model_tests.oracle.known import load as load_known
+from pagedkv.model_tests.peers import sources
+from pagedkv.model_tests.peers.nano_vllm_manager import NanoVllmManager
+from pagedkv.model_tests.peers.nano_vllm_manager import Switches as NanoSwitches
+from pagedkv.model_tests.peers.vllm_v0_manager import Switches as V0ManagerSwitches
+from pagedkv.model_tests.peers.vllm_v0_manager import VllmV0Manager
+from pagedkv.model_tests.peers.vllm_v1_pool import Switches as V1PoolSwitches
+from pagedkv.model_tests.peers.vllm_v1_pool import VllmV1Pool
+from pagedkv.specs.policy import SAFETY, Profile, profile
 
 KNOWN = Path(__file__).resolve().parent / "known"
 """Each peer's known differences, ``<peer>.toml``: its defects of ``specs/peers.md``."""
@@ -61,7 +61,7 @@ class Peer:
     name: str
     level: Level
     profile: str
-    """The profile of the engine's choices (``specs.policy.PROFILES``)."""
+    """The profile of the engine's choices (``pagedkv.specs.policy.PROFILES``)."""
     adapter: Any
     switches: Any
     """The adapter's ``Switches`` class (all off by default), or None."""
@@ -230,7 +230,7 @@ def _overrides(assignments: Sequence[str]) -> dict[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m model_tests.peers.run")
+    parser = argparse.ArgumentParser(prog="python -m pagedkv.model_tests.peers.run")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("fetch", help="download the peers' wheels and unpack their files")
     check = commands.add_parser("check", help="check every peer: its profile, then safety")

@@ -2,7 +2,7 @@
 
 One place for the modules both vLLM 0.6.3 adapters use (the manager level,
 ``vllm_v0_manager.py``, and the pool level, ``vllm_v0_pool.py``) and for the translation of its
-errors into ``specs.errors``.
+errors into ``pagedkv.specs.errors``.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
 
-from model_tests.peers import sources
-from model_tests.peers.standins import vllm_v0
-from specs.errors import OutOfBlocksError, UnsupportedError
-from specs.types import AllocStatus, Device
+from pagedkv.model_tests.peers import sources
+from pagedkv.model_tests.peers.standins import vllm_v0
+from pagedkv.specs.errors import OutOfBlocksError, UnsupportedError
+from pagedkv.specs.types import AllocStatus, Device
 
 WANTED = (
     "vllm.core.interfaces",
@@ -41,7 +41,7 @@ Result = TypeVar("Result")
 
 
 def call(action: Callable[..., Result], *args: Any, **kwargs: Any) -> Result:
-    """Run one vLLM call, its typed failures as ``specs.errors``: out of blocks
+    """Run one vLLM call, its typed failures as ``pagedkv.specs.errors``: out of blocks
     (``BlockAllocator.NoFreeBlocksError``) and a refused feature (``NotImplementedError``).
     Anything else (an ``AssertionError`` inside vLLM) goes through untouched: the oracle reports
     it as an untyped error."""

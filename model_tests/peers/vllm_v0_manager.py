@@ -3,7 +3,8 @@
 The adapter plays the part of vLLM's scheduler and nothing more. The scheduler owns the
 ``Sequence`` and ``SequenceGroup`` objects, their ids and statuses (RUNNING on the GPU, SWAPPED on
 the CPU), and never calls the block manager with an unknown id, a malformed argument or a group
-in the wrong state; so those checks of the protocol are the adapter's (``specs.validation``, in
+in the wrong state; so those checks of the protocol are the adapter's
+(``pagedkv.specs.validation``, in
 the spec's order). Everything about blocks is vLLM's own code, unchanged: which blocks, the
 answers of the ``can_*`` questions, copy-on-write pairs, swap mappings, computed marks, and its
 failures (``vllm_v0.call``), including failures midway.
@@ -34,13 +35,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from model_tests.peers import vllm_v0
-from model_tests.peers.admission import new_ids
-from model_tests.peers.standins.vllm_v0 import Sequence as VllmSequence
-from model_tests.peers.standins.vllm_v0 import SequenceData, SequenceGroup, SequenceStatus
-from specs.accounting import blocks_for, blocks_touched_by_append
-from specs.errors import DuplicateSequenceError, OutOfBlocksError, UnsupportedError
-from specs.types import (
+from pagedkv.model_tests.peers import vllm_v0
+from pagedkv.model_tests.peers.admission import new_ids
+from pagedkv.model_tests.peers.standins.vllm_v0 import Sequence as VllmSequence
+from pagedkv.model_tests.peers.standins.vllm_v0 import SequenceData, SequenceGroup, SequenceStatus
+from pagedkv.specs.accounting import blocks_for, blocks_touched_by_append
+from pagedkv.specs.errors import DuplicateSequenceError, OutOfBlocksError, UnsupportedError
+from pagedkv.specs.types import (
     NO_EXTRA_KEY,
     AllocStatus,
     BlockId,
@@ -50,7 +51,7 @@ from specs.types import (
     ManagerConfig,
     Token,
 )
-from specs.validation import (
+from pagedkv.specs.validation import (
     check_count,
     check_device,
     check_extra_key,

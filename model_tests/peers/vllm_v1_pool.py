@@ -24,7 +24,8 @@ The adapter plays the part of v1's ``KVCacheManager`` above the pool, and nothin
   a holder); ``clear_copy_on_writes``: ``[]`` (there never are any);
 - ``mark_accessed`` and ``mark_computed`` are notifications v1 does not need (no access times; a
   block is cached only once computed): they change nothing;
-- argument and ref-count checks are the caller's (``specs.validation``): v1's ``free_blocks``
+- argument and ref-count checks are the caller's (``pagedkv.specs.validation``): v1's
+``free_blocks``
   itself would take a count below zero.
 
 Lacked (``UnsupportedError``): ``cow_if_not_appendable``, ``common_computed_prefix`` (v1 finds
@@ -38,12 +39,12 @@ from dataclasses import dataclass
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from model_tests.peers import sources
-from model_tests.peers.standins import vllm_v1
-from specs.content_hash import Prefix
-from specs.errors import DoubleFreeError, OutOfBlocksError, UnsupportedError
-from specs.types import BlockId, CopyPair, PoolConfig, Token
-from specs.validation import (
+from pagedkv.model_tests.peers import sources
+from pagedkv.model_tests.peers.standins import vllm_v1
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import DoubleFreeError, OutOfBlocksError, UnsupportedError
+from pagedkv.specs.types import BlockId, CopyPair, PoolConfig, Token
+from pagedkv.specs.validation import (
     BlockFacts,
     check_append,
     check_block_id,

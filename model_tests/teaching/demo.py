@@ -5,7 +5,7 @@ Two requests share a system prompt (a prefix-cache hit), a fork for parallel sam
 copy-on-write, the pool running out (LATER, NEVER), eviction from the free list first and then
 tail first, a swap out and back in with its mappings, a sliding-window release to the null block,
 and a reset of the prefix cache. The state drawn after each step is the reference's own
-(``reference.manager_adapter``), so the demo cannot tell a story the reference does not.
+(``pagedkv.reference.manager_adapter``), so the demo cannot tell a story the reference does not.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from model_tests.oracle import codec
-from model_tests.oracle.check import show_config
-from model_tests.teaching.frames import Frame, Walk, copies_of
-from model_tests.teaching.snapshot import manager_picture
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from specs.types import ManagerConfig
+from pagedkv.model_tests.oracle import codec
+from pagedkv.model_tests.oracle.check import show_config
+from pagedkv.model_tests.teaching.frames import Frame, Walk, copies_of
+from pagedkv.model_tests.teaching.snapshot import manager_picture
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.specs.types import ManagerConfig
 
 CONFIG = ManagerConfig(
     block_size=4,

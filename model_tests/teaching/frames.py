@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from model_tests.teaching.rules import Rule
-from model_tests.teaching.snapshot import Picture
-from specs.operations import OPERATIONS, Level
-from specs.types import BlockId, CopyPair
+from pagedkv.model_tests.teaching.rules import Rule
+from pagedkv.model_tests.teaching.snapshot import Picture
+from pagedkv.specs.operations import OPERATIONS, Level
+from pagedkv.specs.types import BlockId, CopyPair
 
 
 @dataclass(frozen=True)

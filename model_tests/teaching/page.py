@@ -13,17 +13,19 @@ from html import escape
 from importlib import resources
 from pathlib import Path
 
-from model_tests.oracle.trace import write_text
-from model_tests.teaching.frames import Frame, TargetSide, Walk
-from model_tests.teaching.snapshot import BlockCell, DevicePicture, Picture, TableRow
-from model_tests.teaching.terminal import copies_text, heading, tokens_text
+from pagedkv.model_tests.oracle.trace import write_text
+from pagedkv.model_tests.teaching.frames import Frame, TargetSide, Walk
+from pagedkv.model_tests.teaching.snapshot import BlockCell, DevicePicture, Picture, TableRow
+from pagedkv.model_tests.teaching.terminal import copies_text, heading, tokens_text
 
 MAX_BLOCKS_DRAWN = 256
 """Larger pools draw only their non-blank blocks (and the count of the rest)."""
 
 
 def _asset(name: str) -> str:
-    return resources.files("model_tests.teaching").joinpath(name).read_text(encoding="utf-8")
+    return (
+        resources.files("pagedkv.model_tests.teaching").joinpath(name).read_text(encoding="utf-8")
+    )
 
 
 def _e(text: object) -> str:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from specs.content_hash import ROOT
-from specs.manager_view import ManagerView
-from specs.pool_view import PoolView
-from specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, Device, Token
+from pagedkv.specs.content_hash import ROOT
+from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.pool_view import PoolView
+from pagedkv.specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, Device, Token
 
 HASH_DIGITS = 6
 """Hex digits of a content hash shown: enough to tell the blocks of a small example apart."""

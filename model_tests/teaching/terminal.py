@@ -15,8 +15,14 @@ from rich.rule import Rule as RichRule
 from rich.table import Table
 from rich.text import Text
 
-from model_tests.teaching.frames import Frame, Walk
-from model_tests.teaching.snapshot import BlockCell, ChainLink, DevicePicture, Picture, TableRow
+from pagedkv.model_tests.teaching.frames import Frame, Walk
+from pagedkv.model_tests.teaching.snapshot import (
+    BlockCell,
+    ChainLink,
+    DevicePicture,
+    Picture,
+    TableRow,
+)
 
 WIDTH = 96
 EMPTY_SLOT = "·"

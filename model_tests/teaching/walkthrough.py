@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from model_tests.lockstep.calls import run_call
-from model_tests.lockstep.manager_session import IsomorphicManagerSession
-from model_tests.oracle import codec, trace
-from model_tests.oracle.check import show_config
-from model_tests.oracle.exec_target import close_target
-from model_tests.oracle.trace import Trace, Verdict
-from model_tests.teaching.frames import (
+from pagedkv.model_tests.lockstep.calls import run_call
+from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
+from pagedkv.model_tests.oracle import codec, trace
+from pagedkv.model_tests.oracle.check import show_config
+from pagedkv.model_tests.oracle.exec_target import close_target
+from pagedkv.model_tests.oracle.trace import Trace, Verdict
+from pagedkv.model_tests.teaching.frames import (
     Finding,
     Frame,
     FreeCount,
@@ -35,11 +35,11 @@ from model_tests.teaching.frames import (
     Walk,
     copies_of,
 )
-from model_tests.teaching.rules import CREATE, STALE, rule_of
-from model_tests.teaching.snapshot import picture_of
-from specs.errors import PagedKVError
-from specs.manager_view import ManagerView
-from specs.types import Device
+from pagedkv.model_tests.teaching.rules import CREATE, STALE, rule_of
+from pagedkv.model_tests.teaching.snapshot import picture_of
+from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.types import Device
 
 Factory = Callable[[Any], Any]
 

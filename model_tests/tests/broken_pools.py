@@ -2,13 +2,13 @@
 
 Each is the optimized pool with one bug (the independent implementations import only
 ``specs``, so these live with the tests). A target for ``pagedkv check --level pool``:
-``model_tests.tests.broken_pools:CowDropsTheSourceFirst``.
+``pagedkv.model_tests.tests.broken_pools:CowDropsTheSourceFirst``.
 """
 
 from __future__ import annotations
 
-from optimized.block_pool import OptimizedBlockPool, PrefixParts
-from specs.types import BlockHash, BlockId, Token
+from pagedkv.optimized.block_pool import OptimizedBlockPool, PrefixParts
+from pagedkv.specs.types import BlockHash, BlockId, Token
 
 
 class CowDropsTheSourceFirst(OptimizedBlockPool):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from model_tests.machines import profiles
+from pagedkv.model_tests.machines import profiles
 
 try:
     profiles.load()

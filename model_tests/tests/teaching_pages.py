@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
-from model_tests.oracle import trace
-from model_tests.oracle.trace import Trace
-from specs.types import ManagerConfig
+from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle.trace import Trace
+from pagedkv.specs.types import ManagerConfig
 
 SWAP_TRACE = """\
 {"format": "pagedkv-trace", "version": 1, "level": "manager", "config": {"block_size": 2, \
@@ -29,7 +29,7 @@ SWAP_TRACE = """\
 """The trace ``pagedkv check`` writes for ``BrokenSwapDropsPair``, seed 0 (``specs/oracle.md``
 §4): that manager answers the last call with ``[]``."""
 
-SWAP_TARGET = "model_tests.independent.broken:BrokenSwapDropsPair"
+SWAP_TARGET = "pagedkv.model_tests.independent.broken:BrokenSwapDropsPair"
 
 
 def swap_trace() -> Trace:

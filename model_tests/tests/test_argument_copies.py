@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from model_tests.lockstep.calls import detached
-from model_tests.oracle import trace
-from model_tests.oracle.check import run_check
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from reference.pool_adapter import ReferenceBlockPool
-from specs.content_hash import Prefix
-from specs.types import BlockId, Token
+from pagedkv.model_tests.lockstep.calls import detached
+from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle.check import run_check
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.types import BlockId, Token
 
 
 def _zero(tokens: Any) -> None:

@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from model_tests.bench import baseline, replay
-from model_tests.bench.control import ControlLoop
-from model_tests.bench.sections import Options, workload_spec
-from model_tests.bench.workload import build, to_trace
-from model_tests.independent.broken import BrokenForgetsCowSource
-from model_tests.oracle import trace
-from model_tests.oracle.soak import shrink, soak
-from optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv import cli
-from reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.model_tests.bench import baseline, replay
+from pagedkv.model_tests.bench.control import ControlLoop
+from pagedkv.model_tests.bench.sections import Options, workload_spec
+from pagedkv.model_tests.bench.workload import build, to_trace
+from pagedkv.model_tests.independent.broken import BrokenForgetsCowSource
+from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle.soak import shrink, soak
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,7 +96,7 @@ def test_an_earlier_commit_is_exported_under_its_own_name(tmp_path: Path) -> Non
     assert spec == f"{package}.optimized.block_manager:OptimizedBlockSpaceManager"
     source = (root / package / "optimized" / "block_manager.py").read_text()
     assert f"from {package}.optimized.block_pool import" in source
-    assert "from specs.types import" in source  # the value types stay shared
+    assert "from pagedkv.specs.types import" in source  # the value types stay shared
     assert f"from {package}.specs.validation import" in source
     with pytest.raises(baseline.BaselineError, match="no-such-revision"):
         baseline.export("no-such-revision", tmp_path / "other")
@@ -144,7 +144,7 @@ def test_soak_passes_the_optimized_manager() -> None:
 
 
 def test_soak_finds_and_shrinks_a_broken_manager(tmp_path: Path) -> None:
-    target = "model_tests.independent.broken:BrokenForgetsCowSource"
+    target = "pagedkv.model_tests.independent.broken:BrokenForgetsCowSource"
     path = tmp_path / "soak.jsonl"
     code, out, _ = run_cli(
         "soak", "--target", target, "--steps", "20000", "--seed", "1", "--trace-out", str(path)

@@ -22,26 +22,26 @@ from typing import Any
 
 import pytest
 
-from model_tests.independent.manager import IndependentManager
-from model_tests.lockstep.capture import RunRecord
-from model_tests.oracle import exec_target, trace
-from model_tests.oracle.check import CheckResult, check_report, run_check
-from model_tests.oracle.guard import GuardedFactory, TargetCrash
-from model_tests.oracle.known import finding_of
-from model_tests.oracle.timeout import FOREVER, TargetTimeout
-from optimized.block_manager import OptimizedBlockSpaceManager
-from optimized.block_pool import OptimizedBlockPool
 from pagedkv import cli
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from reference.pool_adapter import ReferenceBlockPool
-from specs.errors import ConfigurationError, InvalidArgumentError
-from specs.types import ManagerConfig, PoolConfig
+from pagedkv.model_tests.independent.manager import IndependentManager
+from pagedkv.model_tests.lockstep.capture import RunRecord
+from pagedkv.model_tests.oracle import exec_target, trace
+from pagedkv.model_tests.oracle.check import CheckResult, check_report, run_check
+from pagedkv.model_tests.oracle.guard import GuardedFactory, TargetCrash
+from pagedkv.model_tests.oracle.known import finding_of
+from pagedkv.model_tests.oracle.timeout import FOREVER, TargetTimeout
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.specs.errors import ConfigurationError, InvalidArgumentError
+from pagedkv.specs.types import ManagerConfig, PoolConfig
 
 PAGEDKV = str(Path(sys.executable).parent / "pagedkv")
 
 HOSTILE = """
 import sys, time
-from model_tests.independent.manager import IndependentManager
+from pagedkv.model_tests.independent.manager import IndependentManager
 
 class ExitsZero(IndependentManager):
     def fork(self, parent_id, child_id):
@@ -66,7 +66,7 @@ def exits_while_built(config):
 
 HANGS_ON_FORK = """
 import json, os, sys, time
-from model_tests.oracle.example_peer import Peer
+from pagedkv.model_tests.oracle.example_peer import Peer
 
 peer = Peer("independent")
 with open(sys.argv[1], "a") as log:
@@ -345,7 +345,9 @@ def test_13_lookup_of_a_bad_hash_raises_the_typed_error(make: Any, bad: Any) -> 
 
 
 def test_5_trace_out_naming_a_directory_is_refused_before_the_search(tmp_path: Path) -> None:
-    target = "model_tests.independent.broken:BrokenNoUpFrontCheck"  # would fail, after a search
+    target = (
+        "pagedkv.model_tests.independent.broken:BrokenNoUpFrontCheck"  # would fail, after a search
+    )
     code, out, err = run_here(
         "check", "--target", target, "--steps", "100000", "--trace-out", str(tmp_path)
     )
@@ -454,7 +456,7 @@ def test_every_bad_option_value_is_one_line_of_one_shape(argv: list[str]) -> Non
 
 
 def test_7_the_timeout_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    target = "model_tests.independent.manager:IndependentManager"
+    target = "pagedkv.model_tests.independent.manager:IndependentManager"
     monkeypatch.setenv("PAGEDKV_TIMEOUT", "0")
     code, out, err = run_here("check", "--target", target, "--steps", "200", "--seed", "2")
     assert code == 0 and "PASS" in out, out + err
@@ -585,7 +587,7 @@ def test_11_a_hang_is_waited_for_in_full_once(hostile: Path) -> None:
 
 SLOW_TO_START = """
 import json, sys, time
-from model_tests.oracle.example_peer import Peer
+from pagedkv.model_tests.oracle.example_peer import Peer
 
 peer = Peer("reference")
 first = True

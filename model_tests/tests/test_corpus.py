@@ -4,7 +4,7 @@ replays the failure.
 
 ``make test`` replays each variant's stored trace (``model_tests/corpus/traces/``, written by
 ``make corpus``) and searches for a few variants live; ``make corpus`` searches for every variant
-with all three seeds (``python -m model_tests.corpus.measure``).
+with all three seeds (``python -m pagedkv.model_tests.corpus.measure``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from model_tests.corpus.measure import (
+from pagedkv.model_tests.corpus.measure import (
     BEGIN,
     END,
     MAX_SHRUNK_STEPS,
@@ -23,8 +23,15 @@ from model_tests.corpus.measure import (
     table,
     trace_path,
 )
-from model_tests.corpus.registry import CLAUSES, OUT_OF_REACH, VARIANTS, Variant, uncovered, variant
-from model_tests.oracle import trace
+from pagedkv.model_tests.corpus.registry import (
+    CLAUSES,
+    OUT_OF_REACH,
+    VARIANTS,
+    Variant,
+    uncovered,
+    variant,
+)
+from pagedkv.model_tests.oracle import trace
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from model_tests.oracle.check import NothingCovered, check_report, run_check
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from specs.errors import UnsupportedError
-from specs.types import ManagerConfig
+from pagedkv.model_tests.oracle.check import NothingCovered, check_report, run_check
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.specs.errors import UnsupportedError
+from pagedkv.specs.types import ManagerConfig
 
 WHY = "prefix caching with a sliding window"
 

@@ -18,20 +18,20 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from optimized import kernels
-from optimized.defragmenter import OptimizedDefragmenter
-from optimized.kv_store import KVStore
-from reference.defrag_adapter import ReferenceDefragmenter
-from specs import defrag_rule, invariants
-from specs.defrag_view import DefragmenterView
-from specs.errors import (
+from pagedkv.optimized import kernels
+from pagedkv.optimized.defragmenter import OptimizedDefragmenter
+from pagedkv.optimized.kv_store import KVStore
+from pagedkv.reference.defrag_adapter import ReferenceDefragmenter
+from pagedkv.specs import defrag_rule, invariants
+from pagedkv.specs.defrag_view import DefragmenterView
+from pagedkv.specs.errors import (
     ConfigurationError,
     ForeignBlockError,
     InvalidArgumentError,
     UnknownSequenceError,
 )
-from specs.interface import Defragmenter
-from specs.types import DEFRAG_PAD_SIZES, DefragConfig, TableKey
+from pagedkv.specs.interface import Defragmenter
+from pagedkv.specs.types import DEFRAG_PAD_SIZES, DefragConfig, TableKey
 
 Factory = Callable[[DefragConfig], Defragmenter]
 FACTORIES: list[Factory] = [ReferenceDefragmenter, OptimizedDefragmenter]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from model_tests.machines import explorer
-from optimized.block_manager import OptimizedBlockSpaceManager
-from specs.types import ManagerConfig
+from pagedkv.model_tests.machines import explorer
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.specs.types import ManagerConfig
 
 
 @pytest.mark.parametrize("config", explorer.scopes("quick"), ids=explorer.describe)

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from model_tests.formal import crosshair_check
-from specs.content_hash import ROOT, encode_block, utf8_encodable
-from specs.errors import InvalidArgumentError
-from specs.types import MAX_TOKEN, ExtraKey
-from specs.validation import check_extra_key
+from pagedkv.model_tests.formal import crosshair_check
+from pagedkv.specs.content_hash import ROOT, encode_block, utf8_encodable
+from pagedkv.specs.errors import InvalidArgumentError
+from pagedkv.specs.types import MAX_TOKEN, ExtraKey
+from pagedkv.specs.validation import check_extra_key
 
 tokens = st.lists(st.integers(0, MAX_TOKEN), max_size=4)
 
@@ -43,7 +43,7 @@ def test_a_planted_off_by_one_in_window_release_is_found(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "planted_window.py").write_text(
-        "from model_tests.formal.pairs import _window_inputs\n\n"
+        "from pagedkv.model_tests.formal.pairs import _window_inputs\n\n"
         "def off_by_one(num_tokens: int, window: int, block_size: int, num_blocks: int)"
         " -> list[int] | None:\n"
         "    if not _window_inputs(num_tokens, window, block_size, num_blocks):\n"
@@ -52,7 +52,7 @@ def test_a_planted_off_by_one_in_window_release_is_found(
     )
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     differs, text = crosshair_check.diff_pair(
-        "model_tests.formal.pairs.reference_window_release", "planted_window.off_by_one", 60
+        "pagedkv.model_tests.formal.pairs.reference_window_release", "planted_window.off_by_one", 60
     )
     assert differs and "Given:" in text, text
 

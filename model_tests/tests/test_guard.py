@@ -17,9 +17,9 @@ from typing import Any, NoReturn
 
 import pytest
 
-from model_tests.oracle.guard import GuardedFactory, TargetCrash
-from model_tests.oracle.timeout import FOREVER, TargetTimeout
-from model_tests.oracle.watchdog import MAIN_THREAD, WATCHDOG, Call, here, watching
+from pagedkv.model_tests.oracle.guard import GuardedFactory, TargetCrash
+from pagedkv.model_tests.oracle.timeout import FOREVER, TargetTimeout
+from pagedkv.model_tests.oracle.watchdog import MAIN_THREAD, WATCHDOG, Call, here, watching
 
 pytestmark = pytest.mark.skipif(not here(), reason="signals reach only a POSIX main thread")
 
@@ -242,7 +242,7 @@ def test_a_target_that_cannot_be_interrupted_ends_the_process_as_a_fail() -> Non
     program = textwrap.dedent(
         """
         import signal
-        from model_tests.oracle.guard import GuardedFactory
+        from pagedkv.model_tests.oracle.guard import GuardedFactory
 
         class Deaf:
             def free(self, seq_id):

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from optimized.kernels import (
+from pagedkv.optimized.kernels import (
     DEFAULT_PAD_SIZES,
     Run,
     coalesce_runs,
@@ -27,8 +27,8 @@ from optimized.kernels import (
     swap_blocks,
     swap_blocks_in_place,
 )
-from optimized.kv_store import KVStore
-from specs.errors import ConfigurationError, ForeignBlockError, InvalidArgumentError
+from pagedkv.optimized.kv_store import KVStore
+from pagedkv.specs.errors import ConfigurationError, ForeignBlockError, InvalidArgumentError
 
 Pairs = list[tuple[int, int]]
 ACCELERATOR = torch.accelerator.current_accelerator()

@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from model_tests.independent import broken
-from model_tests.lockstep.calls import Divergence
-from model_tests.lockstep.capture import RunRecord
-from model_tests.oracle import codec, trace
-from model_tests.oracle.check import AllKnown, check_report, run_check
-from model_tests.oracle.known import Finding, KnownError, finding_of, load, parse
-from model_tests.peers.run import PEERS
 from pagedkv import cli
-from specs.types import ManagerConfig
+from pagedkv.model_tests.independent import broken
+from pagedkv.model_tests.lockstep.calls import Divergence
+from pagedkv.model_tests.lockstep.capture import RunRecord
+from pagedkv.model_tests.oracle import codec, trace
+from pagedkv.model_tests.oracle.check import AllKnown, check_report, run_check
+from pagedkv.model_tests.oracle.known import Finding, KnownError, finding_of, load, parse
+from pagedkv.model_tests.peers.run import PEERS
+from pagedkv.specs.types import ManagerConfig
 
-TWO_BUGS = "model_tests.independent.broken:BrokenLeaksAndIgnoresExtraKey"
+TWO_BUGS = "pagedkv.model_tests.independent.broken:BrokenLeaksAndIgnoresExtraKey"
 SEEDS = (11, 25, 37)
 """Seeds whose search meets the extra-key bug before the leak (tried in turn, should the machine
 change what a seed draws)."""
@@ -243,7 +243,7 @@ def test_each_peer_file_loads_and_names_defects_of_the_findings(peer: Any) -> No
 def test_a_known_file_copied_from_a_report_steps_past_that_divergence(tmp_path: Path) -> None:
     """The report prints the divergence's kind and the entry that names it; that entry, copied
     into a file as it stands, is a known difference the next check steps past."""
-    target = "model_tests.independent.broken:BrokenNoUpFrontCheck"
+    target = "pagedkv.model_tests.independent.broken:BrokenNoUpFrontCheck"
     first = tmp_path / "first.jsonl"
     out, err = io.StringIO(), io.StringIO()
     argv = ["check", "--target", target, "--seed", "0", "--trace-out", str(first)]

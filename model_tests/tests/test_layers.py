@@ -1,59 +1,70 @@
-"""The layers import one way (``specs/README.md``, "The layers of the code"):
+"""The layers import one way (``specs/README.md``, "The layers of the code"), every module by its
+installed name (``pagedkv.specs``, never ``specs``):
 
     specs  <-  reference, optimized, model_tests.independent  <-  model_tests.lockstep
            <-  model_tests.machines  <-  model_tests.oracle  <-  model_tests.teaching,
-           model_tests.peers, model_tests.bench  <-  pagedkv
+           model_tests.peers, model_tests.bench  <-  pagedkv (the face)  <-  pagedkv.entry
 
 Each module is parsed with ``ast`` (nothing is imported), and every import of a project module is
 checked against that order: no arrow from a lower layer to a higher one, no import between the
 implementations (they share only ``specs``), and no import inside a function (a lazy import
-hides an arrow from a reader, and from this test). Torch is imported only where tensors are used,
-Hypothesis only above the implementations.
+hides an arrow from a reader, and from this test) except where ``LAZY`` says why. Torch is
+imported only where tensors are used, Hypothesis only above the implementations.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("specs", "reference", "optimized", "model_tests", "pagedkv", "pagedkv_entry")
+FOLDERS = ("specs", "reference", "optimized", "model_tests")
+"""The design card's folders: ``pagedkv.<folder>`` once installed (``pagedkv/<folder>`` links to
+``../<folder>``)."""
 
 LAYERS: dict[str, int] = {
-    "specs": 0,
-    "model_tests": 0,  # the package's __init__: a docstring
-    "reference": 1,
-    "optimized": 1,
-    "model_tests.independent": 1,
-    "model_tests.lockstep": 2,
-    "model_tests.machines": 3,
-    "model_tests.oracle": 4,
-    "model_tests.teaching": 5,
-    "model_tests.peers": 5,  # real engines' adapters and `make peers`: above the oracle they drive
-    "model_tests.formal": 5,  # development tools (CrossHair, mutation): nothing imports them
-    "model_tests.bench": 5,
-    "model_tests.corpus": 5,  # the wrong variants and their measurement, above the oracle
+    "pagedkv.specs": 0,
+    "pagedkv.model_tests": 0,  # the package's __init__: a docstring
+    "pagedkv.reference": 1,
+    "pagedkv.optimized": 1,
+    "pagedkv.model_tests.independent": 1,
+    "pagedkv.model_tests.lockstep": 2,
+    "pagedkv.model_tests.machines": 3,
+    "pagedkv.model_tests.oracle": 4,
+    "pagedkv.model_tests.teaching": 5,
+    "pagedkv.model_tests.peers": 5,  # real engines' adapters, above the oracle they drive
+    "pagedkv.model_tests.formal": 5,  # development tools (CrossHair, mutation)
+    "pagedkv.model_tests.bench": 5,
+    "pagedkv.model_tests.corpus": 5,  # the wrong variants and their measurement
     "pagedkv": 6,
-    "pagedkv_entry": 7,  # the console script's entry: signal handlers, then pagedkv.cli
-    "model_tests.tests": 7,
+    "pagedkv.entry": 7,  # the console script's entry: signal handlers, then pagedkv.cli
+    "pagedkv.__main__": 8,  # python -m pagedkv: runs the entry
+    "pagedkv.model_tests.tests": 7,
 }
 TORCH_ALLOWED = {
-    "optimized.kv_store",
-    "optimized.kernels",
-    "model_tests.bench.kernels",
-    "model_tests.bench.defrag",
-    "model_tests.machines.torch_kv",
+    "pagedkv.optimized.kv_store",
+    "pagedkv.optimized.kernels",
+    "pagedkv.model_tests.bench.kernels",
+    "pagedkv.model_tests.bench.defrag",
+    "pagedkv.model_tests.machines.torch_kv",
 }
 HYPOTHESIS_FROM_LAYER = 2
+LAZY = {
+    "pagedkv.model_tests.oracle.pytest_plugin": "pytest loads it in every session of an"
+    " environment with pagedkv installed: the oracle loads only when a test checks something",
+}
+"""Modules allowed an import inside a function, and why (never to dodge a cycle)."""
 
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join(parts if parts[0] == "pagedkv" else ["pagedkv", *parts])
 
 
 def layer_of(module: str) -> str | None:
@@ -63,8 +74,9 @@ def layer_of(module: str) -> str | None:
 
 
 def project_modules() -> list[Path]:
-    found = [ROOT / f"{name}.py" for name in PACKAGES if (ROOT / f"{name}.py").is_file()]
-    return sorted(found + [p for package in PACKAGES for p in (ROOT / package).rglob("*.py")])
+    """Every module once: the folders' own files, and the face's (not again through its links)."""
+    face = sorted((ROOT / "pagedkv").glob("*.py"))
+    return face + sorted(p for folder in FOLDERS for p in (ROOT / folder).rglob("*.py"))
 
 
 def imports(path: Path) -> list[tuple[str, int, bool]]:
@@ -95,17 +107,21 @@ def violations() -> list[str]:
         for imported, line, at_top in imports(path):
             where = f"{path.relative_to(ROOT)}:{line}"
             root = imported.split(".")[0]
-            if root == "torch" and importer not in TORCH_ALLOWED and own != "model_tests.tests":
+            tests = own == "pagedkv.model_tests.tests"
+            if root == "torch" and importer not in TORCH_ALLOWED and not tests:
                 problems.append(f"{where}: {importer} imports torch")
             if root == "hypothesis" and LAYERS[own] < HYPOTHESIS_FROM_LAYER:
                 problems.append(f"{where}: {importer} ({own}) imports hypothesis")
-            if root not in PACKAGES:
+            if root in FOLDERS:
+                problems.append(f"{where}: {importer} imports {imported}: say pagedkv.{imported}")
+                continue
+            if root != "pagedkv":
                 continue
             theirs = layer_of(imported)
             if theirs is None:
                 problems.append(f"{where}: {imported} is in no layer")
                 continue
-            if not at_top and own != "model_tests.tests":
+            if not at_top and not tests and importer not in LAZY:
                 problems.append(f"{where}: {importer} imports {imported} inside a function")
             if LAYERS[theirs] > LAYERS[own]:
                 problems.append(
@@ -127,10 +143,11 @@ def test_every_project_module_is_in_a_layer_and_imports_only_downward() -> None:
 @pytest.mark.parametrize(
     ("source", "says"),
     [
-        ("from model_tests.oracle import codec\n", "an arrow running up"),
-        ("from optimized.block_pool import OptimizedBlockPool\n", "imports its sibling"),
-        ("def f():\n    from specs import types\n", "inside a function"),
+        ("from pagedkv.model_tests.oracle import codec\n", "an arrow running up"),
+        ("from pagedkv.optimized.block_pool import OptimizedBlockPool\n", "imports its sibling"),
+        ("def f():\n    from pagedkv.specs import types\n", "inside a function"),
         ("import torch\n", "imports torch"),
+        ("from specs.types import BlockId\n", "say pagedkv.specs.types"),
     ],
 )
 def test_the_walk_catches_a_bad_import(
@@ -139,9 +156,30 @@ def test_the_walk_catches_a_bad_import(
     """The check can fail: a module of ``reference`` with each kind of bad import is caught."""
     planted = ROOT / "reference" / "_planted_for_test_layers.py"
     monkeypatch.setattr(
-        "model_tests.tests.test_layers.project_modules",
+        "pagedkv.model_tests.tests.test_layers.project_modules",
         lambda: [planted],
     )
     monkeypatch.setattr(Path, "read_text", lambda self, encoding=None: source)
     problems = violations()
     assert any(says in problem for problem in problems), problems
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["pagedkv", "pagedkv.optimized.block_manager", "pagedkv.model_tests.oracle.pytest_plugin"],
+)
+def test_a_light_import_loads_no_oracle_hypothesis_or_torch(module: str) -> None:
+    """``import pagedkv`` (its names load on first use), the optimized manager a scheduler
+    imports, and the pytest plugin every pytest session of a user's environment loads."""
+    heavy = ("hypothesis", "torch", "pagedkv.model_tests.oracle.check", "pagedkv.cli")
+    probe = f"import sys, {module}; print([m for m in {heavy!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stdout + done.stderr
+
+
+def test_the_face_lazily_exports_every_name_it_lists() -> None:
+    import pagedkv
+
+    assert sorted(pagedkv.__all__) == sorted(pagedkv._HOME_OF)
+    for name in pagedkv.__all__:
+        assert getattr(pagedkv, name) is not None

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from optimized.block_manager import OptimizedBlockSpaceManager
-from optimized.tokens import plain_tokens
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from specs.errors import DuplicateSequenceError, InvalidArgumentError, SequenceStateError
-from specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
-from specs.types import MAX_TOKEN, AllocStatus, ManagerConfig
-from specs.validation import check_tokens
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.optimized.tokens import plain_tokens
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.specs.errors import DuplicateSequenceError, InvalidArgumentError, SequenceStateError
+from pagedkv.specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
+from pagedkv.specs.types import MAX_TOKEN, AllocStatus, ManagerConfig
+from pagedkv.specs.validation import check_tokens
 
 FACTORIES: list[BlockSpaceManagerFactory] = [
     ReferenceBlockSpaceManager,

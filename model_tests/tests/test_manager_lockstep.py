@@ -4,9 +4,9 @@ reference's and the optimized one, in lockstep)."""
 
 from __future__ import annotations
 
-from model_tests.machines.manager_machine import manager_lockstep_case
-from model_tests.machines.torch_kv import TorchKV
-from optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.model_tests.machines.manager_machine import manager_lockstep_case
+from pagedkv.model_tests.machines.torch_kv import TorchKV
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 
 TestOptimizedManager = manager_lockstep_case(
     OptimizedBlockSpaceManager, target_kv=TorchKV, defragmenter=True

@@ -9,11 +9,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from model_tests.independent import broken
-from model_tests.independent.manager import IndependentManager
-from model_tests.oracle import trace
-from model_tests.oracle.minimize import ddmin, minimize
-from specs.types import ManagerConfig
+from pagedkv.model_tests.independent import broken
+from pagedkv.model_tests.independent.manager import IndependentManager
+from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle.minimize import ddmin, minimize
+from pagedkv.specs.types import ManagerConfig
 
 
 def one_minimal(kept: list[int], fails: Any) -> bool:

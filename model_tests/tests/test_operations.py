@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from model_tests.independent.manager import IndependentManager
-from model_tests.oracle import codec
-from optimized.block_manager import OptimizedBlockSpaceManager
-from optimized.block_pool import OptimizedBlockPool
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from reference.pool_adapter import ReferenceBlockPool
-from specs import interface, operations
-from specs.types import ExtraKey
+from pagedkv.model_tests.independent.manager import IndependentManager
+from pagedkv.model_tests.oracle import codec
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.specs import interface, operations
+from pagedkv.specs.types import ExtraKey
 
 SPECS = Path(operations.__file__).parent
 IMPLEMENTATIONS: dict[operations.Level, list[type[Any]]] = {

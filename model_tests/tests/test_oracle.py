@@ -20,20 +20,20 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from model_tests.corpus.pools import MirroredPool, MirroredPoolMissingOneFree
-from model_tests.independent import broken
-from model_tests.independent.manager import IndependentManager
-from model_tests.machines.manager_machine import manager_lockstep_case
-from model_tests.oracle import codec, exec_target, targets, trace
-from model_tests.oracle.check import CheckResult, check_report, run_check
-from model_tests.oracle.record import record_level
-from model_tests.oracle.timeout import TargetTimeout
 from pagedkv import cli
-from specs.content_hash import Prefix
-from specs.errors import OutOfBlocksError, UnknownSequenceError
-from specs.types import AllocStatus, Device, ExtraKey, ManagerConfig
+from pagedkv.model_tests.corpus.pools import MirroredPool, MirroredPoolMissingOneFree
+from pagedkv.model_tests.independent import broken
+from pagedkv.model_tests.independent.manager import IndependentManager
+from pagedkv.model_tests.machines.manager_machine import manager_lockstep_case
+from pagedkv.model_tests.oracle import codec, exec_target, targets, trace
+from pagedkv.model_tests.oracle.check import CheckResult, check_report, run_check
+from pagedkv.model_tests.oracle.record import record_level
+from pagedkv.model_tests.oracle.timeout import TargetTimeout
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import OutOfBlocksError, UnknownSequenceError
+from pagedkv.specs.types import AllocStatus, Device, ExtraKey, ManagerConfig
 
-PEER = [sys.executable, "-m", "model_tests.oracle.example_peer"]
+PEER = [sys.executable, "-m", "pagedkv.model_tests.oracle.example_peer"]
 MAX_SHRUNK_STEPS = 12
 BROKEN_BUDGET = 3000
 FALLBACK_SEEDS = (0, 1, 2, 3, 5, 6)
@@ -85,7 +85,7 @@ def test_independent_manager_passes_the_isomorphic_machine() -> None:
 
 
 def test_independent_manager_passes_pagedkv_check() -> None:
-    target = "model_tests.independent.manager:IndependentManager"
+    target = "pagedkv.model_tests.independent.manager:IndependentManager"
     code, out, err = run_cli("check", "--target", target, "--steps", "1500", "--seed", "11")
     assert (code, err) == (0, ""), out + err
     assert "PASS" in out and "seed 11" in out
@@ -196,7 +196,7 @@ def test_every_broken_variant_is_accounted_for() -> None:
 def test_check_of_a_broken_variant_prints_steps_and_writes_a_replayable_trace(
     tmp_path: Path,
 ) -> None:
-    target = "model_tests.independent.broken:BrokenNoUpFrontCheck"
+    target = "pagedkv.model_tests.independent.broken:BrokenNoUpFrontCheck"
     path = tmp_path / "out.jsonl"
     code, out, err = run_cli(
         "check", "--target", target, "--steps", "1500", "--seed", "4", "--trace-out", str(path)
@@ -241,7 +241,9 @@ def test_record_then_replay_a_corpus(level: codec.Level, tmp_path: Path) -> None
     assert set().union(*(t.operations() for t in loaded)) == set(codec.OPS[level])
     assert set().union(*(t.errors() for t in loaded)) == set(codec.ERRORS[level])
     target = (
-        "model_tests.independent.manager:IndependentManager" if level == "manager" else "optimized"
+        "pagedkv.model_tests.independent.manager:IndependentManager"
+        if level == "manager"
+        else "optimized"
     )
     code, out, err = run_cli("replay", str(tmp_path), "--target", target, "--level", level)
     assert code == 0 and f"PASS: {len(loaded)} traces" in out, out + err
@@ -460,8 +462,8 @@ def test_pytest_plugin_fixture_and_option(tmp_path: Path) -> None:
     (tmp_path / "test_engine.py").write_text(
         textwrap.dedent(
             """
-            from model_tests.independent.broken import BrokenNoUpFrontCheck
-            from model_tests.independent.manager import IndependentManager
+            from pagedkv.model_tests.independent.broken import BrokenNoUpFrontCheck
+            from pagedkv.model_tests.independent.manager import IndependentManager
 
             def test_good(pagedkv_oracle):
                 pagedkv_oracle(IndependentManager, steps=300, seed=1)
@@ -483,7 +485,7 @@ def test_pytest_plugin_fixture_and_option(tmp_path: Path) -> None:
             "ignore",
             "test_engine.py",
             "--pagedkv-target",
-            "model_tests.independent.broken:BrokenNoUpFrontCheck",
+            "pagedkv.model_tests.independent.broken:BrokenNoUpFrontCheck",
             "--pagedkv-seed",
             "2",
             "--pagedkv-steps",
@@ -498,7 +500,7 @@ def test_pytest_plugin_fixture_and_option(tmp_path: Path) -> None:
     assert done.returncode == 1, out + done.stderr
     assert "2 failed, 1 passed" in out, out
     assert "FAILED test_engine.py::test_bad" in out
-    assert "pagedkv-check[model_tests.independent.broken:BrokenNoUpFrontCheck]" in out
+    assert "pagedkv-check[pagedkv.model_tests.independent.broken:BrokenNoUpFrontCheck]" in out
     # twice at least: once per failing item (CI=true also repeats it in the summary)
     assert out.count("<-- diverges") >= 2 and "expected vs did:" in out
     assert "During handling" not in out and "Traceback" not in out

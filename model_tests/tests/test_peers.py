@@ -13,25 +13,25 @@ from typing import Any
 
 import pytest
 
-from model_tests.lockstep.show import show_error
-from model_tests.oracle import trace
-from model_tests.oracle.check import run_check
-from model_tests.oracle.known import Finding
-from model_tests.oracle.known import load as load_known
-from model_tests.peers import sources
-from model_tests.peers.nano_vllm_manager import NanoVllmManager
-from model_tests.peers.run import PEERS, Peer, main
-from model_tests.peers.vllm_v0_manager import Switches, VllmV0Manager
-from model_tests.peers.vllm_v1_pool import VllmV1Pool
-from specs.content_hash import Prefix
-from specs.errors import (
+from pagedkv.model_tests.lockstep.show import show_error
+from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle.check import run_check
+from pagedkv.model_tests.oracle.known import Finding
+from pagedkv.model_tests.oracle.known import load as load_known
+from pagedkv.model_tests.peers import sources
+from pagedkv.model_tests.peers.nano_vllm_manager import NanoVllmManager
+from pagedkv.model_tests.peers.run import PEERS, Peer, main
+from pagedkv.model_tests.peers.vllm_v0_manager import Switches, VllmV0Manager
+from pagedkv.model_tests.peers.vllm_v1_pool import VllmV1Pool
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import (
     OutOfBlocksError,
     UnknownSequenceError,
     UnsupportedError,
 )
-from specs.operations import OPERATIONS
-from specs.policy import profile
-from specs.types import AllocStatus, ExtraKey, ManagerConfig, PoolConfig
+from pagedkv.specs.operations import OPERATIONS
+from pagedkv.specs.policy import profile
+from pagedkv.specs.types import AllocStatus, ExtraKey, ManagerConfig, PoolConfig
 
 BAD = "not an argument"
 """An argument no operation accepts: an operation that is there refuses it, one that is not

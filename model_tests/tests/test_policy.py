@@ -15,12 +15,12 @@ from typing import TypeVar
 
 import pytest
 
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from reference.pool_adapter import ReferenceBlockPool
-from specs import operations
-from specs.content_hash import Prefix
-from specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
-from specs.policy import (
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.specs import operations
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
+from pagedkv.specs.policy import (
     OPTIONS,
     PAGEDKV,
     POLICY_TESTS,
@@ -31,7 +31,14 @@ from specs.policy import (
     profile,
     value_text,
 )
-from specs.types import NEVER_ACCESSED, AllocStatus, Device, ExtraKey, ManagerConfig, PoolConfig
+from pagedkv.specs.types import (
+    NEVER_ACCESSED,
+    AllocStatus,
+    Device,
+    ExtraKey,
+    ManagerConfig,
+    PoolConfig,
+)
 
 Outcome = TypeVar("Outcome")
 ROOT = Prefix()
@@ -728,10 +735,10 @@ def test_one_test_per_option() -> None:
 def test_the_spec_page_shows_the_generated_table() -> None:
     page = (REPOSITORY / "specs" / "policy.md").read_text(encoding="utf-8")
     assert markdown_table() in page, (
-        "specs/policy.md's table differs from specs.policy.markdown_table(): paste it"
+        "specs/policy.md's table differs from pagedkv.specs.policy.markdown_table(): paste it"
     )
     assert markdown_values() in page, (
-        "specs/policy.md's values differ from specs.policy.markdown_values(): paste them"
+        "specs/policy.md's values differ from pagedkv.specs.policy.markdown_values(): paste them"
     )
     index = (REPOSITORY / "specs" / "README.md").read_text(encoding="utf-8")
     assert "[policy.md](policy.md)" in index

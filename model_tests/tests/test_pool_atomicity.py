@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from model_tests.oracle import trace
-from model_tests.oracle.check import run_check
-from model_tests.tests.broken_pools import CowDropsTheSourceFirst, RecordsTheHashFirst
-from optimized.block_pool import OptimizedBlockPool
-from specs.content_hash import Prefix
-from specs.policy import profile
-from specs.types import PoolConfig
+from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle.check import run_check
+from pagedkv.model_tests.tests.broken_pools import CowDropsTheSourceFirst, RecordsTheHashFirst
+from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.policy import profile
+from pagedkv.specs.types import PoolConfig
 
 ONE_BLOCK = PoolConfig(num_blocks=1, block_size=1, enable_caching=True)
 SHARED_THEN_COPIED: list[tuple[str, tuple[Any, ...]]] = [

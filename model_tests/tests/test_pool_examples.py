@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from reference.pool_adapter import ReferenceBlockPool
-from specs import errors, invariants
-from specs.content_hash import ROOT, Prefix, block_hash
-from specs.interface import BlockPool, BlockPoolFactory
-from specs.types import ExtraKey, PoolConfig
+from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.specs import errors, invariants
+from pagedkv.specs.content_hash import ROOT, Prefix, block_hash
+from pagedkv.specs.interface import BlockPool, BlockPoolFactory
+from pagedkv.specs.types import ExtraKey, PoolConfig
 
 FACTORIES: list[BlockPoolFactory] = [ReferenceBlockPool]
 try:
-    from optimized.block_pool import OptimizedBlockPool
+    from pagedkv.optimized.block_pool import OptimizedBlockPool
 
     FACTORIES.append(OptimizedBlockPool)
 except ImportError:  # pragma: no cover - while the optimized pool is being written

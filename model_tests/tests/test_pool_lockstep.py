@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from model_tests.machines.pool_machine import lockstep_case
-from optimized.block_pool import OptimizedBlockPool
+from pagedkv.model_tests.machines.pool_machine import lockstep_case
+from pagedkv.optimized.block_pool import OptimizedBlockPool
 
 TestOptimizedPool = lockstep_case(OptimizedBlockPool).TestCase

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from model_tests.machines import profiles
+from pagedkv.model_tests.machines import profiles
 
 
 def draws() -> list[int]:

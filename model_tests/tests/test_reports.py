@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from model_tests.independent import broken
-from model_tests.lockstep.show import show_call, show_error, show_value
-from model_tests.oracle import trace
-from model_tests.tests.broken_pools import AssertsItNeverCopies, KeepsItsBlockWhenFilled
-from specs.content_hash import ROOT, Prefix
-from specs.types import ExtraKey, ManagerConfig, PoolConfig
+from pagedkv.model_tests.independent import broken
+from pagedkv.model_tests.lockstep.show import show_call, show_error, show_value
+from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.tests.broken_pools import AssertsItNeverCopies, KeepsItsBlockWhenFilled
+from pagedkv.specs.content_hash import ROOT, Prefix
+from pagedkv.specs.types import ExtraKey, ManagerConfig, PoolConfig
 
 POOL = PoolConfig(num_blocks=2, block_size=1, enable_caching=True)
 MANAGER = ManagerConfig(1, 4, 1, 0.0, enable_caching=True)

@@ -18,17 +18,17 @@ from typing import Any
 
 import pytest
 
-from model_tests.independent import broken
-from model_tests.independent.manager import IndependentManager
-from model_tests.oracle import trace
-from model_tests.oracle.check import budget, check_report, run_check
-from model_tests.oracle.codec import Level
-from optimized.block_manager import OptimizedBlockSpaceManager
-from optimized.block_pool import OptimizedBlockPool
-from reference.manager_adapter import ReferenceBlockSpaceManager
-from reference.pool_adapter import ReferenceBlockPool
-from specs.policy import PROFILES, Policy, profile
-from specs.types import ManagerConfig
+from pagedkv.model_tests.independent import broken
+from pagedkv.model_tests.independent.manager import IndependentManager
+from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle.check import budget, check_report, run_check
+from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.specs.policy import PROFILES, Policy, profile
+from pagedkv.specs.types import ManagerConfig
 
 SAFETY = profile("safety")
 LEVELS: tuple[Level, ...] = ("manager", "pool")

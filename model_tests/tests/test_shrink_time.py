@@ -8,10 +8,10 @@ from typing import Any
 
 from hypothesis.internal.conjecture import engine
 
-from model_tests.independent import broken
-from model_tests.lockstep.calls import Divergence
-from model_tests.oracle import check
-from model_tests.oracle.shrink_time import SHRINK_SECONDS, shrinking_for
+from pagedkv.model_tests.independent import broken
+from pagedkv.model_tests.lockstep.calls import Divergence
+from pagedkv.model_tests.oracle import check
+from pagedkv.model_tests.oracle.shrink_time import SHRINK_SECONDS, shrinking_for
 
 
 def test_the_limit_holds_inside_and_is_restored_after() -> None:

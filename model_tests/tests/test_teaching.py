@@ -16,18 +16,18 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from model_tests.independent import broken
-from model_tests.independent.manager import IndependentManager
-from model_tests.oracle import codec, trace
-from model_tests.oracle.trace import Trace
-from model_tests.teaching import demo, page, rules, terminal
-from model_tests.teaching.frames import Frame
-from model_tests.teaching.snapshot import DevicePicture, Picture
-from model_tests.teaching.walkthrough import walk_trace
-from model_tests.tests.teaching_pages import SWAP_TARGET, read_page, swap_trace
 from pagedkv import cli
-from specs.errors import ConfigurationError
-from specs.types import CopyPair, ManagerConfig, PoolConfig
+from pagedkv.model_tests.independent import broken
+from pagedkv.model_tests.independent.manager import IndependentManager
+from pagedkv.model_tests.oracle import codec, trace
+from pagedkv.model_tests.oracle.trace import Trace
+from pagedkv.model_tests.teaching import demo, page, rules, terminal
+from pagedkv.model_tests.teaching.frames import Frame
+from pagedkv.model_tests.teaching.snapshot import DevicePicture, Picture
+from pagedkv.model_tests.teaching.walkthrough import walk_trace
+from pagedkv.model_tests.tests.teaching_pages import SWAP_TARGET, read_page, swap_trace
+from pagedkv.specs.errors import ConfigurationError
+from pagedkv.specs.types import CopyPair, ManagerConfig, PoolConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

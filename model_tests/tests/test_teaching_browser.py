@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from model_tests.independent import broken
-from model_tests.teaching import demo, page
-from model_tests.teaching.walkthrough import walk_trace
-from model_tests.tests.teaching_pages import SWAP_TARGET, swap_trace
+from pagedkv.model_tests.independent import broken
+from pagedkv.model_tests.teaching import demo, page
+from pagedkv.model_tests.teaching.walkthrough import walk_trace
+from pagedkv.model_tests.tests.teaching_pages import SWAP_TARGET, swap_trace
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")

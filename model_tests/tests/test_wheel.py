@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 600
-BROKEN = "model_tests.independent.broken:BrokenNoUpFrontCheck"
+BROKEN = "pagedkv.model_tests.independent.broken:BrokenNoUpFrontCheck"
 IGNORED = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis")
 
 
@@ -55,22 +55,19 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
     yield env
 
 
-def test_the_wheel_ships_no_tests(wheel: Path) -> None:
+def test_the_wheel_ships_one_typed_package_and_no_tests(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     shipped = {name.split("/")[0] for name in names if not name.startswith("pagedkv-")}
-    assert shipped == {
-        "pagedkv",
-        "pagedkv_entry.py",
-        "specs",
-        "reference",
-        "optimized",
-        "model_tests",
-    }
+    assert shipped == {"pagedkv"}
+    subpackages = {name.split("/")[1] for name in names if name.count("/") > 1}
+    assert {"specs", "reference", "optimized", "model_tests"} <= subpackages
     tests = [n for n in names if "/tests/" in n or n.endswith("conftest.py") or "/test_" in n]
     assert tests == []
-    assert "specs/block_pool.md" in names and "pagedkv/cli.py" in names
-    # the real peers' known defects, which `python -m model_tests.peers.run --known` reads
-    assert "model_tests/peers/known/vllm-0.6.3-manager.toml" in names, names
+    assert [n for n in names if "/formal/" in n or n.endswith(".jsonl")] == []
+    assert "pagedkv/py.typed" in names and "pagedkv/cli.py" in names
+    assert "pagedkv/specs/block_pool.md" in names
+    # the real peers' known defects, which `python -m pagedkv.model_tests.peers.run --known` reads
+    assert "pagedkv/model_tests/peers/known/vllm-0.6.3-manager.toml" in names, names
 
 
 def test_installed_without_torch_or_dev_extras(venv: Path) -> None:
@@ -79,8 +76,9 @@ def test_installed_without_torch_or_dev_extras(venv: Path) -> None:
     assert done.returncode != 0 and "No module named 'torch'" in done.stderr
     done = run([python, "-c", "import pytest"], cwd=venv)
     assert done.returncode != 0
-    done = run([python, "-c", "import pagedkv, sys; print('torch' in sys.modules)"], cwd=venv)
-    assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr
+    probe = "import pagedkv, sys; print([m for m in ('torch', 'hypothesis') if m in sys.modules])"
+    done = run([python, "-c", probe], cwd=venv)
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
     done = run([python, "-c", "import pagedkv.kv"], cwd=venv)
     assert done.returncode == 1 and "pip install 'pagedkv[kv]'" in done.stderr
 
@@ -122,7 +120,8 @@ def test_the_command_works_from_the_installed_wheel(
 
 def test_a_peer_over_stdio_and_a_recorded_corpus_replayed(venv: Path) -> None:
     pagedkv = str(venv / "bin" / "pagedkv")
-    peer = f"exec:{venv / 'bin' / 'python'} -m model_tests.oracle.example_peer --impl independent"
+    python = venv / "bin" / "python"
+    peer = f"exec:{python} -m pagedkv.model_tests.oracle.example_peer --impl independent"
     done = run([pagedkv, "check", "--target", peer, "--steps", "300", "--seed", "1"], cwd=venv)
     assert done.returncode == 0 and "PASS" in done.stdout, done.stdout + done.stderr
     done = run([pagedkv, "record", "--out", "traces", "--runs", "4"], cwd=venv)
@@ -130,4 +129,20 @@ def test_a_peer_over_stdio_and_a_recorded_corpus_replayed(venv: Path) -> None:
     done = run([pagedkv, "replay", "traces", "--target", "optimized", "--level", "pool"], cwd=venv)
     assert done.returncode == 0 and "PASS" in done.stdout, done.stdout + done.stderr
     done = run([pagedkv, "replay", "traces", "--target", peer, "--level", "manager"], cwd=venv)
+    assert done.returncode == 0 and "PASS" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_user_package_named_like_a_layer_is_theirs(venv: Path, tmp_path: Path) -> None:
+    """pagedkv installs one import name: a user's own ``specs`` (a namespace folder, the case
+    that broke when pagedkv shipped a top-level ``specs``) imports, and a target in it checks."""
+    project = tmp_path / "project"
+    (project / "specs").mkdir(parents=True)
+    (project / "specs" / "mine.py").write_text(
+        "from pagedkv import ReferenceBlockSpaceManager as make\nVALUE = 1\n"
+    )
+    python = str(venv / "bin" / "python")
+    done = run([python, "-c", "import specs.mine; print(specs.mine.VALUE)"], cwd=project)
+    assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr
+    argv = [str(venv / "bin" / "pagedkv"), "check", "--target", "specs.mine:make", "--steps", "200"]
+    done = run(argv, cwd=project)
     assert done.returncode == 0 and "PASS" in done.stdout, done.stdout + done.stderr

@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from model_tests.peers.sources import module
+from pagedkv.model_tests.peers.sources import module
 
 
 @dataclass

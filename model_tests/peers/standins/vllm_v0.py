@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from model_tests.peers.sources import module
+from pagedkv.model_tests.peers.sources import module
 
 
 class SequenceStatus(enum.IntEnum):

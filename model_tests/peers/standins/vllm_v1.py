@@ -9,7 +9,7 @@ import logging
 from types import ModuleType
 from typing import Any, NoReturn
 
-from model_tests.peers.sources import module
+from pagedkv.model_tests.peers.sources import module
 
 
 def _placeholder(name: str) -> type:

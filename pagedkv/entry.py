@@ -2,10 +2,9 @@
 exit code (130, 143) from the first moment, even while its modules are still being imported
 (about 0.3 s, before ``pagedkv.cli`` installs its own handlers around a command).
 
-A module of its own, outside the ``pagedkv`` package, because importing anything inside the
-package runs ``pagedkv/__init__.py`` first, and that imports everything. What it cannot cover is
-the interpreter's own start (a few tens of milliseconds before this file runs), nor ``python -m
-pagedkv``, which imports the package first.
+Its handlers go in before ``pagedkv.cli`` is imported: ``pagedkv/__init__.py``, which runs first,
+imports nothing of the layers (its names load when first used). What it cannot cover is the
+interpreter's own start (a few tens of milliseconds before this file runs).
 """
 
 from __future__ import annotations
@@ -33,8 +32,8 @@ for number in STOPPED:
     if signal.getsignal(number) is not signal.SIG_IGN:  # `nohup`, `&` in a script: theirs stands
         signal.signal(number, stop_at_once)
 
-from model_tests.oracle.reaper import adopt_orphans  # noqa: E402 (after the handlers, as below)
 from pagedkv.cli import main as run_command  # noqa: E402 (after the handlers, which must cover it)
+from pagedkv.model_tests.oracle.reaper import adopt_orphans  # noqa: E402 (after the handlers)
 
 
 def main() -> int:
