@@ -18,7 +18,8 @@ adapter implements for the oracle.
 ``import pagedkv`` itself imports nothing of the layers: each name loads its module when it is
 first used (PEP 562), so that a scheduler that wants the optimized manager never pays for the
 oracle and Hypothesis, and the console script can install its signal handlers before anything
-slow is imported.
+slow is imported. There is no ``__dir__`` listing the names not yet loaded: tools that walk
+every module's members (``inspect.getmembers``, CrossHair's type search) would load them all.
 """
 
 from __future__ import annotations
@@ -157,7 +158,3 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # the next use is a plain attribute
     return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOME_OF])

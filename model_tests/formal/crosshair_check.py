@@ -99,7 +99,8 @@ def _environment() -> dict[str, str]:
 
 def check_contracts(target: str, timeout: float) -> tuple[list[Outcome], list[str]]:
     """Run ``crosshair check`` on one file; the outcomes of its conditions and any other output."""
-    path = ROOT / target if not Path(target).is_absolute() else Path(target)
+    # through the link in pagedkv/, so that CrossHair imports it as pagedkv.specs.x, not specs.x
+    path = ROOT / "pagedkv" / target if not Path(target).is_absolute() else Path(target)
     command = [
         *CROSSHAIR,
         "check",

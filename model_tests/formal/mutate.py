@@ -53,12 +53,12 @@ FILES = (
     "reference/swap.py",
 )
 KILLERS = (
-    "model_tests/tests/test_pool_examples.py",
-    "model_tests/tests/test_manager_examples.py",
-    "model_tests/tests/test_operations.py",
-    "model_tests/tests/test_exhaustive.py::test_every_state_to_depth_three_agrees_and_keeps_the_invariants",
-    "model_tests/tests/test_pool_lockstep.py",
-    "model_tests/tests/test_manager_lockstep.py",
+    "pagedkv/model_tests/tests/test_pool_examples.py",
+    "pagedkv/model_tests/tests/test_manager_examples.py",
+    "pagedkv/model_tests/tests/test_operations.py",
+    "pagedkv/model_tests/tests/test_exhaustive.py::test_every_state_to_depth_three_agrees_and_keeps_the_invariants",
+    "pagedkv/model_tests/tests/test_pool_lockstep.py",
+    "pagedkv/model_tests/tests/test_manager_lockstep.py",
 )
 """Fastest first: with ``-x`` most mutants die in the first seconds."""
 
@@ -291,7 +291,7 @@ def mutated_source(file: str, index: int) -> str:
 
 def install(file: str, index: int) -> None:
     """Put the mutant of ``file`` in ``sys.modules`` before anything imports the real one."""
-    name = file.removesuffix(".py").replace("/", ".")
+    name = "pagedkv." + file.removesuffix(".py").replace("/", ".")
     package_name, _, attribute = name.rpartition(".")
     package = importlib.import_module(package_name)
     module = types.ModuleType(name)
