@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import reject
-from hypothesis.errors import HypothesisException, StopTest
+from hypothesis.errors import HypothesisException
 
 from pagedkv.model_tests.lockstep.calls import TargetStopped
 from pagedkv.specs.errors import UnsupportedError
@@ -75,7 +75,7 @@ def _failure() -> BaseException | None:
     the exception on its way out is visible. Its own control flow (a rejected example, the end
     of the data) is no failure."""
     error = sys.exc_info()[1]
-    if error is None or isinstance(error, HypothesisException | StopTest):
+    if error is None or isinstance(error, HypothesisException):
         return None
     return error if isinstance(error, Exception | TargetStopped) else None
 

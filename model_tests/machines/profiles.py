@@ -10,9 +10,9 @@ itself, yet a machine's coverage still changed with the tests collected or run b
 cause: since 6.131 Hypothesis sometimes (5 % of draws) returns a constant taken from the source of
 every *local* module loaded in the process, a pool that only grows, so what one test draws
 depends on which modules other tests (or a target under check) happened to import first.
-``pin_generation`` empties that pool for the process, so that the same seed draws the same runs
-whatever ran before (``model_tests/tests/test_profiles.py``). Hypothesis's own fixed constants
-stay.
+``pin_generation`` empties that pool for the process (a Hypothesis internal:
+``hypothesis_internals.py``), so that the same seed draws the same runs whatever ran before
+(``model_tests/tests/test_profiles.py``). Hypothesis's own fixed constants stay.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, Phase, settings
-from hypothesis.internal.conjecture import providers
-from hypothesis.internal.constants_ast import Constants
+
+from pagedkv.model_tests.machines.hypothesis_internals import empty_local_constants
 
 COMMON = settings(
     deadline=None,
@@ -64,11 +64,9 @@ def active_profile() -> str:
 def pin_generation() -> None:
     """What Hypothesis draws depends on the seed and the strategies alone, not on which local
     modules are loaded (see the module's docstring). For the whole process: call it only in a
-    process pagedkv owns (its tests, its command line)."""
-    if hasattr(providers, "_get_local_constants"):  # Hypothesis >= 6.131
-        empty = Constants()
-        providers._get_local_constants = lambda: empty
-        providers.CONSTANTS_CACHE.cache.clear()  # what was drawn from the old pool
+    process pagedkv owns (its tests, its command line). It reaches into Hypothesis
+    (``hypothesis_internals.py``)."""
+    empty_local_constants()
 
 
 def load() -> str:

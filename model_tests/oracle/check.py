@@ -16,19 +16,21 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis import HealthCheck, Verbosity, settings
 from hypothesis.errors import Unsatisfiable
-from hypothesis.reporting import with_reporter
-from hypothesis.stateful import run_state_machine_as_test
 
 from pagedkv.model_tests.lockstep.calls import Divergence, TargetStopped
 from pagedkv.model_tests.lockstep.capture import RunRecord
+from pagedkv.model_tests.machines.hypothesis_internals import (
+    leaving_when,
+    run_search,
+    shrinking_for,
+)
 from pagedkv.model_tests.machines.manager_machine import (
     Contract,
     ManagerLockstep,
@@ -48,10 +50,14 @@ from pagedkv.model_tests.oracle.known import (
     kinds_of,
 )
 from pagedkv.model_tests.oracle.minimize import minimize
-from pagedkv.model_tests.oracle.shrink_time import (
+from pagedkv.model_tests.oracle.search import (
     AFTER_FAILURE_SECONDS,
+    EPOCH_RUNS,
     SHRINK_SECONDS,
-    shrinking_for,
+    Progress,
+    Search,
+    epoch_phases,
+    epoch_seed,
 )
 from pagedkv.model_tests.oracle.stepping import Stepping
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
@@ -64,9 +70,6 @@ PAGEDKV_PROFILE = named_profile("pagedkv")
 DEFAULT_STEPS = 16_000
 DEFAULT_TRACE = "pagedkv-divergence.jsonl"
 MAX_STEPS_PER_RUN = 30
-
-Progress = Callable[[int, int, bool], None]
-"""Called after each run with (runs so far, calls so far, whether a failure was seen)."""
 
 
 def machine_case(
@@ -87,41 +90,6 @@ def machine_case(
         case = lockstep_case(factory, mode=mode, policy=profile.policy, contract=contract)
     case.release_target = staticmethod(close_target)
     return case
-
-
-EPOCH_RUNS = 100
-"""Runs per Hypothesis search: a check is a series of searches of this many valid runs
-(``max_examples``), each from its own seed (``epoch_seed``), and it stops after the budget's
-number of runs, in whatever search it is. Hypothesis shapes a search by its ``max_examples`` (how
-small its first cases are, when it starts steering), so a budget that set ``max_examples`` would
-make each budget search differently; with every search the same size, a larger budget makes the
-smaller one's runs first, in the same order: budgets are nested. (Runs Hypothesis does not count
-as valid count here: while steering, a search once made 6,000 of them.)"""
-
-
-def epoch_phases(epoch: int) -> list[Phase]:
-    """Every other search is steered (``Phase.target``, second, fourth, ...). Hypothesis steers
-    once a search is half done, by hill-climbing each ``hypothesis.target`` score from its best
-    run, and in a search of 100 runs that climb takes the whole second half: steering every
-    search left half the budget to a few runs' neighbours and found the corpus's bugs in fewer
-    checks (``specs/corpus.md``); the unsteered searches keep the broad generation."""
-    steered = [Phase.target] if epoch % 2 else []
-    return [Phase.generate, *steered, Phase.shrink]
-
-
-class BudgetSpent(BaseException):
-    """Every run the budget allows is made (a ``BaseException``: Hypothesis must not take it for
-    a failure)."""
-
-
-class SearchCut(BaseException):
-    """Hypothesis went on for ``AFTER_FAILURE_SECONDS`` after a failure; the check reports the
-    shortest failing run so far."""
-
-
-def epoch_seed(seed: int, epoch: int) -> int:
-    """The seed of a check's ``epoch``-th search: the check's own seed for the first."""
-    return seed if epoch == 0 else (seed * 1_000_003 + epoch) % 2**32
 
 
 def budget(steps: int, per_run: int = MAX_STEPS_PER_RUN) -> tuple[int, int]:
@@ -195,56 +163,51 @@ def run_check(
     if trace_out is not None:
         trace.check_writable(trace_out)
     seed = random.randrange(2**32) if seed is None else seed
-    result = CheckResult(level, seed, profile)
+    result = CheckResult(level, seed, profile, contract=contract)
     factory = guard(factory, timeout)
-    result.contract = contract
     case = machine_case(factory, level, profile, contract)
     if adapt_case is not None:
         case = adapt_case(case)
     stepping = result.stepped = None if known is None else Stepping(known)
     if stepping is not None:
         case = stepping.wrap(case)
-    failing = False
-    failed_at: float | None = None
-    shortest: RunRecord | None = None
-    """The failing run with the fewest calls (what a cut search reports)."""
     runs, per_run = budget(steps, steps_per_run)
+    search = Search(runs, AFTER_FAILURE_SECONDS, stepping, progress)
 
-    def on_run_end(record: RunRecord) -> None:
-        nonlocal failing, failed_at, shortest
-        if record.config is None:
-            return  # declined before it began
-        result.runs += 1
-        result.calls += len(record.calls)
-        # a run stepped past (a known difference) is no failure, but it spends the budget too;
-        # after the first unknown failure, runs are Hypothesis's shrinking: not counted
-        stepped = stepping is not None and stepping.ended(record, count=not failing)
-        if not stepped:
-            failing = failing or record.failed or record.failed_call
-            failing = failing or record.checking_config is not None
-            if failing and result.found_after is None:
-                result.found_after = (result.runs, result.calls)
-                failed_at = time.monotonic()
-            if record.error is not None and (
-                shortest is None or len(record.calls) < len(shortest.calls)
-            ):
-                shortest = record
-        if progress is not None:
-            progress(result.runs, result.calls, failing)
-        if failed_at is not None and shortest is not None:
-            if time.monotonic() - failed_at > AFTER_FAILURE_SECONDS:
-                raise SearchCut
-        elif not failing and result.runs >= runs:
-            raise BudgetSpent  # in whatever search: the runs a search makes do not count here
-
-    def on_declined(config: Any, why: str) -> None:
+    def declined(config: Any, why: str) -> None:
         result.declined.setdefault(show_config(config), why)
 
-    case.on_run_end = staticmethod(on_run_end)
-    case.on_declined = staticmethod(on_declined)
-    chosen = settings(
+    case.on_run_end = staticmethod(leaving_when(search.go_on))
+    case.on_declined = staticmethod(declined)
+    with shrinking_for(SHRINK_SECONDS):
+        for epoch in itertools.count():
+            made = search.runs
+            try:
+                left = run_search(
+                    case, seed=epoch_seed(seed, epoch), settings=_settings(epoch, per_run)
+                )
+            except Unsatisfiable:
+                left = False  # every example of the search was rejected
+            except (Exception, TargetStopped) as failure:  # a hang stops the search at once
+                result.failure, result.record = failure, case.last_run
+                break
+            if search.cut:
+                assert search.shortest is not None and search.shortest.error is not None
+                result.failure, result.record = search.shortest.error, search.shortest
+            if left or search.runs == made:
+                break  # the budget is spent, a failure was cut, or the target declined all
+    result.runs, result.calls, result.found_after = search.runs, search.calls, search.found_after
+    _conclude(result, factory, trace_out)
+    return result
+
+
+def _settings(epoch: int, per_run: int) -> settings:
+    """The settings of a check's ``epoch``-th search: ``EPOCH_RUNS`` runs of ``per_run`` steps,
+    quiet, no database (a check's runs come from its seed alone)."""
+    return settings(
         max_examples=EPOCH_RUNS,
         stateful_step_count=per_run,
+        phases=epoch_phases(epoch),
         deadline=None,
         database=None,
         derandomize=False,
@@ -253,27 +216,12 @@ def run_check(
         print_blob=False,
         verbosity=Verbosity.quiet,
     )
-    with with_reporter(lambda _: None), shrinking_for(SHRINK_SECONDS):
-        for epoch in itertools.count():
-            case._hypothesis_internal_use_seed = epoch_seed(seed, epoch)
-            made = result.runs
-            try:
-                run_state_machine_as_test(
-                    case, settings=settings(chosen, phases=epoch_phases(epoch))
-                )
-            except BudgetSpent:
-                break
-            except SearchCut:
-                assert shortest is not None and shortest.error is not None
-                result.failure, case.last_run = shortest.error, shortest
-                break
-            except Unsatisfiable:
-                pass  # every example of the search was rejected
-            except (Exception, TargetStopped) as failure:  # a hang stops the search at once
-                result.failure = failure
-                break
-            if result.runs == made:
-                break  # the target declined every configuration the search drew: below
+
+
+def _conclude(result: CheckResult, factory: Any, trace_out: str | Path | None) -> None:
+    """The verdict on the searched runs: nothing covered, all known, passed, or a failure made
+    into a minimized trace."""
+    stepping = result.stepped
     if result.failure is None and result.runs == 0:
         result.failure = NothingCovered("the target declined every configuration the check drew")
     elif result.failure is None and stepping is not None and stepping.total == result.runs:
@@ -289,8 +237,7 @@ def run_check(
         result.notes += stepping.write_examples(factory, trace_out)
     if result.failure is None or isinstance(result.failure, NothingCovered):
         result.message = failure_message(result.failure) if result.failure else ""
-        return result
-    result.record = getattr(case, "last_run", None)
+        return
     result.message = failure_message(result.failure)
     if result.record is not None:
         result.finding = finding_of(result.failure, result.record)
@@ -301,7 +248,6 @@ def run_check(
             result.message += f" (no trace: {error})"
     if result.trace is not None:
         _finish(result, factory, trace_out)
-    return result
 
 
 def _effort(result: CheckResult) -> str:

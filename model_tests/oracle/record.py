@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
-from hypothesis.reporting import with_reporter
-from hypothesis.stateful import run_state_machine_as_test
 
 from pagedkv.model_tests.lockstep.capture import RunRecord
+from pagedkv.model_tests.machines.hypothesis_internals import run_search
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.check import machine_case
 from pagedkv.model_tests.oracle.codec import Level
@@ -98,7 +97,6 @@ def collect_runs(level: Level, runs: int, seed: int) -> list[RunRecord]:
     case = machine_case(reference_factory(level), level)
     records: list[RunRecord] = []
     case.on_run_end = staticmethod(records.append)
-    case._hypothesis_internal_use_seed = seed
     chosen = settings(
         max_examples=runs,
         stateful_step_count=STEPS_PER_RUN,
@@ -108,8 +106,7 @@ def collect_runs(level: Level, runs: int, seed: int) -> list[RunRecord]:
         suppress_health_check=list(HealthCheck),
         verbosity=Verbosity.quiet,
     )
-    with with_reporter(lambda _: None):
-        run_state_machine_as_test(case, settings=chosen)
+    run_search(case, seed=seed, settings=chosen)
     return records
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import reject
-from hypothesis.errors import HypothesisException, StopTest
+from hypothesis.errors import HypothesisException
 
 from pagedkv.model_tests.lockstep.capture import RunRecord
 from pagedkv.model_tests.oracle import codec, trace
@@ -54,7 +54,7 @@ class Stepping:
 
         def teardown(machine: Any) -> None:
             error = sys.exc_info()[1]
-            own = isinstance(error, HypothesisException | StopTest)  # its control flow
+            own = isinstance(error, HypothesisException)  # its control flow
             stepping._failure = None if own or not isinstance(error, Exception) else error
             stepping._ended_known = None
             case.teardown(machine)

@@ -1,0 +1,98 @@
+"""Everything pagedkv relies on in Hypothesis beyond its documented API, in one place.
+
+``pyproject.toml`` pins ``hypothesis>=6.132,<6.171``, the minor releases this module was run
+against: ``test_hypothesis_internals.py`` and ``test_profiles.py`` passed on 6.132.0, 6.150.0,
+6.160.0 and 6.170.17 (and ``pagedkv check`` found ``BrokenSwapDropsPair`` on 6.132.0). Below
+6.132 the pool of item 1 is not where we reach for it (6.131.0 has no ``Constants``, and the
+import fails; the earlier pin, ``>=6.100``, allowed that). The test checks each item below still
+exists and still does what we rely on, so that an upgrade which moves one fails there, naming
+it, instead of a check that silently searches differently; moving the upper bound means running
+it on the new release.
+
+1. **The local constants pool** (``hypothesis.internal.conjecture.providers``:
+   ``_get_local_constants``, ``CONSTANTS_CACHE``; ``hypothesis.internal.constants_ast.Constants``).
+   Hypothesis sometimes draws a constant found in the source of any *local* module loaded in
+   the process, so what a seed draws depends on what else was imported (``profiles.py``).
+   Considered: no setting turns the pool off; a fixed import order before every test is not
+   something a user's ``--target`` module allows.
+2. **The shrink time limit** (``hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS``,
+   five minutes; its source calls it monkeypatchable "for the rare users who need to"). A
+   check shrinks for seconds, then deletes steps itself (``oracle/minimize.py``). Considered:
+   leaving ``Phase.shrink`` out (the deleted-steps pass alone gives longer traces with
+   uglier values), and cutting the search ourselves after a failure (we do, later: what it
+   reports is then the shortest run seen, not a shrunk one).
+3. **Leaving a search from inside a run** (an exception of our own raised at the end of a run:
+   Hypothesis takes only an ``Exception``, ``SystemExit``, ``GeneratorExit`` or pytest's
+   ``Failed`` for a failure, and lets any other ``BaseException`` through at once, without
+   shrinking or reporting it). A check counts its budget in runs across searches of a fixed
+   size, and stops a search that goes on after a failure. Considered: ``max_examples`` as the
+   budget (Hypothesis shapes a search by it, so budgets would stop being nested:
+   ``oracle/search.py``); there is no public way to stop a search early.
+
+Not internals, though they look it: ``@seed`` applied to a state machine class (documented in
+``hypothesis.seed``'s docstring; it sets the ``_hypothesis_internal_use_seed`` attribute that
+``run_state_machine_as_test`` copies), and ``Verbosity.quiet`` (nothing printed, not even the
+falsifying example). An internal that is gone fails loudly, with its name, here (an import or
+an attribute error): the test finds it first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from hypothesis import seed as seeded
+from hypothesis import settings as Settings
+from hypothesis.internal.conjecture import engine, providers
+from hypothesis.internal.constants_ast import Constants
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+
+from pagedkv.model_tests.lockstep.capture import RunHook, RunRecord
+
+TESTED = (6, 132), (6, 171)
+"""The (major, minor) range pinned in ``pyproject.toml``: from the first, below the second."""
+
+
+def empty_local_constants() -> None:
+    """From now on, for the whole process, Hypothesis draws no constant from loaded modules'
+    source (its own fixed constants stay)."""
+    empty = Constants()
+    providers._get_local_constants = lambda: empty
+    providers.CONSTANTS_CACHE.cache.clear()  # what was drawn from the old pool
+
+
+@contextmanager
+def shrinking_for(seconds: float) -> Iterator[None]:
+    """Hypothesis stops shrinking a failure after ``seconds`` inside this block."""
+    before = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = seconds  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = before
+
+
+class _LeaveSearch(BaseException):
+    """Leaves a search from the end of a run: no failure to Hypothesis, which lets it through."""
+
+
+def leaving_when(go_on: Callable[[RunRecord], bool]) -> RunHook:
+    """A machine's ``on_run_end`` hook that makes ``run_search`` end after the first run for
+    which ``go_on`` says False (that run counts; no other starts)."""
+
+    def run_ended(record: RunRecord) -> None:
+        if not go_on(record):
+            raise _LeaveSearch
+
+    return run_ended
+
+
+def run_search(machine: type[RuleBasedStateMachine], *, seed: int, settings: Settings) -> bool:
+    """One Hypothesis search of ``machine`` from ``seed``: True if its ``leaving_when`` hook
+    ended it, False if it ran to its end. A failure it ends on is raised as Hypothesis raises
+    it."""
+    try:
+        run_state_machine_as_test(seeded(seed)(machine), settings=settings)
+    except _LeaveSearch:
+        return True
+    return False
