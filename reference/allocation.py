@@ -33,7 +33,7 @@ Picker = Callable[[PoolState], BlockId | None]
 ``allowed_choices``), or returns None to leave it to the reference (``own_choice``)."""
 
 EVICTION_ORDER = "the oldest access first, then the most hashed tokens (a chain's tail first)"
-"""The eviction order in words, for every message and page that names it (``eviction_rank``)."""
+"""The eviction order in words (``eviction_rank``), for every message that names it."""
 
 
 def lowest_id(_: PoolState) -> BlockId | None:
