@@ -3,7 +3,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PKGS    := specs reference optimized model_tests pagedkv
 
-.PHONY: setup browser test lint typecheck pytest wheel fuzz bench soak crosshair exhaustive mutate clean peers peers-fetch corpus
+.PHONY: setup browser test lint typecheck pytest wheel fuzz bench soak crosshair exhaustive mutate clean peers peers-fetch corpus docs
 
 setup:
 	$(PY) -m venv $(VENV)
@@ -44,6 +44,11 @@ pytest:
 # used as a new user would (pytest runs this too, as model_tests/tests/test_wheel.py).
 wheel:
 	$(BIN)/pytest -q model_tests/tests/test_wheel.py -s
+
+# The parts of specs/policy.md that specs/policy.py generates (the options' table and values),
+# written between the page's markers; test_policy fails while the page is not current.
+docs:
+	$(BIN)/python -m pagedkv.model_tests.formal.policy_page specs/policy.md
 
 # The corpus (specs/corpus.md): every wrong variant through `pagedkv check`'s default budget,
 # seeds 0, 1 and 2; fails on any missed or reported with more than 12 steps. Writes the figures

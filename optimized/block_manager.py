@@ -25,8 +25,7 @@ from collections.abc import Sequence
 
 from pagedkv.optimized.block_ids import NO_BLOCK_IDS, BlockIds
 from pagedkv.optimized.block_pool import OptimizedBlockPool, common_length
-from pagedkv.optimized.block_table import BlockTable
-from pagedkv.optimized.sequence_group import SequenceGroup
+from pagedkv.optimized.block_table import BlockTable, SequenceGroup
 from pagedkv.optimized.tokens import plain_tokens
 from pagedkv.specs.accounting import (
     alloc_status,

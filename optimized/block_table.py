@@ -1,5 +1,5 @@
 """One sequence's block table, kept mutable so that a scheduler step costs O(new tokens), not
-O(sequence length).
+O(sequence length); at the end, the sequence group that holds the tables (each holds the other).
 
 Logical block ``i`` holds tokens ``i * block_size .. (i + 1) * block_size - 1`` and lives in
 physical block ``blocks[i]``. Every function makes the same pool calls in the same order as
@@ -30,13 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from pagedkv.optimized.block_ids import NO_BLOCK_IDS, BlockIds
 from pagedkv.optimized.block_pool import OptimizedBlockPool
-from pagedkv.optimized.sequence_group import SequenceGroup
 from pagedkv.specs.accounting import blocks_touched_by_append
-from pagedkv.specs.content_hash import ROOT
-from pagedkv.specs.types import BlockHash, BlockId, Token
+from pagedkv.specs.content_hash import ROOT, BlockHasher
+from pagedkv.specs.types import BlockHash, BlockId, Device, ExtraKey, Token
 
 
 def num_out_of_window(num_tokens: int, window: int, block_size: int, num_blocks: int) -> int:
@@ -252,3 +252,38 @@ class BlockTable:
         """Tokens in the leading run of computed blocks: the prefill a cache lets it skip. Only
         full blocks are ever computed, so each counts ``block_size`` tokens."""
         return self.computed_prefix_length(pool, len(self.blocks)) * pool.block_size
+
+
+# --- the group a table belongs to ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SequenceGroup:
+    """A sequence group (``specs/block_manager.md`` §3, "Group"): the sequences that share a prompt
+    and move between devices together. It lives beside its tables because each holds the other.
+    ``members`` maps each live sequence id to its table, in the group's order (``allocate``'s
+    ids, then forked children). An encoder-decoder group also owns its cross-attention table.
+    ``hasher`` hashes the group's full blocks under its extra key (every group with that key
+    shares it, as an empty ``cross_blocks`` is shared: a manager may hold tens of thousands of
+    groups, and the garbage collector walks every object each of them keeps).
+    ``common_ids``: see its note."""
+
+    group_id: int
+    members: dict[int, BlockTable]
+    device: Device
+    extra_key: ExtraKey
+    encoder_tokens: tuple[Token, ...] = ()
+    cross_blocks: tuple[BlockId, ...] = ()
+    hasher: BlockHasher = field(init=False)
+    common_ids: tuple[list[BlockIds], BlockIds] | None = None
+    """The last ``get_common_computed_block_ids`` of several sequences, the first of them in this
+    group: the computed prefixes it was asked about, and their common prefix. The prefixes are
+    read-only and replaced whenever they change, so the same prefixes have the same answer."""
+
+    def __post_init__(self) -> None:
+        self.hasher = hasher_for(self.extra_key)
+
+
+@lru_cache(maxsize=1024)
+def hasher_for(extra_key: ExtraKey) -> BlockHasher:
+    return BlockHasher(extra_key)

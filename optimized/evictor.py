@@ -1,5 +1,5 @@
 """The evictor: cached blocks nobody holds, in the order they are given up when the free list is
-empty (`specs/semantics.md` 6, "Eviction order")."""
+empty (``specs/block_pool.md`` §4)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ from typing import TypeAlias
 from pagedkv.specs.types import BlockId
 
 _Entry: TypeAlias = tuple[float, int, BlockId, int]
-"""(last_accessed, -num_hashed_tokens, block, stamp): the heap order is the eviction order."""
+"""(last_accessed, -num_hashed_tokens, block, stamp): the heap order is the reference's eviction
+order, the lowest id first among equals."""
 
 _SLACK = 32
 """Stale entries tolerated on top of 2x the live ones before the heap is rebuilt."""
 
 
 class Evictor:
-    """A min-heap keyed like ``pagedkv.reference.allocation.eviction_rank`` with the id as the last
-    tie breaker, so ``pop`` takes the same block as the reference.
+    """A min-heap keyed like ``pagedkv.reference.allocation.eviction_rank`` and then by the id the
+    way ``own_eviction_pick`` picks among equals, so ``pop`` takes the same block as the reference.
 
     Removing a block or changing its access time does not search the heap: the block's current
     entry is remembered in ``_live`` and any other entry for it is stale, skipped when it reaches
@@ -54,7 +55,7 @@ class Evictor:
         self._compact_if_stale()
 
     def pop(self) -> BlockId:
-        """Take the block to evict: oldest access, then most hashed tokens, then lowest id."""
+        """Take the block to evict (the first in the heap order)."""
         while True:
             entry = heapq.heappop(self._heap)
             block = entry[2]

@@ -1,9 +1,17 @@
-"""Which block a new allocation takes (``specs/semantics.md`` 5 and 6; pool §4).
+"""Which block a new allocation takes: the rule of ``specs/block_pool.md`` §4, the one place
+that states it (free blocks first; only when none is left, the evictable blocks in the eviction
+order, ``eviction_rank``). Where the rule leaves the choice open, the reference makes its own
+(``own_free_pick``, ``own_eviction_pick``); the optimized pool must make the same.
 
-A free block first; only when none is left, an evictable one, oldest access first and, among
-equally old, the one with the most hashed tokens (a chain's tail before its head). The spec lets
-the implementation pick among the blocks that remain tied; the reference picks the lowest id and
-also accepts an explicit pick, which it checks is one of the allowed ones.
+Why every allocating function takes ``pick``: a correct implementation may make the open choices
+differently, and the oracle's isomorphic session checks it by making the reference adopt the
+target's choice, when it is one the rule allows (``specs/comparison.md``, isomorphic mode). Pure
+functions learn that choice only from an argument, so each function that may allocate, here and
+in ``block_table``, ``block_manager``, ``swap`` and ``manager_state``, takes a ``pick`` (a
+``Picker``, or per device a ``DevicePicker``) and hands it down to ``take_block``. The default,
+``lowest_id``, leaves every choice to the reference; the session's ``_picker``
+(``pagedkv.model_tests.lockstep.manager_session``) returns the target's block where it is one of
+``allowed_choices``.
 """
 
 from __future__ import annotations
@@ -22,16 +30,19 @@ from pagedkv.specs.validation import check_block_id
 
 Picker = Callable[[PoolState], BlockId | None]
 """Makes the spec's open choice for the next allocation from a pool (one of
-``allowed_choices``), or returns None for the reference's own (the lowest id). The oracle passes
-one that replays another implementation's choices."""
+``allowed_choices``), or returns None to leave it to the reference (``own_choice``)."""
+
+EVICTION_ORDER = "the oldest access first, then the most hashed tokens (a chain's tail first)"
+"""The eviction order in words (``eviction_rank``), for every message that names it."""
 
 
 def lowest_id(_: PoolState) -> BlockId | None:
+    """Leaves every open choice to the reference."""
     return None
 
 
 def eviction_rank(view: BlockView) -> tuple[float, int]:
-    """Smaller ranks are evicted first: the oldest access, then the most hashed tokens.
+    """Smaller ranks are evicted first (``EVICTION_ORDER``).
 
     post: _ == (view.last_accessed, -view.num_hashed_tokens)
     """
@@ -69,6 +80,29 @@ def allowed_choices(state: PoolState) -> frozenset[BlockId]:
     return first_to_evict({b: state.blocks[b] for b in evictable})
 
 
+def own_free_pick(free: frozenset[BlockId]) -> BlockId:
+    """The reference's pick among free blocks: the lowest id.
+
+    pre: bool(free)
+    post: _ in free
+    """
+    return min(free)
+
+
+def own_eviction_pick(tied: frozenset[BlockId]) -> BlockId:
+    """The reference's pick among the evictable blocks that rank first: the lowest id.
+
+    pre: bool(tied)
+    post: _ in tied
+    """
+    return min(tied)
+
+
+def own_choice(state: PoolState, allowed: frozenset[BlockId]) -> BlockId:
+    """The reference's pick among ``allowed_choices``, free blocks or else evictable ones."""
+    return own_free_pick(allowed) if free_ids(state) else own_eviction_pick(allowed)
+
+
 def take_block(state: PoolState, choice: BlockId | None = None) -> tuple[PoolState, BlockId]:
     """Allocate one block with ref count 1, evicting a cached block if the free list is empty.
 
@@ -79,7 +113,7 @@ def take_block(state: PoolState, choice: BlockId | None = None) -> tuple[PoolSta
     pre: all((v.content_hash is None) == (v.prefix is None) for v in state.blocks.values())
     raises: OutOfBlocksError, InvalidArgumentError, ForeignBlockError
     post: _[1] in allowed_choices(state)
-    post: choice is not None or _[1] == min(allowed_choices(state))
+    post: choice is not None or _[1] == own_choice(state, allowed_choices(state))
     post: _[0].blocks[_[1]] == replace(BLANK, ref_count=1) and _[1] not in _[0].cached.values()
     """
     allowed = allowed_choices(state)
@@ -88,7 +122,7 @@ def take_block(state: PoolState, choice: BlockId | None = None) -> tuple[PoolSta
             f"no free or evictable block left (all {state.config.num_blocks} are in use)"
         )
     if choice is None:
-        choice = min(allowed)
+        choice = own_choice(state, allowed)
     elif check_block_id(state.config, choice) not in allowed:
         raise InvalidArgumentError(
             f"block {choice} may not be allocated now; allowed: {sorted(allowed)}"

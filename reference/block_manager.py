@@ -28,7 +28,6 @@ from pagedkv.reference.manager_state import (
     group,
     group_on,
     lowest_ids,
-    new_manager,
     null_block_pending,
     pool,
     seq,
@@ -67,7 +66,6 @@ from pagedkv.specs.validation import (
     check_tokens,
 )
 
-create = new_manager
 Kept = TypeVar("Kept")
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pagedkv.reference import block_manager as ops
-from pagedkv.reference.manager_state import DevicePicker, ManagerState, lowest_ids, to_manager_view
+from pagedkv.reference.manager_state import (
+    DevicePicker,
+    ManagerState,
+    lowest_ids,
+    new_manager,
+    to_manager_view,
+)
 from pagedkv.reference.offered import offered
 from pagedkv.specs.manager_view import ManagerView
 from pagedkv.specs.policy import PAGEDKV, Policy
@@ -27,7 +33,7 @@ class ReferenceBlockSpaceManager:
     choices where correct managers differ (``specs/policy.md``); pagedkv's own by default."""
 
     def __init__(self, config: ManagerConfig, policy: Policy = PAGEDKV) -> None:
-        self.state: ManagerState = ops.create(config, policy)
+        self.state: ManagerState = new_manager(config, policy)
         self.pick: DevicePicker = lowest_ids
         self.atomic = policy.atomic
         """Whether every failed call changes nothing (``specs/safety.md`` S6)."""

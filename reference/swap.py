@@ -15,7 +15,7 @@ pair, hit or empty alike.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from immutables import Map
@@ -45,50 +45,90 @@ def check_room(state: ManagerState, found: GroupView, to: Device) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Moving:
+    """A swap under way: both pools, where each moved block went, and the copies so far."""
+
+    source: PoolState
+    destination: PoolState
+    moved: Map[BlockId, BlockId] = field(default_factory=Map)
+    pairs: tuple[CopyPair, ...] = ()
+
+
+PrefixOf = Callable[[int], Prefix]
+"""The prefix of a table's entry ``index``, asked for only when an unhashed block with tokens is
+re-appended on the destination."""
+
+TableMover = Callable[
+    [Moving, tuple[BlockId, ...], PrefixOf, Picker, BlockId | None],
+    tuple[Moving, tuple[BlockId, ...]],
+]
+"""Moves one table's entries (the null block stays), returning the moved table."""
+
+
 def move_group(
     state: ManagerState, group_id: int, to: Device, pick: Picker = lowest_id
 ) -> tuple[ManagerState, list[CopyPair]]:
-    if state.policy.swap_pairs == "every_entry":
-        return move_table_by_table(state, group_id, to, pick)
+    """Move every table of the group, then its cross table where the policy moves it, each with
+    the policy's mover (``move_distinct_blocks``, or ``move_table_by_table``)."""
     found = state.groups[group_id]
     check_room(state, found, to)
-    source, destination = pool(state, found.device), pool(state, to)
-    moved: dict[BlockId, BlockId] = {}
-    pairs: list[CopyPair] = []
-
-    def move(block: BlockId, prefix: Callable[[], Prefix]) -> BlockId:
-        nonlocal source, destination
-        if block == state.null_block:
-            return block
-        if block in moved:
-            destination, _ = pool_ops.fork(destination, [moved[block]])
-        else:
-            destination, moved[block], copied = _take_copy(
-                destination, source.blocks[block], prefix, pick
-            )
-            if copied:
-                pairs.append((block, moved[block]))
-        source = pool_ops.free(source, block)
-        return moved[block]
-
+    mover: TableMover = (
+        move_table_by_table if state.policy.swap_pairs == "every_entry" else move_distinct_blocks
+    )
+    size, key = state.config.block_size, found.extra_key
+    moving = Moving(source=pool(state, found.device), destination=pool(state, to))
     seqs = state.seqs
     for seq_id in found.seq_ids:
         table = seqs[seq_id]
-        size = state.config.block_size
-        extra = found.extra_key
-        blocks = tuple(
-            move(block, partial(prefix_at, table.tokens, index, size, extra))
-            for index, block in enumerate(table.blocks)
-        )
+        prefix_of = partial(_prefix_at, table.tokens, size, key)
+        moving, blocks = mover(moving, table.blocks, prefix_of, pick, state.null_block)
         seqs = seqs.set(seq_id, replace(table, blocks=blocks))
     cross, cross_device = found.cross_blocks, found.cross_device
     if state.policy.swap_cross_tables == "moved":
-        root = partial(Prefix, extra_key=found.extra_key)
-        cross, cross_device = tuple(move(block, root) for block in found.cross_blocks), to
-    state = with_pool(with_pool(state, found.device, source), to, destination)
+        moving, cross = mover(moving, cross, partial(_root, key), pick, state.null_block)
+        cross_device = to
+    state = with_pool(with_pool(state, found.device, moving.source), to, moving.destination)
     moved_group = replace(found, device=to, cross_blocks=cross, cross_device=cross_device)
     groups: Map[int, GroupView] = state.groups.set(group_id, moved_group)
-    return replace(state, seqs=seqs, groups=groups), pairs
+    return replace(state, seqs=seqs, groups=groups), list(moving.pairs)
+
+
+def move_distinct_blocks(
+    moving: Moving,
+    blocks: tuple[BlockId, ...],
+    prefix_of: PrefixOf,
+    pick: Picker,
+    null_block: BlockId | None,
+) -> tuple[Moving, tuple[BlockId, ...]]:
+    """pagedkv's swap (``swap_pairs=copies``): each entry in turn, with ``move_block``."""
+    table: list[BlockId] = []
+    for index, block in enumerate(blocks):
+        if block == null_block:
+            table.append(block)
+            continue
+        moving, copy = move_block(moving, block, partial(prefix_of, index), pick)
+        table.append(copy)
+    return moving, tuple(table)
+
+
+def move_block(
+    moving: Moving, block: BlockId, prefix: Callable[[], Prefix], pick: Picker
+) -> tuple[Moving, BlockId]:
+    """The first reference to a block takes its destination block (a copy, unless it is a cache
+    hit or empty); every further reference shares that block. The source reference is released."""
+    destination, pairs = moving.destination, moving.pairs
+    if block in moving.moved:
+        copy = moving.moved[block]
+        destination, _ = pool_ops.fork(destination, [copy])
+    else:
+        view = moving.source.blocks[block]
+        destination, copy, copied = _take_copy(destination, view, prefix, pick)
+        if copied:
+            pairs = (*pairs, (block, copy))
+    moved = moving.moved.set(block, copy)
+    source = pool_ops.free(moving.source, block)
+    return Moving(source, destination, moved, pairs), copy
 
 
 def _take_copy(
@@ -126,43 +166,25 @@ def blocks_to_move(state: ManagerState, found: GroupView) -> list[BlockId]:
 
 
 def move_table_by_table(
-    state: ManagerState, group_id: int, to: Device, pick: Picker = lowest_id
-) -> tuple[ManagerState, list[CopyPair]]:
-    """vLLM 0.6.3's swap: each table (then the cross table) releases all its entries on the
-    source and takes a block for each on the destination; every entry is a pair."""
-    found = state.groups[group_id]
-    check_room(state, found, to)
-    size, key = state.config.block_size, found.extra_key
-    source, destination = pool(state, found.device), pool(state, to)
-    pairs: list[CopyPair] = []
-
-    def move_table(
-        blocks: tuple[BlockId, ...], prefix_of: Callable[[int], Prefix]
-    ) -> tuple[BlockId, ...]:
-        nonlocal source, destination
-        moving = [(i, b, source.blocks[b]) for i, b in enumerate(blocks) if b != state.null_block]
-        for _, block, _ in moving:
-            source = pool_ops.free(source, block)
-        moved = list(blocks)
-        for index, block, view in moving:
-            destination, moved[index], _ = _take_copy(
-                destination, view, partial(prefix_of, index), pick
-            )
-            pairs.append((block, moved[index]))
-        return tuple(moved)
-
-    seqs = state.seqs
-    for seq_id in found.seq_ids:
-        table = seqs[seq_id]
-        blocks = move_table(table.blocks, partial(_prefix_at, table.tokens, size, key))
-        seqs = seqs.set(seq_id, replace(table, blocks=blocks))
-    cross, cross_device = found.cross_blocks, found.cross_device
-    if state.policy.swap_cross_tables == "moved":
-        cross, cross_device = move_table(found.cross_blocks, partial(_root, key)), to
-    state = with_pool(with_pool(state, found.device, source), to, destination)
-    moved_group = replace(found, device=to, cross_blocks=cross, cross_device=cross_device)
-    groups = state.groups.set(group_id, moved_group)
-    return replace(state, seqs=seqs, groups=groups), pairs
+    moving: Moving,
+    blocks: tuple[BlockId, ...],
+    prefix_of: PrefixOf,
+    pick: Picker,
+    null_block: BlockId | None,
+) -> tuple[Moving, tuple[BlockId, ...]]:
+    """vLLM 0.6.3's swap (``swap_pairs=every_entry``): the table releases all its entries on the
+    source, then takes a block for each on the destination; every entry is a pair."""
+    entries = [(i, b, moving.source.blocks[b]) for i, b in enumerate(blocks) if b != null_block]
+    source = moving.source
+    for _, block, _ in entries:
+        source = pool_ops.free(source, block)
+    destination, pairs, table = moving.destination, moving.pairs, list(blocks)
+    for index, block, view in entries:
+        destination, table[index], _ = _take_copy(
+            destination, view, partial(prefix_of, index), pick
+        )
+        pairs = (*pairs, (block, table[index]))
+    return replace(moving, source=source, destination=destination, pairs=pairs), tuple(table)
 
 
 def _prefix_at(tokens: tuple[Token, ...], size: int, key: ExtraKey, index: int) -> Prefix:

@@ -137,7 +137,7 @@ class Prefix:
 
     Callers pass the prefix of the block they fill; the pool hashes the block as
     ``block_hash(prefix.hash, tokens, prefix.extra_key)``. ``prefix.num_tokens + block_size`` is
-    the block's number of hashed tokens, which breaks eviction ties (a chain's tail goes first).
+    the block's number of hashed tokens, which the eviction order reads (``block_pool.md`` §4).
     """
 
     hash: BlockHash = ROOT

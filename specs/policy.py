@@ -383,8 +383,7 @@ OPTIONS: dict[str, Option] = {
             _values(Eviction),
             "which cached block an allocation evicts when no block is free",
             {
-                "lru": "pagedkv (and vLLM 0.6.3): the oldest access, then the most hashed tokens"
-                " (a chain's tail first)",
+                "lru": "pagedkv (and vLLM 0.6.3): the eviction order of block_pool.md §4",
                 "release_order": "append-only (vLLM v1's free queue, nano-vllm's free list):"
                 " the one given back first, whatever its accesses; a sequence gives its blocks"
                 " back tail first",

@@ -1,11 +1,15 @@
-"""Wrong pools: the reference pool with one bug each, for the corpus (``specs/corpus.md``).
+"""Wrong pools, in one home: the reference pool with one bug each, for the corpus
+(``specs/corpus.md``), and the optimized pool with one bug each, for the tests of atomicity and
+of reports (``model_tests/tests/test_pool_atomicity.py``, ``test_reports.py``).
 
-Each breaks one operation of ``specs/block_pool.md`` §5 and nothing else: it runs the correct
-operation first (so its checks and errors are the spec's), then makes the mistake, either through
-the pool's own operations or, where the mistake is a step left out, by redoing the operation
-wrongly from the state before it (the reference's state is a frozen value). ``MirroredPool`` is
-correct: the reference behind ids numbered the other way round, which only isomorphic mode
-accepts.
+Each wrong reference pool breaks one operation of ``specs/block_pool.md`` §5 and nothing else: it
+runs the correct operation first (so its checks and errors are the spec's), then makes the
+mistake, either through the pool's own operations or, where the mistake is a step left out, by
+redoing the operation wrongly from the state before it (the reference's state is a frozen value).
+``MirroredPool`` is correct: the reference behind ids numbered the other way round, which only
+isomorphic mode accepts. The wrong optimized pools override one private step of the pool; a
+target for ``pagedkv check --level pool``:
+``pagedkv.model_tests.corpus.pools:CowDropsTheSourceFirst``.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from pagedkv.optimized.block_pool import OptimizedBlockPool, PrefixParts
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs.content_hash import Prefix
-from pagedkv.specs.types import NO_EXTRA_KEY, BlockId, CopyPair, PoolConfig, Token
+from pagedkv.specs.types import NO_EXTRA_KEY, BlockHash, BlockId, CopyPair, PoolConfig, Token
 
 
 class PoolAllocateLeaksABlock(ReferenceBlockPool):
@@ -221,3 +226,68 @@ WRONG_POOLS: tuple[type[Any], ...] = (
     PoolResetRefusesCachedBlocks,
     MirroredPoolMissingOneFree,
 )
+
+
+# --- wrong optimized pools: fixtures of the atomicity and report tests --------------------------
+
+
+class CowDropsTheSourceFirst(OptimizedBlockPool):
+    """Copy-on-write lets go of the shared block before it takes the copy: when no block is left
+    for the copy, the call raises ``OutOfBlocksError`` with the caller's reference already gone.
+    The free count does not change (the block stays held by its other holder); its ref count
+    does, and the damage shows calls later, as a double free or a block freed under a holder."""
+
+    atomic = True
+    """What it claims (the optimized pool is atomic): the safety tier holds it to that."""
+
+    def _copy_if_shared(self, block: BlockId) -> BlockId:
+        index = block - self._first_id
+        if self._ref_counts[index] == 1:
+            return block
+        self._release(block)  # the bug: before the copy is sure to exist
+        copy = self._take_block()
+        self._tokens[copy - self._first_id] = self._tokens[index]
+        self._record_copy(block, copy)
+        return copy
+
+
+class RecordsTheHashFirst(OptimizedBlockPool):
+    """An ``allocate_immutable`` that misses records its hash before it takes a block: when no
+    block is left, it raises with the hash already pointing at a block that holds other data.
+    Neither the free count nor any held block changes; the hash lookup does."""
+
+    atomic = True
+
+    def take_full(
+        self, prefix: PrefixParts, tokens: tuple[Token, ...], content_hash: BlockHash | None
+    ) -> BlockId:
+        full = not self.num_free  # no free or evictable block: it will raise
+        if content_hash is not None and content_hash not in self._cached and full:
+            self._cached[content_hash] = self._first_id  # the bug: before the block is sure
+            self._take_block()  # raises OutOfBlocksError, the hash left behind
+        return super().take_full(prefix, tokens, content_hash)
+
+
+class KeepsItsBlockWhenFilled(OptimizedBlockPool):
+    """A block that fills with content already cached in another block stays the caller's (no
+    dedup onto the cached block): under the ``pagedkv`` profile, a different block answered."""
+
+    def fill(
+        self,
+        block: BlockId,
+        prefix: PrefixParts | None,
+        tokens: tuple[Token, ...],
+        content_hash: BlockHash | None,
+    ) -> BlockId:
+        if content_hash is not None and content_hash in self._cached:
+            content_hash = None  # the bug: neither dedup nor caching
+        return super().fill(block, prefix, tokens, content_hash)
+
+
+class AssertsItNeverCopies(OptimizedBlockPool):
+    """Copy-on-write was left out: appending to a shared block trips a bare ``assert`` deep in
+    the pool, as an engine's internal check does (a ``AssertionError()`` with no message)."""
+
+    def _copy_if_shared(self, block: BlockId) -> BlockId:
+        assert self._ref_counts[block - self._first_id] == 1
+        return block

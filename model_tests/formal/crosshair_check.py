@@ -41,7 +41,7 @@ CONTRACT_TARGETS = (
 PAIRS_MODULE = "pagedkv.model_tests.formal.pairs"
 PAIRS = (
     ("window release", "window_release", "out_of_window ~ num_out_of_window"),
-    ("eviction order", "eviction_order", "first_to_evict + lowest id ~ Evictor"),
+    ("eviction order", "eviction_order", "first_to_evict + own_eviction_pick ~ Evictor"),
     ("lowest free id", "allocation_order", "take_block ~ FreeList via the pool"),
     ("block prefixes", "block_prefixes", "prefix_at ~ BlockTable.prefixes"),
 )

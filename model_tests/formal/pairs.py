@@ -10,11 +10,10 @@ either helper runs, so the search spends its time on inputs that matter.
 from __future__ import annotations
 
 from pagedkv.optimized.block_pool import OptimizedBlockPool
-from pagedkv.optimized.block_table import BlockTable, num_out_of_window
+from pagedkv.optimized.block_table import BlockTable, SequenceGroup, num_out_of_window
 from pagedkv.optimized.evictor import Evictor
-from pagedkv.optimized.sequence_group import SequenceGroup
 from pagedkv.reference import block_pool
-from pagedkv.reference.allocation import first_to_evict
+from pagedkv.reference.allocation import first_to_evict, own_eviction_pick
 from pagedkv.reference.block_table import out_of_window, prefix_at
 from pagedkv.reference.pool_state import new_state
 from pagedkv.specs.content_hash import ROOT, Prefix
@@ -68,8 +67,8 @@ def _eviction_inputs(ranks: Ranks, events: Events) -> bool:
 
 
 def reference_eviction_order(ranks: Ranks, events: Events) -> list[int] | None:
-    """What ``take_block`` evicts, one allocation after another: the lowest id among
-    ``first_to_evict``."""
+    """What ``take_block`` evicts, one allocation after another: the reference's own pick
+    among ``first_to_evict``."""
     if not _eviction_inputs(ranks, events):
         return None
     views = {
@@ -83,7 +82,7 @@ def reference_eviction_order(ranks: Ranks, events: Events) -> list[int] | None:
             del views[block]
     order = []
     while views:
-        chosen = min(first_to_evict(views))
+        chosen = own_eviction_pick(first_to_evict(views))
         order.append(chosen)
         del views[chosen]
     return order

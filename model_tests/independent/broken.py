@@ -28,15 +28,12 @@ from pagedkv.specs.types import (
     ExtraKey,
     Token,
 )
-from pagedkv.specs.validation import check_count, check_extra_key, check_time
+from pagedkv.specs.validation import check_extra_key
 
 
 class _KeepsCowSource(_Device):
-    def copy_on_write(self, block: _Block, cows: list[CopyPair]) -> _Block:
-        copy = self.take()
-        copy.tokens = list(block.tokens)
-        cows.append((block.id, copy.id))
-        return copy
+    def release_copied(self, block: _Block) -> None:
+        del block
 
 
 class BrokenForgetsCowSource(IndependentManager):
@@ -46,8 +43,9 @@ class BrokenForgetsCowSource(IndependentManager):
 
 
 class _EvictsNewest(_Device):
-    def victim(self) -> _Block:
-        return max(self.evictor.values(), key=lambda b: (b.last_access, -b.depth(), b.id))
+    @staticmethod
+    def eviction_key(block: _Block) -> tuple[float, int, int]:
+        return (-block.last_access, block.depth(), -block.id)  # the newest, shallowest, highest
 
 
 class BrokenEvictsNewest(IndependentManager):
@@ -66,15 +64,8 @@ class BrokenSwapDropsPair(IndependentManager):
 class BrokenCanAllocateIgnoresWatermark(IndependentManager):
     """``can_allocate`` answers as if the watermark were 0 blocks."""
 
-    def can_allocate(
-        self,
-        prompt: Sequence[Token],
-        num_lookahead_slots: int = 0,
-        encoder_prompt: Sequence[Token] | None = None,
-    ) -> AllocStatus:
-        lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
-        _, _, need = self._prompt_need(prompt, encoder_prompt, lookahead)
-        return _status(need, self.gpu.available(), self.gpu_capacity, 0)
+    def _admission(self, need: int, free: int) -> AllocStatus:
+        return _status(need, free, self.gpu_capacity, 0)
 
 
 class _HitMarksComputed(_Device):
@@ -142,11 +133,8 @@ class BrokenCanSwapOutIgnoresCpuRoom(IndependentManager):
     """``can_swap_out`` compares the group's blocks with the CPU's size, not with its free
     blocks: it says OK when the swap cannot fit now (its promise broken)."""
 
-    def can_swap_out(self, group_id: int) -> AllocStatus:
-        group = self._group(group_id, Device.GPU)
-        need = len(self._distinct(group))
-        capacity = self._config.num_cpu_blocks
-        return _status(need, capacity, capacity, 0)
+    def _cpu_room(self) -> int:
+        return self._config.num_cpu_blocks
 
 
 class BrokenSwapOutLeaksGpuBlock(IndependentManager):
@@ -195,12 +183,8 @@ class BrokenAccessTouchesLastBlockOnly(IndependentManager):
     """``access_all_blocks_in_seq`` stamps only the last block of the table, so the earlier
     blocks keep their old times and are evicted too early."""
 
-    def access_all_blocks_in_seq(self, seq_id: int, now: float) -> None:
-        seq = self._seq(seq_id)
-        when = check_time(now)
-        held = self._held(seq.table)
-        if held:
-            self._dev(self.groups[seq.group_id].device).blocks[held[-1]].last_access = when
+    def _accessed(self, seq: _Seq) -> list[BlockId]:
+        return self._held(seq.table)[-1:]
 
 
 class BrokenMarkComputedMarksPartialBlocks(IndependentManager):
@@ -233,16 +217,9 @@ class BrokenCachedTokensIgnoreMarks(IndependentManager):
     """``get_num_cached_tokens`` counts the tokens of the leading full blocks that are cached,
     computed or not: a hit whose KV is not written yet is reported as cached."""
 
-    def get_num_cached_tokens(self, seq_id: int) -> int:
-        seq = self._seq(seq_id)
-        dev = self._dev(self.groups[seq.group_id].device)
-        total = 0
-        for bid in seq.table:
-            block = dev.blocks.get(bid)
-            if block is None or block.hash is None:
-                break
-            total += len(block.tokens)
-        return total
+    @staticmethod
+    def _counts_as_cached(block: _Block) -> bool:
+        return block.hash is not None
 
 
 class BrokenHitRateOfOneDevice(IndependentManager):
@@ -269,14 +246,7 @@ class BrokenCanAllocateCountsHits(IndependentManager):
     """``can_allocate`` leaves out the prompt blocks already cached, but ``allocate`` reserves
     room for every block up front: an OK the allocation may then refuse (its promise broken)."""
 
-    def can_allocate(
-        self,
-        prompt: Sequence[Token],
-        num_lookahead_slots: int = 0,
-        encoder_prompt: Sequence[Token] | None = None,
-    ) -> AllocStatus:
-        lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
-        tokens, _, need = self._prompt_need(prompt, encoder_prompt, lookahead)
+    def _blocks_to_allocate(self, tokens: list[Token], need: int) -> int:
         if self.gpu.caching:
             prefix = Prefix()
             for start in range(0, len(tokens) - self.bs + 1, self.bs):
@@ -285,23 +255,14 @@ class BrokenCanAllocateCountsHits(IndependentManager):
                     break
                 need -= 1
                 prefix = prefix.extend(chunk)
-        free = self.gpu.available()
-        return _status(need, free, self.gpu_capacity, self._config.watermark_blocks)
+        return need
 
 
 class BrokenCanAllocateNeverWhenFull(IndependentManager):
     """``can_allocate`` judges NEVER against the blocks free now instead of the GPU's size: a
     request that would fit once others finish is told it never will."""
 
-    def can_allocate(
-        self,
-        prompt: Sequence[Token],
-        num_lookahead_slots: int = 0,
-        encoder_prompt: Sequence[Token] | None = None,
-    ) -> AllocStatus:
-        lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
-        _, _, need = self._prompt_need(prompt, encoder_prompt, lookahead)
-        free = self.gpu.available()
+    def _admission(self, need: int, free: int) -> AllocStatus:
         return _status(need, free, free, self._config.watermark_blocks)
 
 
@@ -340,31 +301,18 @@ class BrokenCanAppendIgnoresCopies(IndependentManager):
     """``can_append_slots`` counts only the blocks added past a table's end, not the copy a
     shared last block needs: its yes is a promise the append may break."""
 
-    def can_append_slots(
-        self, group_id: int, num_new_tokens: int = 1, num_lookahead_slots: int = 0
-    ) -> bool:
-        group = self._group(group_id, Device.GPU)
-        n = check_count("num_new_tokens", num_new_tokens)
-        lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
-        need = 0
-        for seq_id in group.seq_ids:
-            seq = self.seqs[seq_id]
-            need += max(0, _ceil_div(len(seq.tokens) + n + lookahead, self.bs) - len(seq.table))
-        return need <= self.gpu.available()
+    def _append_need(self, seq: _Seq, n: int, lookahead: int) -> int:
+        return max(0, _ceil_div(len(seq.tokens) + n + lookahead, self.bs) - len(seq.table))
 
 
 class BrokenWindowKeepsGivenBackBlock(IndependentManager):
     """The sliding window gives its old blocks back but leaves their ids in the table: a table
     holding a block the target has given back (and may hand to someone else)."""
 
-    def _release_window(self, seq: _Seq, window: int) -> None:
-        first_needed = len(seq.tokens) - window + 1
-        for i, bid in enumerate(seq.table):
-            if (i + 1) * self.bs > first_needed:
-                break
-            block = self.gpu.blocks[bid]
-            if bid != self.null and block.refs > 0:
-                self.gpu.drop(block)
+    def _release_entry(self, seq: _Seq, index: int) -> None:
+        block = self.gpu.blocks[seq.table[index]]
+        if block.refs > 0:
+            self.gpu.drop(block)  # the entry keeps its id
 
 
 SAFETY_BROKEN: tuple[type[IndependentManager], ...] = (

@@ -96,8 +96,13 @@ class _Device:
         return len(self.free_stack) + len(self.evictor)
 
     def victim(self) -> _Block:
-        """Oldest access, then most hashed tokens, then the highest id (the spec leaves it)."""
-        return min(self.evictor.values(), key=lambda b: (b.last_access, -b.depth(), -b.id))
+        return min(self.evictor.values(), key=self.eviction_key)
+
+    @staticmethod
+    def eviction_key(block: _Block) -> tuple[float, int, int]:
+        """The smallest goes first: oldest access, then most hashed tokens, then (the spec leaves
+        it open) the highest id."""
+        return (block.last_access, -block.depth(), -block.id)
 
     def take(self) -> _Block:
         if self.free_stack:
@@ -177,9 +182,13 @@ class _Device:
     def copy_on_write(self, block: _Block, cows: list[CopyPair]) -> _Block:
         copy = self.take()
         copy.tokens = list(block.tokens)
-        self.drop(block)
+        self.release_copied(block)
         cows.append((block.id, copy.id))
         return copy
+
+    def release_copied(self, block: _Block) -> None:
+        """The writer's reference moves from the shared block to its copy."""
+        self.drop(block)
 
     def mark_computed(self, block: _Block) -> None:
         if self.caching and len(block.tokens) == self.block_size:
@@ -307,8 +316,17 @@ class IndependentManager:
         encoder_prompt: Sequence[Token] | None = None,
     ) -> AllocStatus:
         lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
-        _, _, need = self._prompt_need(prompt, encoder_prompt, lookahead)
-        free = self.gpu.available()
+        tokens, _, need = self._prompt_need(prompt, encoder_prompt, lookahead)
+        return self._admission(self._blocks_to_allocate(tokens, need), self.gpu.available())
+
+    def _blocks_to_allocate(self, tokens: list[Token], need: int) -> int:
+        """What ``can_allocate`` counts for the prompt ``tokens``: every block ``need``."""
+        del tokens
+        return need
+
+    def _admission(self, need: int, free: int) -> AllocStatus:
+        """``can_allocate``'s answer: NEVER past the GPU's size, OK within the free blocks, both
+        with the watermark kept."""
         return _status(need, free, self.gpu_capacity, self._config.watermark_blocks)
 
     def _fill_prompt(self, tokens: list[Token], key: ExtraKey) -> list[BlockId]:
@@ -364,8 +382,13 @@ class IndependentManager:
         group = self._group(group_id, Device.GPU)
         n = check_count("num_new_tokens", num_new_tokens)
         lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
-        need = sum(self._touched(self.seqs[s], n, lookahead) for s in group.seq_ids)
+        need = sum(self._append_need(self.seqs[s], n, lookahead) for s in group.seq_ids)
         return need <= self.gpu.available()
+
+    def _append_need(self, seq: _Seq, n: int, lookahead: int) -> int:
+        """The blocks ``can_append_slots`` counts for one sequence: every block the append
+        touches (a shared one needs a copy)."""
+        return self._touched(seq, n, lookahead)
 
     def _release_window(self, seq: _Seq, window: int) -> None:
         first_needed = len(seq.tokens) - window + 1
@@ -373,9 +396,13 @@ class IndependentManager:
             if (i + 1) * self.bs > first_needed:
                 break
             if bid != self.null:
-                self.gpu.drop(self.gpu.blocks[bid])
-                assert self.null is not None
-                seq.table[i] = self.null
+                self._release_entry(seq, i)
+
+    def _release_entry(self, seq: _Seq, index: int) -> None:
+        """A block that left the window goes back, and its entry points at the null block."""
+        self.gpu.drop(self.gpu.blocks[seq.table[index]])
+        assert self.null is not None
+        seq.table[index] = self.null
 
     def append_slots(
         self, seq_id: int, tokens: Sequence[Token], num_lookahead_slots: int = 0
@@ -436,7 +463,11 @@ class IndependentManager:
     def can_swap_out(self, group_id: int) -> AllocStatus:
         group = self._group(group_id, Device.GPU)
         need = len(self._distinct(group))
-        return _status(need, self.cpu.available(), self._config.num_cpu_blocks, 0)
+        return _status(need, self._cpu_room(), self._config.num_cpu_blocks, 0)
+
+    def _cpu_room(self) -> int:
+        """The CPU blocks a swap out may take now: the free ones."""
+        return self.cpu.available()
 
     def can_swap_in(self, group_id: int, num_lookahead_slots: int = 0) -> AllocStatus:
         group = self._group(group_id, Device.CPU)
@@ -511,8 +542,12 @@ class IndependentManager:
         seq = self._seq(seq_id)
         when = check_time(now)
         dev = self._dev(self.groups[seq.group_id].device)
-        for bid in self._held(seq.table):
+        for bid in self._accessed(seq):
             dev.blocks[bid].last_access = when
+
+    def _accessed(self, seq: _Seq) -> list[BlockId]:
+        """The blocks an access stamps: every one the sequence holds."""
+        return self._held(seq.table)
 
     def mark_blocks_as_computed(self, group_id: int) -> None:
         group = self._group(group_id)
@@ -549,10 +584,15 @@ class IndependentManager:
         total = 0
         for bid in seq.table:
             block = dev.blocks.get(bid)
-            if block is None or not block.computed:
+            if block is None or not self._counts_as_cached(block):
                 break
             total += len(block.tokens)
         return total
+
+    @staticmethod
+    def _counts_as_cached(block: _Block) -> bool:
+        """A block's tokens count as cached once its KV is written: computed."""
+        return block.computed
 
     def get_prefix_cache_hit_rate(self, device: Device) -> float:
         if not isinstance(device, Device):

@@ -279,7 +279,7 @@ class IsomorphicManagerSession:
                 raise Divergence(
                     f"{where}: the target took its block {theirs} (the model's cached block"
                     f" {stands_for}) where the model has {mine}: the spec does not allow taking"
-                    f" that block there (free blocks first, then the oldest, tail first)"
+                    f" that block there (block_pool.md §4)"
                     + (f"; nor can it serve there as a cache hit: {hit}" if hit else ""),
                     "choice",
                 )

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from pagedkv.model_tests.peers import sources
 from pagedkv.model_tests.peers.admission import new_ids
+from pagedkv.model_tests.peers.engine_tokens import EngineTokens
 from pagedkv.model_tests.peers.standins import nano_vllm
 from pagedkv.model_tests.peers.standins.nano_vllm import Sequence as NanoSequence
 from pagedkv.specs.errors import OutOfBlocksError, UnsupportedError
@@ -97,7 +98,7 @@ class NanoVllmManager:
     def __init__(self, config: ManagerConfig, switches: Switches | None = None) -> None:
         check_manager_config(config)
         self.switches = switches or Switches()
-        self._keys: dict[ExtraKey, int] = {NO_EXTRA_KEY: 0}
+        self._engine_tokens = EngineTokens(self.switches.hash_extra_key)
         self._key_of: dict[int, ExtraKey] = {}
         if not serves(config):
             raise UnsupportedError(
@@ -120,14 +121,6 @@ class NanoVllmManager:
 
     def _seq(self, seq_id: object) -> NanoSequence:
         return lookup_sequence(self._seqs, seq_id)
-
-    def _engine_tokens(self, tokens: Sequence[Token], key: ExtraKey) -> list[Token]:
-        """The token ids nano-vllm sees: the protocol's, or (switch ``hash_extra_key``) the
-        protocol's made distinct per extra key."""
-        if not self.switches.hash_extra_key:
-            return list(tokens)
-        index = self._keys.setdefault(key, len(self._keys))
-        return [token * 64 + index for token in tokens]
 
     # --- admission and decoding ----------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from pagedkv.model_tests.peers import vllm_v0
 from pagedkv.model_tests.peers.admission import new_ids
+from pagedkv.model_tests.peers.engine_tokens import EngineTokens
 from pagedkv.model_tests.peers.standins.vllm_v0 import Sequence as VllmSequence
 from pagedkv.model_tests.peers.standins.vllm_v0 import SequenceData, SequenceGroup, SequenceStatus
 from pagedkv.specs.accounting import blocks_for, blocks_touched_by_append
@@ -133,7 +134,7 @@ class VllmV0Manager:
             gpu = self._vllm.block_allocator._allocators[vllm_v0.DEVICES[Device.GPU]]
             total = gpu.get_num_total_blocks()
             gpu.get_num_total_blocks = lambda: total - 1
-        self._keys: dict[ExtraKey, int] = {NO_EXTRA_KEY: 0}
+        self._engine_tokens = EngineTokens(self.switches.hash_extra_key)
 
     @property
     def config(self) -> ManagerConfig:
@@ -184,14 +185,6 @@ class VllmV0Manager:
             return vllm_v0.alloc_status(vllm_v0.call(self._vllm.can_allocate, probe, lookahead))
         finally:
             self._vllm.max_block_sliding_window = cap
-
-    def _engine_tokens(self, tokens: Sequence[Token], key: ExtraKey) -> list[Token]:
-        """The token ids vLLM sees: the protocol's, or (switch ``hash_extra_key``) the
-        protocol's made distinct per extra key."""
-        if not self.switches.hash_extra_key:
-            return list(tokens)
-        index = self._keys.setdefault(key, len(self._keys))
-        return [token * 64 + index for token in tokens]
 
     def allocate(
         self,

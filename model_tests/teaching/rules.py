@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pagedkv.reference.allocation import EVICTION_ORDER
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -44,9 +46,9 @@ TABLES = Rule(
 )
 CHOICES = Rule(
     "allowed choices only",
-    "oracle §1.4; semantics 5, 6",
+    "oracle §1.4; pool §4",
     "A new block comes from the free list first; only when it is empty is a cached block evicted:"
-    " the oldest, and among equally old the tail of a chain before its head.",
+    f" {EVICTION_ORDER}.",
 )
 RESULTS = Rule(
     "same results",

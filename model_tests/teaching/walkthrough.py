@@ -9,8 +9,8 @@ own ids beside the reference's translated into them, and its free counts. The st
 diverges carries the verdict's message and the rule it broke.
 
 With a target, the reference's state is the session's model: where the spec leaves a choice open
-(which free block, which of equally old cached blocks) it has taken the target's, so that both
-sides' ids correspond.
+(which free block, which of the cached blocks that rank first) it has taken the target's, so that
+both sides' ids correspond.
 """
 
 from __future__ import annotations
@@ -346,8 +346,9 @@ def walk_trace(
     )
     walk.notes.append(
         "Block ids on the left are the reference's; where the spec leaves a choice open (which"
-        " free block, which of equally old cached blocks) the reference took the target's, so"
-        f" that the ids correspond. The target is seen only through the protocol: its {seen}."
+        " free block, which of the cached blocks that rank first) the reference took the"
+        " target's, so that the ids correspond. The target is seen only through the protocol:"
+        f" its {seen}."
     )
     return walk
 

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import pytest
 
+from pagedkv.model_tests.formal import policy_page
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs import operations
@@ -735,11 +736,12 @@ def test_one_test_per_option() -> None:
 def test_the_spec_page_shows_the_generated_table() -> None:
     page = (REPOSITORY / "specs" / "policy.md").read_text(encoding="utf-8")
     assert markdown_table() in page, (
-        "specs/policy.md's table differs from pagedkv.specs.policy.markdown_table(): paste it"
+        "specs/policy.md's table differs from pagedkv.specs.policy.markdown_table(): make docs"
     )
     assert markdown_values() in page, (
-        "specs/policy.md's values differ from pagedkv.specs.policy.markdown_values(): paste them"
+        "specs/policy.md's values differ from pagedkv.specs.policy.markdown_values(): make docs"
     )
+    assert policy_page.current(page) == page, "specs/policy.md is not current: make docs"
     index = (REPOSITORY / "specs" / "README.md").read_text(encoding="utf-8")
     assert "[policy.md](policy.md)" in index
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from pagedkv.model_tests.corpus.pools import CowDropsTheSourceFirst, RecordsTheHashFirst
 from pagedkv.model_tests.oracle import trace
 from pagedkv.model_tests.oracle.check import run_check
-from pagedkv.model_tests.tests.broken_pools import CowDropsTheSourceFirst, RecordsTheHashFirst
 from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.policy import profile

@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pagedkv.model_tests.corpus.pools import AssertsItNeverCopies, KeepsItsBlockWhenFilled
 from pagedkv.model_tests.independent import broken
 from pagedkv.model_tests.lockstep.show import show_call, show_error, show_value
 from pagedkv.model_tests.oracle import trace
-from pagedkv.model_tests.tests.broken_pools import AssertsItNeverCopies, KeepsItsBlockWhenFilled
 from pagedkv.specs.content_hash import ROOT, Prefix
 from pagedkv.specs.types import ExtraKey, ManagerConfig, PoolConfig
 
@@ -85,7 +85,7 @@ def test_a_targets_own_exception_says_where_it_was_raised() -> None:
     )
     # AssertionError() as written, or with its text where pytest rewrote the fixture's assert
     assert re.search(r"target raised AssertionError\((|'[^']*')\) at ", message), message
-    assert "broken_pools.py:" in message and " in _copy_if_shared (assert self._ref_counts" in (
+    assert "corpus/pools.py:" in message and " in _copy_if_shared (assert self._ref_counts" in (
         message
     )
 
