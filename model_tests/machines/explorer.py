@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pagedkv.model_tests.lockstep.calls import assert_same_state, call_both
 from pagedkv.model_tests.machines.kv_harness import (
@@ -51,10 +51,14 @@ from pagedkv.reference.kv_model import EMPTY, KVModel
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.manager_state import ManagerState
 from pagedkv.specs import invariants
+from pagedkv.specs import manager_calls as calls
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
 from pagedkv.specs.interface import BlockSpaceManager
+from pagedkv.specs.manager_calls import ManagerCall
 from pagedkv.specs.manager_view import ManagerView
 from pagedkv.specs.types import NEVER_ACCESSED, AllocStatus, BlockId, Device, ManagerConfig, Token
+
+T = TypeVar("T")
 
 TOKENS: tuple[Token, ...] = (0, 1)
 MAX_SEQS = 2
@@ -174,13 +178,13 @@ class Explorer:
         side = AbstractKV(self.config, kv=node.kv)
         kind, *args = step
 
-        def both(method: str, *call_args: Any) -> Any:
-            return call_both(self.model, target, method, *call_args)
+        def both(call: ManagerCall[T]) -> T | PagedKVError:
+            return call_both(self.model, target, call)
 
         if kind == "allocate":
             group_id, seq_ids, prompt = args
-            status = both("can_allocate", list(prompt))
-            result = both("allocate", group_id, list(seq_ids), list(prompt))
+            status = both(calls.can_allocate(list(prompt)))
+            result = both(calls.allocate(group_id, list(seq_ids), list(prompt)))
             self.promise(
                 status is not AllocStatus.OK or not isinstance(result, PagedKVError),
                 node,
@@ -202,9 +206,9 @@ class Explorer:
         elif kind == "append":
             seq_id, tokens, lookahead = args
             group_id = self.model.view().seqs[seq_id].group_id
-            allowed = both("can_append_slots", group_id, len(tokens), lookahead)
+            allowed = both(calls.can_append_slots(group_id, len(tokens), lookahead))
             start = len(self.model.view().seqs[seq_id].tokens)
-            pairs = both("append_slots", seq_id, list(tokens), lookahead)
+            pairs = both(calls.append_slots(seq_id, list(tokens), lookahead))
             self.promise(
                 allowed is not True or not isinstance(pairs, PagedKVError),
                 node,
@@ -225,10 +229,12 @@ class Explorer:
         elif kind in ("swap_out", "swap_in"):
             (group_id,) = args
             if kind == "swap_out":
-                status, to = both("can_swap_out", group_id), Device.CPU
+                status, to = both(calls.can_swap_out(group_id)), Device.CPU
+                swap = calls.swap_out(group_id)
             else:
-                status, to = both("can_swap_in", group_id), Device.GPU
-            pairs = both(kind, group_id)
+                status, to = both(calls.can_swap_in(group_id)), Device.GPU
+                swap = calls.swap_in(group_id)
+            pairs = both(swap)
             if status is AllocStatus.OK:
                 self.promise(isinstance(pairs, list), node, step, f"{kind}: OK, then {pairs!r}")
             if status is AllocStatus.NEVER and kind == "swap_out":
@@ -244,15 +250,15 @@ class Explorer:
                 )
                 side.run_swap(pairs, to)
         elif kind == "fork":
-            both("fork", *args)
+            both(calls.fork(*args))
         elif kind == "free":
-            both("free", *args)
+            both(calls.free(*args))
         elif kind == "access":
-            both("access_all_blocks_in_seq", *args)
+            both(calls.access_all_blocks_in_seq(*args))
         elif kind == "mark_computed":
-            both("mark_blocks_as_computed", *args)
+            both(calls.mark_blocks_as_computed(*args))
         elif kind == "reset":
-            both("reset_prefix_cache", None)
+            both(calls.reset_prefix_cache(None))
         else:  # pragma: no cover - steps() yields only the kinds above
             raise ValueError(f"unknown step {step}")
         return Node(self.model.state, target, side.kv, (*node.path, step))
@@ -276,19 +282,19 @@ class Explorer:
         )
         if problems:
             raise Finding(self.config, node.path, "; ".join(problems))
-        queries: list[Step] = [
-            ("get_num_free_gpu_blocks",),
-            ("get_num_free_cpu_blocks",),
-            ("get_prefix_cache_hit_rate", Device.GPU),
-            ("get_prefix_cache_hit_rate", Device.CPU),
-            ("get_common_computed_block_ids", sorted(view.seqs)),
+        queries: list[ManagerCall[object]] = [
+            calls.get_num_free_gpu_blocks(),
+            calls.get_num_free_cpu_blocks(),
+            calls.get_prefix_cache_hit_rate(Device.GPU),
+            calls.get_prefix_cache_hit_rate(Device.CPU),
+            calls.get_common_computed_block_ids(sorted(view.seqs)),
         ]
         for seq_id in sorted(view.seqs):
-            queries += [("get_block_table", seq_id), ("get_num_cached_tokens", seq_id)]
+            queries += [calls.get_block_table(seq_id), calls.get_num_cached_tokens(seq_id)]
         for group_id in sorted(view.groups):
-            queries.append(("get_cross_block_table", group_id))
+            queries.append(calls.get_cross_block_table(group_id))
         for query in queries:
-            call_both(self.model, target, *query)
+            call_both(self.model, target, query)
 
     # --- breadth first ---------------------------------------------------------------------
 

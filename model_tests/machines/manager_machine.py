@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 from hypothesis import event, target
 from hypothesis import strategies as st
@@ -60,9 +60,11 @@ from pagedkv.model_tests.machines.kv_harness import (
 )
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import invariants
+from pagedkv.specs import manager_calls as calls
 from pagedkv.specs.accounting import blocks_for
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
 from pagedkv.specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
+from pagedkv.specs.manager_calls import ManagerCall
 from pagedkv.specs.manager_view import ManagerView
 from pagedkv.specs.policy import PAGEDKV, Policy
 from pagedkv.specs.types import (
@@ -75,6 +77,8 @@ from pagedkv.specs.types import (
     ManagerConfig,
     Token,
 )
+
+T = TypeVar("T")
 
 TEMPLATE: tuple[Token, ...] = (3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8)
 EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=2), ExtraKey(cache_salt="s"))
@@ -221,7 +225,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         self.clock = 0.0
         self.pending: capture.Call | None = None
         self.checking_config: ManagerConfig | None = None
-        self.ending_error: Any = None
+        self.ending_error: PagedKVError | None = None
         self.off: frozenset[str] = frozenset()
         self.scores: dict[str, float] = {}
         """The highest of each steering score this run (``hypothesis.target`` takes one per
@@ -287,20 +291,23 @@ class ManagerLockstep(RuleBasedStateMachine):
         state now, so the run makes no more calls."""
         return hasattr(self, "session") and self.session.ended
 
-    def both(self, method: str, *args: Any) -> Any:
+    def both(self, call: ManagerCall[T]) -> T | PagedKVError:
         """One call on the session. Once the run has ended, the call is not made: the error
         that ended it stands for every later one, and the rules go by without calls."""
+        method = call.name
         if self.ended:
+            assert self.ending_error is not None  # set by the call that ended the run
             return self.ending_error
         if method in self.policy.unsupported:  # the engine has no such call: nobody makes it
             return UnsupportedError(f"{method} is not offered under this policy")
         event(f"rule: {method}")
-        self.pending = (method, args)
+        self.pending = (method, call.args)
         self.views.changed()
-        outcome = self.session.call(method, *args)
+        outcome = self.session.call(call)
         self.pending = None
         if self.session.ended:
             event("outcome: run ended by a call that failed midway")
+            assert isinstance(outcome, PagedKVError)  # a run ends on a failed call
             self.ending_error = outcome
         elif self.defrag is not None and method in TABLE_CHANGING:
             self.tell_defragmenters()
@@ -368,7 +375,7 @@ class ManagerLockstep(RuleBasedStateMachine):
                 Writer(side).write_tokens(view, seq_id, positions)
         at_once = self.on("marks at once")  # without it, only the mark rule marks: cache hits
         if at_once and data.draw(sampled((True, True, False)), label="mark computed now"):
-            self.both("mark_blocks_as_computed", group_id)  # on blocks not computed yet abound
+            self.both(calls.mark_blocks_as_computed(group_id))  # on blocks not computed yet abound
 
     def fresh_id(self) -> int:
         self.next_id += 1
@@ -418,7 +425,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         history = list(self.ledger.seqs[members[0]].tokens)
         key = self.ledger.groups[group].extra_key
         for seq_id in members:
-            self.both("free", seq_id)
+            self.both(calls.free(seq_id))
         more = data.draw(integers(1, self.config.block_size), label="new tokens")
         return self._admit([*history, *self._tokens(data, len(history), more)], data, key)
 
@@ -442,7 +449,7 @@ class ManagerLockstep(RuleBasedStateMachine):
             encoder = self._tokens(data, 5, data.draw(integers(1, 2 * size), label="enc"))
         most = 2 if self._lookahead_on() else 0
         lookahead = data.draw(integers(0, most), label="lookahead")
-        status = self.both("can_allocate", prompt, lookahead, encoder)
+        status = self.both(calls.can_allocate(prompt, lookahead, encoder))
         group_id = self.fresh_id()
         if isinstance(status, PagedKVError):
             return group_id
@@ -452,7 +459,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         if self.scheduler and status is not AllocStatus.OK:
             return group_id  # the request waits in the queue
         seq_ids = [self.fresh_id() for _ in range(num_seqs)]
-        result = self.both("allocate", group_id, seq_ids, prompt, key, encoder)
+        result = self.both(calls.allocate(group_id, seq_ids, prompt, key, encoder))
         if status is AllocStatus.OK:
             assert not isinstance(result, PagedKVError), f"can_allocate said OK, then {result!r}"
         if not isinstance(result, PagedKVError):
@@ -460,8 +467,8 @@ class ManagerLockstep(RuleBasedStateMachine):
                 for side, view in self.sides():
                     Writer(side).write_cross(view, group_id)
             # the scheduler asks what prefill it may skip before the model runs
-            self.both("get_common_computed_block_ids", seq_ids)
-            self.both("get_num_cached_tokens", seq_ids[0])
+            self.both(calls.get_common_computed_block_ids(seq_ids))
+            self.both(calls.get_num_cached_tokens(seq_ids[0]))
             self.run_model(group_id, {s: range(length) for s in seq_ids}, data)
         return group_id
 
@@ -482,7 +489,7 @@ class ManagerLockstep(RuleBasedStateMachine):
                 self.append_slots(group_id, data)
         if self.config.enable_caching:  # the iteration's statistics, as vLLM's scheduler logs
             for device in (Device.GPU, Device.CPU):
-                self.both("get_prefix_cache_hit_rate", device)
+                self.both(calls.get_prefix_cache_hit_rate(device))
         if self.defrag is not None:  # an engine defragments once per scheduler iteration
             self.run_defragmenters()
 
@@ -506,12 +513,12 @@ class ManagerLockstep(RuleBasedStateMachine):
             # a scheduler's questions each iteration (what its prefill may skip, what is
             # cached), and its stamp on the blocks of each sequence it schedules (vLLM's
             # access_all_blocks_in_seq), so that the eviction order follows who ran last
-            self.both("get_common_computed_block_ids", members)
-            self.both("get_num_cached_tokens", members[0])
+            self.both(calls.get_common_computed_block_ids(members))
+            self.both(calls.get_num_cached_tokens(members[0]))
             self.clock += 1.0
             for seq_id in members:
-                self.both("access_all_blocks_in_seq", seq_id, self.clock)
-        allowed = self.both("can_append_slots", group, num_new, lookahead)
+                self.both(calls.access_all_blocks_in_seq(seq_id, self.clock))
+        allowed = self.both(calls.can_append_slots(group, num_new, lookahead))
         if isinstance(allowed, PagedKVError):
             return
         if not allowed:
@@ -526,7 +533,7 @@ class ManagerLockstep(RuleBasedStateMachine):
             start = len(self.ledger.seqs[seq_id].tokens)
             tokens = self._tokens(data, start, num_new)
             before = self.model_view()
-            pairs = self.both("append_slots", seq_id, tokens, lookahead)
+            pairs = self.both(calls.append_slots(seq_id, tokens, lookahead))
             if allowed:
                 assert not isinstance(pairs, PagedKVError), f"can_append_slots said yes: {pairs!r}"
             if isinstance(pairs, list):
@@ -543,17 +550,17 @@ class ManagerLockstep(RuleBasedStateMachine):
     def _preempt(self, group: int) -> None:
         """What a scheduler does with a group it cannot decode: swap it out if the CPU has room,
         else free it (it will be recomputed from its prompt)."""
-        status = self.both("can_swap_out", group)
+        status = self.both(calls.can_swap_out(group))
         if status is AllocStatus.OK:
             event("outcome: preempted by swap")
-            pairs = self.both("swap_out", group)
+            pairs = self.both(calls.swap_out(group))
             if isinstance(pairs, list):
                 for side in self.kv_sides():
                     side.run_swap(pairs, Device.CPU)
             return
         event("outcome: preempted by recomputation")
         for seq_id in self.ledger.members(group):
-            self.both("free", seq_id)
+            self.both(calls.free(seq_id))
 
     def _note_window(self, before: ManagerView | None, seq_id: int) -> None:
         after = self.model_view()
@@ -575,7 +582,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
             return  # a scheduler forks running sequences only
         parent = data.draw(st.sampled_from(members), label="parent")
-        self.both("fork", parent, self.fresh_id())
+        self.both(calls.fork(parent, self.fresh_id()))
         self._steer_sharing()
 
     @rule(group=groups, data=st.data())
@@ -583,7 +590,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         members = self.ledger.members(group)
         if not members:
             return
-        self.both("free", data.draw(st.sampled_from(members), label="sequence"))
+        self.both(calls.free(data.draw(st.sampled_from(members), label="sequence")))
 
     # --- swapping -----------------------------------------------------------------------------
 
@@ -594,13 +601,13 @@ class ManagerLockstep(RuleBasedStateMachine):
     def swap_out(self, group: int) -> None:
         if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
             return
-        status = self.both("can_swap_out", group)
+        status = self.both(calls.can_swap_out(group))
         if isinstance(status, PagedKVError):
             return
         event(f"outcome: can_swap_out {status.name}")
         if self.scheduler and status is not AllocStatus.OK:
             return
-        pairs = self.both("swap_out", group)
+        pairs = self.both(calls.swap_out(group))
         if status is AllocStatus.OK:
             assert isinstance(pairs, list), f"can_swap_out said OK, then {pairs!r}"
         if status is AllocStatus.NEVER:
@@ -628,13 +635,13 @@ class ManagerLockstep(RuleBasedStateMachine):
             lookahead = self._edge_lookahead(group, edge)
         lookahead = lookahead if self._lookahead_on() else 0
         self._steer_scarcity("scarcity at swap-in")
-        status = self.both("can_swap_in", group, lookahead)
+        status = self.both(calls.can_swap_in(group, lookahead))
         if isinstance(status, PagedKVError):
             return
         event(f"outcome: can_swap_in {status.name}")
         if only_when_allowed and status is not AllocStatus.OK:
             return
-        pairs = self.both("swap_in", group)
+        pairs = self.both(calls.swap_in(group))
         if status is AllocStatus.OK:
             assert isinstance(pairs, list), f"can_swap_in said OK, then {pairs!r}"
         if isinstance(pairs, list):
@@ -686,7 +693,7 @@ class ManagerLockstep(RuleBasedStateMachine):
     def _lookahead_promised(self, group: int, lookahead: int) -> None:
         """An OK from ``can_swap_in(group, n)`` promises room for n lookahead slots as well."""
         for seq_id in self.ledger.members(group):
-            result = self.both("append_slots", seq_id, [], lookahead)
+            result = self.both(calls.append_slots(seq_id, [], lookahead))
             assert not isinstance(result, PagedKVError), (
                 f"can_swap_in said OK with {lookahead} lookahead slots, then {result!r}"
             )
@@ -703,7 +710,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         if finishes:
             group_id = data.draw(st.sampled_from(on_gpu), label="finished group")
             for seq_id in self.ledger.members(group_id):
-                self.both("free", seq_id)
+                self.both(calls.free(seq_id))
         self.run_defragmenters()
 
     def run_defragmenters(self) -> None:
@@ -749,11 +756,11 @@ class ManagerLockstep(RuleBasedStateMachine):
             if self.ended or self._free_gpu() <= leave:
                 break
             prompt = self._filler_tokens(index, steady)
-            status = self.both("can_allocate", prompt, 0, None)
+            status = self.both(calls.can_allocate(prompt, 0, None))
             if status is AllocStatus.NEVER or (self.scheduler and status is not AllocStatus.OK):
                 break
             group_id, seq_id = self.fresh_id(), self.fresh_id()
-            result = self.both("allocate", group_id, [seq_id], prompt, ExtraKey(), None)
+            result = self.both(calls.allocate(group_id, [seq_id], prompt, ExtraKey(), None))
             if status is AllocStatus.OK:
                 assert not isinstance(result, PagedKVError), f"can_allocate said OK: {result!r}"
             if isinstance(result, PagedKVError):
@@ -764,7 +771,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         self._steer_scarcity("scarcity after filling")
         if steady:
             for seq_id in finishing:
-                self.both("free", seq_id)
+                self.both(calls.free(seq_id))
             finishing = []
         if data.draw(sampled((False, False, True)), label="a new request"):
             finishing += self.ledger.members(self._admit(self._prompt(data), data))
@@ -776,7 +783,7 @@ class ManagerLockstep(RuleBasedStateMachine):
         elif self.ledger.members(group):  # a decode step whose lookahead takes blocks
             self._decode(group, data, (1, 2, 3) if self._lookahead_on() else (0,))
         for seq_id in finishing:
-            self.both("free", seq_id)
+            self.both(calls.free(seq_id))
 
     def _filler_tokens(self, index: int, full: bool) -> list[Token]:
         """One block's prompt no other prompt holds (tokens past the machine's usual 0-9), so
@@ -796,38 +803,40 @@ class ManagerLockstep(RuleBasedStateMachine):
         members = self.ledger.members(group)
         if members:
             self.clock += step
-            self.both("access_all_blocks_in_seq", data.draw(st.sampled_from(members)), self.clock)
+            self.both(
+                calls.access_all_blocks_in_seq(data.draw(st.sampled_from(members)), self.clock)
+            )
 
     @rule(group=groups)
     def mark_blocks_as_computed(self, group: int) -> None:
         if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
             return
-        self.both("mark_blocks_as_computed", group)
+        self.both(calls.mark_blocks_as_computed(group))
 
     @rule(group=groups, data=st.data())
     def ask(self, group: int, data: st.DataObject) -> None:
         members = self.ledger.members(group) or [group]
         seq_id = data.draw(st.sampled_from(members), label="sequence")
-        queries: list[tuple[Any, ...]] = [
-            ("get_common_computed_block_ids", members),
-            ("get_num_cached_tokens", seq_id),
-            ("get_block_table", seq_id),
-            ("get_cross_block_table", group),
-            ("get_num_free_gpu_blocks",),
-            ("get_num_free_cpu_blocks",),
-            ("get_prefix_cache_hit_rate", Device.GPU),
-            ("get_prefix_cache_hit_rate", Device.CPU),
+        queries: list[ManagerCall[object]] = [
+            calls.get_common_computed_block_ids(members),
+            calls.get_num_cached_tokens(seq_id),
+            calls.get_block_table(seq_id),
+            calls.get_cross_block_table(group),
+            calls.get_num_free_gpu_blocks(),
+            calls.get_num_free_cpu_blocks(),
+            calls.get_prefix_cache_hit_rate(Device.GPU),
+            calls.get_prefix_cache_hit_rate(Device.CPU),
         ]
         query = data.draw(st.sampled_from(queries), label="query")
-        result = self.both(*query)
-        if query[0] == "get_common_computed_block_ids" and result:
+        result = self.both(query)
+        if query.name == "get_common_computed_block_ids" and result:
             event("outcome: a common computed prefix")
-        if query[0] == "get_num_cached_tokens" and result:
+        if query.name == "get_num_cached_tokens" and result:
             event("outcome: cached tokens")
 
     @rule(device=sampled((None, Device.GPU, Device.CPU)))
     def reset_prefix_cache(self, device: Device | None) -> None:
-        done = self.both("reset_prefix_cache", device)
+        done = self.both(calls.reset_prefix_cache(device))
         event(f"outcome: reset {'done' if done else 'refused'}")
 
     # --- calls that must fail -----------------------------------------------------------------
@@ -839,40 +848,40 @@ class ManagerLockstep(RuleBasedStateMachine):
         argument checking to the policy)."""
         members = self.ledger.members(group)
         device = self.ledger.device_of(group)
-        calls: list[tuple[Any, ...]] = [
-            ("free", 10_000),
-            ("append_slots", 10_000, [1]),
-            ("fork", 10_000, self.fresh_id()),
-            ("can_swap_out", 10_000),
-            ("allocate", self.fresh_id(), [self.fresh_id()], []),
-            ("allocate", self.fresh_id(), [], [1]),
-            ("can_allocate", [1], -1),
-            ("get_prefix_cache_hit_rate", "gpu"),
+        wrong: list[ManagerCall[object]] = [
+            calls.free(10_000),
+            calls.append_slots(10_000, [1]),
+            calls.fork(10_000, self.fresh_id()),
+            calls.can_swap_out(10_000),
+            calls.allocate(self.fresh_id(), [self.fresh_id()], []),
+            calls.allocate(self.fresh_id(), [], [1]),
+            calls.can_allocate([1], -1),
+            calls.get_prefix_cache_hit_rate(cast(Device, "gpu")),  # not a Device, on purpose
         ]
         if members:
             known = members[0]
-            calls += [
-                ("allocate", self.fresh_id(), [known], [1]),
-                ("allocate", group, [self.fresh_id()], [1]),
-                ("fork", known, known),
-                ("append_slots", known, [-5]),
-                ("access_all_blocks_in_seq", known, float("inf")),
+            wrong += [
+                calls.allocate(self.fresh_id(), [known], [1]),
+                calls.allocate(group, [self.fresh_id()], [1]),
+                calls.fork(known, known),
+                calls.append_slots(known, [-5]),
+                calls.access_all_blocks_in_seq(known, float("inf")),
             ]
         view = self.model_view()
         if device is Device.GPU and view is not None:
-            calls += [("swap_in", group), ("can_swap_in", group)]
+            wrong += [calls.swap_in(group), calls.can_swap_in(group)]
             room = len(view.seqs[known].blocks) * self.config.block_size
-            calls.append(("append_slots", known, [1] * (room + 40)))
+            wrong.append(calls.append_slots(known, [1] * (room + 40)))
         if device is Device.CPU:
-            calls += [
-                ("swap_out", group),
-                ("append_slots", known, [1]),
-                ("can_append_slots", group),
+            wrong += [
+                calls.swap_out(group),
+                calls.append_slots(known, [1]),
+                calls.can_append_slots(group),
             ]
         if self.config.enable_caching or self.config.sliding_window is not None:
-            calls.append(("allocate", self.fresh_id(), [self.fresh_id()], [1], ExtraKey(), [1]))
-        call = data.draw(st.sampled_from(calls), label="call")
-        result = self.both(*call)
+            wrong.append(calls.allocate(self.fresh_id(), [self.fresh_id()], [1], ExtraKey(), [1]))
+        call = data.draw(st.sampled_from(wrong), label="call")
+        result = self.both(call)
         if not self.ended:
             assert isinstance(result, PagedKVError), f"{call} was accepted"
 

@@ -13,7 +13,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 from hypothesis import event, target
 from hypothesis import strategies as st
@@ -36,10 +36,12 @@ from pagedkv.model_tests.lockstep.views import Views
 from pagedkv.model_tests.machines.draws import FOLLOW_TEMPLATE, SAMPLE, integers, small_tokens
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs import invariants
+from pagedkv.specs import pool_calls as calls
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
 from pagedkv.specs.interface import BlockPool, BlockPoolFactory
 from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.pool_calls import PoolCall
 from pagedkv.specs.pool_view import PoolView
 from pagedkv.specs.types import BlockId, ExtraKey, PoolConfig, Token
 
@@ -49,6 +51,9 @@ TEMPLATE: tuple[Token, ...] = (0, 1, 1, 0, 2, 0, 1, 2, 2, 1, 0, 0)
 COPYING = frozenset({"append_tokens", "cow_if_not_appendable"})
 """The calls that can record a copy-on-write pair."""
 EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=1), ExtraKey(cache_salt="tenant-b"))
+
+
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -124,7 +129,7 @@ class PoolLockstep(RuleBasedStateMachine):
         super().__init__()
         self.model: ReferenceBlockPool | None = None
         self.target: BlockPool
-        self.ending_error: Any = None
+        self.ending_error: PagedKVError | None = None
         self.live: list[Chain] = []
         self.clock = 0.0
         self.calls = 0
@@ -163,7 +168,7 @@ class PoolLockstep(RuleBasedStateMachine):
             event(f"swarm: without {name}")
         if not self.on("extra keys"):
             keys = [ExtraKey() for _ in keys]
-        self.session: Any = None
+        self.session: IsomorphicPoolSession | PoolSafetySession | None = None
         if self.mode == "safety":
             self.session = PoolSafetySession(self.target, config)
         else:
@@ -190,8 +195,10 @@ class PoolLockstep(RuleBasedStateMachine):
         calls."""
         return bool(getattr(self.session, "ended", False))
 
-    def both(self, method: str, *args: Any) -> Any:
+    def both(self, call: PoolCall[T]) -> T | PagedKVError:
+        method = call.name
         if self.ended:
+            assert self.ending_error is not None  # set by the call that ended the run
             return self.ending_error
         if method in self.policy.unsupported:  # the engine has no such call: nobody makes it
             return UnsupportedError(f"{method} is not offered under this policy")
@@ -200,14 +207,15 @@ class PoolLockstep(RuleBasedStateMachine):
         self.views.changed()
         if self.session is None:
             assert self.model is not None
-            return call_both(self.model, self.target, method, *args)
-        self.pending = (method, args)
-        outcome = self.session.call(method, *args)
+            return call_both(self.model, self.target, call)
+        self.pending = (method, call.args)
+        outcome = self.session.call(call)
         self.pending = None
         if self.ended:
+            assert isinstance(outcome, PagedKVError)  # a run ends on a failed call
             self.ending_error = outcome
         elif method in COPYING and self._drains_each_call():
-            self.both("clear_copy_on_writes")
+            self.both(calls.clear_copy_on_writes())
         return outcome
 
     def _drains_each_call(self) -> bool:
@@ -250,18 +258,18 @@ class PoolLockstep(RuleBasedStateMachine):
                 self._preempt(chain)
         if self.live:  # the scheduler's question of the iteration, for some of its requests
             asked = data.draw(st.lists(st.sampled_from(self.live), min_size=1, max_size=3))
-            self.both("common_computed_prefix", [list(c.blocks) for c in asked])
+            self.both(calls.common_computed_prefix([list(c.blocks) for c in asked]))
         self.clock += 1.0  # its stamp on every block of the requests it ran (the manager's
         for chain in self.live:  # access_all_blocks_in_seq), and its copy kernel's batch
             if chain.blocks:
-                self.both("mark_accessed", list(chain.blocks), self.clock)
-        self.both("clear_copy_on_writes")
+                self.both(calls.mark_accessed(list(chain.blocks), self.clock))
+        self.both(calls.clear_copy_on_writes())
 
     def _preempt(self, chain: Chain) -> None:
         """Out of blocks: the engine frees the sequence, which starts over by recomputation."""
         event("outcome: preempted")
         for block in chain.blocks:
-            self.both("free", block)
+            self.both(calls.free(block))
         chain.blocks.clear()
         chain.contents.clear()
 
@@ -282,18 +290,20 @@ class PoolLockstep(RuleBasedStateMachine):
             result = self._append(chain, data, room, before)
         elif data.draw(st.booleans(), label="immutable"):
             tokens = self._tokens(data, chain, self.block_size)
-            result = self.both("allocate_immutable", chain.prefix_of_next(), tokens)
-            if not isinstance(result, PagedKVError):
+            block = self.both(calls.allocate_immutable(chain.prefix_of_next(), tokens))
+            if not isinstance(block, PagedKVError):
                 after = self._model_view()
                 if before is not None and after is not None and after.hits > before.hits:
                     event("outcome: cache hit")
-                chain.blocks.append(result)
+                chain.blocks.append(block)
                 chain.contents.append(tuple(tokens))
+            result = block
         else:
-            result = self.both("allocate_mutable")
-            if not isinstance(result, PagedKVError):
-                chain.blocks.append(result)
+            block = self.both(calls.allocate_mutable())
+            if not isinstance(block, PagedKVError):
+                chain.blocks.append(block)
                 chain.contents.append(())
+            result = block
         self._note_allocation(before)
         return result
 
@@ -303,7 +313,7 @@ class PoolLockstep(RuleBasedStateMachine):
         count = data.draw(integers(1, room), label="count")
         tokens = self._tokens(data, chain, count)
         last = chain.blocks[-1]
-        result = self.both("append_tokens", last, chain.prefix_of_last(), tokens)
+        result = self.both(calls.append_tokens(last, chain.prefix_of_last(), tokens))
         if isinstance(result, PagedKVError):
             return result
         after = self._model_view()
@@ -326,12 +336,12 @@ class PoolLockstep(RuleBasedStateMachine):
         for _ in range(blocks):
             start = chain.num_tokens
             tokens = [TEMPLATE[(start + i) % len(TEMPLATE)] for i in range(self.block_size)]
-            result = self.both("allocate_immutable", chain.prefix_of_next(), tokens)
+            result = self.both(calls.allocate_immutable(chain.prefix_of_next(), tokens))
             if isinstance(result, PagedKVError):
                 break
             chain.blocks.append(result)
             chain.contents.append(tuple(tokens))
-        self.both("common_computed_prefix", [list(chain.blocks)])
+        self.both(calls.common_computed_prefix([list(chain.blocks)]))
         return chain
 
     @rule(target=chains, chain=consumes(chains))
@@ -345,12 +355,12 @@ class PoolLockstep(RuleBasedStateMachine):
         for tokens in chain.contents:
             if len(tokens) != self.block_size:
                 break
-            result = self.both("allocate_immutable", again.prefix_of_next(), list(tokens))
+            result = self.both(calls.allocate_immutable(again.prefix_of_next(), list(tokens)))
             if isinstance(result, PagedKVError):
                 break
             again.blocks.append(result)
             again.contents.append(tokens)
-        self.both("common_computed_prefix", [list(again.blocks)])
+        self.both(calls.common_computed_prefix([list(again.blocks)]))
         return again
 
     @rule(leave=st.sampled_from([0, 0, 1]))
@@ -364,20 +374,20 @@ class PoolLockstep(RuleBasedStateMachine):
             if self.ended or self._free_count() <= leave:
                 break
             before = self._model_view()
-            result = self.both("allocate_mutable")
+            result = self.both(calls.allocate_mutable())
             if isinstance(result, PagedKVError):
                 break
             self._note_allocation(before)
             fillers.append(result)
         event(f"outcome: pool filled with {min(len(fillers), 3)}+ blocks")
         for block in fillers:
-            self.both("free", block)
+            self.both(calls.free(block))
 
     def _free_count(self) -> int:
         view = self._model_view()
         if view is not None:
             return len(view.free) + len(view.evictable)
-        count = self.both("num_free_blocks")  # the safety tier: the target's own count
+        count = self.both(calls.num_free_blocks())  # the safety tier: the target's own count
         return count if isinstance(count, int) else 0
 
     @precondition(lambda self: self.offers("fork") and self.offers("cow_if_not_appendable"))
@@ -389,12 +399,12 @@ class PoolLockstep(RuleBasedStateMachine):
         if not chain.open_room(self.block_size):
             return
         child = self._fork(chain)
-        result = self.both("cow_if_not_appendable", child.blocks[-1])
+        result = self.both(calls.cow_if_not_appendable(child.blocks[-1]))
         if not isinstance(result, PagedKVError):
             child.blocks[-1] = result
         for block in child.blocks:
-            self.both("free", block)
-        self.both("clear_copy_on_writes")
+            self.both(calls.free(block))
+        self.both(calls.clear_copy_on_writes())
 
     @precondition(lambda self: self.offers("fork"))
     @rule(target=chains, chain=chains)
@@ -405,7 +415,7 @@ class PoolLockstep(RuleBasedStateMachine):
 
     def _fork(self, chain: Chain) -> Chain:
         """Parallel sampling: a child shares every block of its parent."""
-        result = self.both("fork", list(chain.blocks))
+        result = self.both(calls.fork(list(chain.blocks)))
         assert not isinstance(result, PagedKVError) or self.ended, result
         return Chain(chain.extra_key, list(chain.blocks), list(chain.contents))
 
@@ -413,7 +423,7 @@ class PoolLockstep(RuleBasedStateMachine):
     def free_chain(self, chain: Chain) -> None:
         self.live.remove(chain)
         for block in chain.blocks:
-            result = self.both("free", block)
+            result = self.both(calls.free(block))
             assert not isinstance(result, PagedKVError) or self.ended, result
 
     @rule(chain=chains)
@@ -421,7 +431,7 @@ class PoolLockstep(RuleBasedStateMachine):
         if not chain.open_room(self.block_size):
             return
         before = self._model_view()
-        result = self.both("cow_if_not_appendable", chain.blocks[-1])
+        result = self.both(calls.cow_if_not_appendable(chain.blocks[-1]))
         if isinstance(result, PagedKVError):
             return
         self._note_allocation(before)
@@ -438,11 +448,11 @@ class PoolLockstep(RuleBasedStateMachine):
     def mark_accessed(self, chain: Chain, step: float, back: bool, data: st.DataObject) -> None:
         self.clock += step
         now = max(0.0, self.clock - 3.0) if back else self.clock
-        self.both("mark_accessed", list(chain.blocks) + self._maybe_cached(data), now)
+        self.both(calls.mark_accessed(list(chain.blocks) + self._maybe_cached(data), now))
 
     @rule(chain=chains, upto=st.integers(0, 4), data=st.data())
     def mark_computed(self, chain: Chain, upto: int, data: st.DataObject) -> None:
-        self.both("mark_computed", chain.blocks[:upto] + self._maybe_cached(data))
+        self.both(calls.mark_computed(chain.blocks[:upto] + self._maybe_cached(data)))
 
     def _maybe_cached(self, data: st.DataObject) -> list[BlockId]:
         """Sometimes one block nobody holds but the cache keeps (marks reach those too)."""
@@ -461,7 +471,7 @@ class PoolLockstep(RuleBasedStateMachine):
         marked = [block for block, pick in zip(chain.blocks, picks, strict=True) if pick]
         if marked and marked != chain.blocks[: len(marked)]:
             event("outcome: computed marks with a gap")
-        self.both("mark_computed", marked)
+        self.both(calls.mark_computed(marked))
 
     def _cached_unheld(self) -> list[BlockId]:
         """The model's evictable blocks (none under the safety tier: no model)."""
@@ -477,21 +487,21 @@ class PoolLockstep(RuleBasedStateMachine):
         blocks it tied with."""
         block = data.draw(st.sampled_from(self._cached_unheld()), label="block")
         if computed:
-            self.both("mark_computed", [block])
+            self.both(calls.mark_computed([block]))
         else:
             self.clock += step
-            self.both("mark_accessed", [block], self.clock)
+            self.both(calls.mark_accessed([block], self.clock))
         event("outcome: a cached block touched")
 
     @rule(group=st.lists(chains, max_size=3))
     def common_computed_prefix(self, group: list[Chain]) -> None:
-        common = self.both("common_computed_prefix", [c.blocks for c in group])
+        common = self.both(calls.common_computed_prefix([c.blocks for c in group]))
         if isinstance(common, PagedKVError):
             return
         event(f"outcome: common computed prefix of {min(len(common), 2)}+ blocks")
 
-    @rule(query=st.sampled_from(["num_free_blocks", "hit_rate"]))
-    def ask(self, query: str) -> None:
+    @rule(query=st.sampled_from([calls.num_free_blocks(), calls.hit_rate()]))
+    def ask(self, query: PoolCall[object]) -> None:
         self.both(query)
 
     @rule(
@@ -506,7 +516,10 @@ class PoolLockstep(RuleBasedStateMachine):
             for chain in list(self.live):
                 self._preempt(chain)
             action = "reset_prefix_cache"
-        result = self.both(action)
+        if action == "reset_prefix_cache":
+            result: object = self.both(calls.reset_prefix_cache())
+        else:
+            result = self.both(calls.clear_copy_on_writes())
         if action == "reset_prefix_cache":
             event(f"outcome: reset {'done' if result else 'refused'}")
         elif result:
@@ -527,55 +540,48 @@ class PoolLockstep(RuleBasedStateMachine):
         elif kind == "too many tokens" and chain.blocks:
             room = chain.open_room(self.block_size)
             extra = data.draw(st.integers(1, 3), label="extra")
-            call = (
-                "append_tokens",
-                chain.blocks[-1],
-                chain.prefix_of_last(),
-                [0] * (room + extra),
+            call = calls.append_tokens(
+                chain.blocks[-1], chain.prefix_of_last(), [0] * (room + extra)
             )
         else:
             call = self._bad_argument_call(chain, data)
         if call is None:
             return
-        result = self.both(*call)
+        result = self.both(call)
         assert isinstance(result, PagedKVError), f"{call} succeeded"
 
-    def _unheld_block_call(self, data: st.DataObject) -> tuple[Any, ...] | None:
+    def _unheld_block_call(self, data: st.DataObject) -> PoolCall[object] | None:
         """Blocks no chain holds have count 0 (double free, unallocated) or are foreign."""
         block = self.config.first_id + data.draw(st.integers(-2, 10), label="offset")
         if block in self._held():
             return None
-        calls: list[tuple[Any, ...]] = [
-            ("free", block),
-            ("append_tokens", block, Prefix(), [0]),
-            ("fork", [block]),
-            ("cow_if_not_appendable", block),
+        unheld: list[PoolCall[object]] = [
+            calls.free(block),
+            calls.append_tokens(block, Prefix(), [0]),
+            calls.fork([block]),
+            calls.cow_if_not_appendable(block),
         ]
         view = self._model_view()
         if view is not None and block not in view.evictable:  # a cached block may be marked
-            calls.append(("mark_computed", [block]))
-        call: tuple[Any, ...] = data.draw(st.sampled_from(calls), label="call")
-        return call
+            unheld.append(calls.mark_computed([block]))
+        return data.draw(st.sampled_from(unheld), label="call")
 
-    def _bad_argument_call(self, chain: Chain, data: st.DataObject) -> tuple[Any, ...]:
+    def _bad_argument_call(self, chain: Chain, data: st.DataObject) -> PoolCall[object]:
         size = self.block_size
         block = chain.blocks[-1] if chain.blocks else self.config.first_id
-        return data.draw(
-            st.sampled_from(
-                [
-                    ("allocate_immutable", Prefix(), [-1] * size),
-                    ("allocate_immutable", Prefix(), [True] * size),
-                    ("allocate_immutable", Prefix(), [0] * (size + 1)),
-                    ("allocate_immutable", Prefix(hash=b"short"), [0] * size),
-                    ("allocate_immutable", Prefix(num_tokens=-size), [0] * size),
-                    ("append_tokens", block, Prefix(), []),
-                    ("mark_accessed", list(chain.blocks), math.nan),
-                    ("mark_accessed", list(chain.blocks), -1.0),
-                    ("common_computed_prefix", "not chains"),
-                ]
-            ),
-            label="call",
-        )
+        not_chains = cast(list[list[BlockId]], "not chains")  # not a list of chains, on purpose
+        bad: list[PoolCall[object]] = [
+            calls.allocate_immutable(Prefix(), [-1] * size),
+            calls.allocate_immutable(Prefix(), [True] * size),
+            calls.allocate_immutable(Prefix(), [0] * (size + 1)),
+            calls.allocate_immutable(Prefix(hash=b"short"), [0] * size),
+            calls.allocate_immutable(Prefix(num_tokens=-size), [0] * size),
+            calls.append_tokens(block, Prefix(), []),
+            calls.mark_accessed(list(chain.blocks), math.nan),
+            calls.mark_accessed(list(chain.blocks), -1.0),
+            calls.common_computed_prefix(not_chains),
+        ]
+        return data.draw(st.sampled_from(bad), label="call")
 
     @precondition(lambda self: self.mode != "safety")
     @rule(
