@@ -100,7 +100,7 @@ class ManagerMachineBase(RuleBasedStateMachine):
         self.target: BlockSpaceManager
         self.next_id = 0
         self.clock = 0.0
-        self.pending: capture.Call | None = None
+        self.pending: capture.RecordedCall | None = None
         self.checking_config: ManagerConfig | None = None
         self.ending_error: PagedKVError | None = None
         self.off: frozenset[str] = frozenset()

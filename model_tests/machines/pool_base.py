@@ -65,7 +65,7 @@ class PoolMachineBase(RuleBasedStateMachine):
         self.live: list[Chain] = []
         self.clock = 0.0
         self.calls = 0
-        self.pending: capture.Call | None = None
+        self.pending: capture.RecordedCall | None = None
         self.checking_config: PoolConfig | None = None
         self.off: frozenset[str] = frozenset()
         self.scores: dict[str, float] = {}

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from pagedkv.model_tests.lockstep.calls import Divergence, run_call, shared_error
-from pagedkv.model_tests.lockstep.capture import Call
+from pagedkv.model_tests.lockstep.capture import RecordedCall
 from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
 from pagedkv.model_tests.lockstep.show import show_call, show_value
 from pagedkv.model_tests.machines.manager_machine import held_references, mapping_problems
@@ -64,7 +64,7 @@ class SoakResult:
     checkpoints: int = 0
     failure: str | None = None
     config: ManagerConfig | None = None
-    calls: list[Call] = field(default_factory=list)
+    calls: list[RecordedCall] = field(default_factory=list)
     """The failing episode's calls, shrunk (the failing one last)."""
     unshrunk: int = 0
     trace: trace.Trace | None = None
@@ -89,7 +89,7 @@ class Lockstep:
         self.target = factory(config)
         self.exact = exact
         self.session = None if exact else IsomorphicManagerSession(self.model, self.target)
-        self.calls: list[Call] = []
+        self.calls: list[RecordedCall] = []
 
     def call(self, call: ManagerCall[T]) -> T | PagedKVError:
         """The model's outcome (result or error); a Divergence if the target's differs."""
@@ -372,7 +372,9 @@ def soak(
     return result
 
 
-def diverges(factory: Factory, config: ManagerConfig, calls: list[Call], exact: bool) -> str | None:
+def diverges(
+    factory: Factory, config: ManagerConfig, calls: list[RecordedCall], exact: bool
+) -> str | None:
     """Why replaying ``calls`` diverges (comparing the whole state after every call), or None."""
     side = Lockstep(factory, config, exact)
     try:
@@ -388,7 +390,9 @@ def diverges(factory: Factory, config: ManagerConfig, calls: list[Call], exact: 
     return None
 
 
-def shrink(factory: Factory, config: ManagerConfig, calls: list[Call], exact: bool) -> list[Call]:
+def shrink(
+    factory: Factory, config: ManagerConfig, calls: list[RecordedCall], exact: bool
+) -> list[RecordedCall]:
     """Delete chunks of calls (halves, then quarters, ... then single calls) while the replay
     still diverges; what is left ends at the call that diverges."""
     current = list(calls)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pagedkv.model_tests.lockstep.calls import Divergence, TargetStopped, run_call
-from pagedkv.model_tests.lockstep.capture import Call, RunRecord
+from pagedkv.model_tests.lockstep.capture import RecordedCall, RunRecord
 from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
 from pagedkv.model_tests.lockstep.pool_safety_session import PoolSafetySession
 from pagedkv.model_tests.lockstep.pool_session import IsomorphicPoolSession
@@ -148,7 +148,7 @@ def create_outcome(level: Level, config: Any, policy: Policy = PAGEDKV) -> tuple
 def trace_of_calls(
     level: Level,
     config: Any,
-    calls: Iterable[Call],
+    calls: Iterable[RecordedCall],
     policy: Policy = PAGEDKV,
     *,
     safety: bool = False,

@@ -131,6 +131,7 @@ def test_a_call_names_its_operation_and_reaches_its_method(level: operations.Lev
         args = [object() for _ in operation.params]
         call = named_calls.call_named(level, name, args)
         assert (call.name, call.args) == (name, tuple(args))
-        assert call.method(_Names()) == name
+        reached: object = call.method(_Names())
+        assert reached == name
         required = args[: operation.min_args]
         assert len(named_calls.call_named(level, name, required).args) == len(operation.params)
