@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal, TypeVar
 
-from hypothesis import event, target
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
-    RuleBasedStateMachine,
     initialize,
     multiple,
 )
@@ -39,6 +38,7 @@ from pagedkv.model_tests.machines.kv_harness import (
     KVSide,
     Writer,
 )
+from pagedkv.model_tests.machines.lockstep_machine import LockstepMachine
 from pagedkv.model_tests.machines.manager_draws import (
     EXTRA_KEYS,
     TEMPLATE,
@@ -48,11 +48,10 @@ from pagedkv.model_tests.machines.manager_draws import (
 )
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import manager_calls as calls
-from pagedkv.specs.errors import PagedKVError, UnsupportedError
+from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
 from pagedkv.specs.manager_calls import ManagerCall
 from pagedkv.specs.manager_view import ManagerView
-from pagedkv.specs.policy import PAGEDKV, Policy
 from pagedkv.specs.types import (
     AllocStatus,
     DefragConfig,
@@ -76,22 +75,17 @@ GROUPS = Bundle("groups")
 """The requests (sequence groups) a run has admitted."""
 
 
-class ManagerMachineBase(RuleBasedStateMachine):
+class ManagerMachineBase(LockstepMachine):
     """Subclass and set ``make_target`` to check another manager: against the reference under
     ``policy`` (exact or isomorphic mode), or alone against the safety tier."""
 
     make_target: ClassVar[BlockSpaceManagerFactory]
     mode: ClassVar[Mode] = "exact"
-    policy: ClassVar[Policy] = PAGEDKV
     contract: ClassVar[Contract] = "any"
     defragmenting: ClassVar[bool] = False
     """Whether a run may draw a defragmenter (``DefragmentingManagerLockstep``)."""
     target_kv: ClassVar[Callable[[ManagerConfig, DefragConfig | None], KVSide] | None] = None
     """The target's KV (its tensors, moved by its kernels), when it has one to check."""
-    last_run: ClassVar[capture.RunRecord | None] = None
-    on_run_end: ClassVar[capture.RunHook | None] = None
-    on_declined: ClassVar[capture.DeclineHook | None] = None
-    release_target: ClassVar[capture.ReleaseHook | None] = None
     groups = GROUPS
 
     def __init__(self) -> None:
@@ -102,19 +96,7 @@ class ManagerMachineBase(RuleBasedStateMachine):
         self.clock = 0.0
         self.pending: capture.RecordedCall | None = None
         self.checking_config: ManagerConfig | None = None
-        self.ending_error: PagedKVError | None = None
-        self.off: frozenset[str] = frozenset()
-        self.scores: dict[str, float] = {}
-        """The highest of each steering score this run (``hypothesis.target`` takes one per
-        label per run: they are handed over at teardown)."""
-        """The rules and features this run leaves out (``SWARM``)."""
         self.window_releases = 0
-
-    def on(self, name: str) -> bool:
-        return name not in self.off
-
-    def _score(self, value: float, label: str) -> None:
-        self.scores[label] = max(value, self.scores.get(label, value))
 
     @property
     def scheduler(self) -> bool:
@@ -169,15 +151,11 @@ class ManagerMachineBase(RuleBasedStateMachine):
         return hasattr(self, "session") and self.session.ended
 
     def both(self, call: ManagerCall[T]) -> T | PagedKVError:
-        """One call on the session. Once the run has ended, the call is not made: the error
-        that ended it stands for every later one, and the rules go by without calls."""
+        """One call on the session (unless ``not_made``)."""
         method = call.name
-        if self.ended:
-            assert self.ending_error is not None  # set by the call that ended the run
-            return self.ending_error
-        if method in self.policy.unsupported:  # the engine has no such call: nobody makes it
-            return UnsupportedError(f"{method} is not offered under this policy")
-        event(f"rule: {method}")
+        skipped = self.not_made(method)
+        if skipped is not None:
+            return skipped
         self.pending = (method, call.args)
         self.views.changed()
         outcome = self.session.call(call)
@@ -313,6 +291,5 @@ class ManagerMachineBase(RuleBasedStateMachine):
         return False
 
     def teardown(self) -> None:
-        for label, value in sorted(self.scores.items()):
-            target(value, label=label)
+        self.hand_over_scores()
         capture.finish(self, "manager")

@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, ClassVar, TypeVar
 
-from hypothesis import event, target
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     initialize,
     multiple,
 )
@@ -21,6 +20,7 @@ from pagedkv.model_tests.lockstep.pool_safety_session import PoolSafetySession
 from pagedkv.model_tests.lockstep.pool_session import IsomorphicPoolSession
 from pagedkv.model_tests.lockstep.views import Views
 from pagedkv.model_tests.machines.draws import FOLLOW_TEMPLATE, integers, small_tokens
+from pagedkv.model_tests.machines.lockstep_machine import LockstepMachine
 from pagedkv.model_tests.machines.pool_chains import (
     CHAINS,
     COPYING,
@@ -33,9 +33,8 @@ from pagedkv.model_tests.machines.pool_chains import (
 )
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs import pool_calls as calls
-from pagedkv.specs.errors import PagedKVError, UnsupportedError
+from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.interface import BlockPool, BlockPoolFactory
-from pagedkv.specs.policy import PAGEDKV, Policy
 from pagedkv.specs.pool_calls import PoolCall
 from pagedkv.specs.pool_view import PoolView
 from pagedkv.specs.types import BlockId, ExtraKey, PoolConfig, Token
@@ -43,41 +42,25 @@ from pagedkv.specs.types import BlockId, ExtraKey, PoolConfig, Token
 T = TypeVar("T")
 
 
-class PoolMachineBase(RuleBasedStateMachine):
+class PoolMachineBase(LockstepMachine):
     """Subclass and set ``make_target`` to check another pool against the reference."""
 
     make_target: ClassVar[BlockPoolFactory]
     mode: ClassVar[Mode] = "exact"
-    policy: ClassVar[Policy] = PAGEDKV
     contract: ClassVar[str] = "any"
     """``scheduler``: no calls meant to fail (a pool's caller passes what it was given)."""
-    last_run: ClassVar[capture.RunRecord | None] = None
-    on_run_end: ClassVar[capture.RunHook | None] = None
-    on_declined: ClassVar[capture.DeclineHook | None] = None
-    release_target: ClassVar[capture.ReleaseHook | None] = None
     chains = CHAINS
 
     def __init__(self) -> None:
         super().__init__()
         self.model: ReferenceBlockPool | None = None
         self.target: BlockPool
-        self.ending_error: PagedKVError | None = None
         self.live: list[Chain] = []
         self.clock = 0.0
         self.calls = 0
         self.pending: capture.RecordedCall | None = None
         self.checking_config: PoolConfig | None = None
-        self.off: frozenset[str] = frozenset()
-        self.scores: dict[str, float] = {}
-        """The highest of each steering score this run (``hypothesis.target`` takes one per
-        label per run: they are handed over at teardown)."""
         self.evictions = 0
-
-    def on(self, name: str) -> bool:
-        return name not in self.off
-
-    def _score(self, value: float, label: str) -> None:
-        self.scores[label] = max(value, self.scores.get(label, value))
 
     @initialize(
         target=CHAINS,
@@ -127,12 +110,9 @@ class PoolMachineBase(RuleBasedStateMachine):
 
     def both(self, call: PoolCall[T]) -> T | PagedKVError:
         method = call.name
-        if self.ended:
-            assert self.ending_error is not None  # set by the call that ended the run
-            return self.ending_error
-        if method in self.policy.unsupported:  # the engine has no such call: nobody makes it
-            return UnsupportedError(f"{method} is not offered under this policy")
-        event(f"rule: {method}")
+        skipped = self.not_made(method)
+        if skipped is not None:
+            return skipped
         self.calls += 1
         self.views.changed()
         if self.session is None:
@@ -261,6 +241,5 @@ class PoolMachineBase(RuleBasedStateMachine):
     def teardown(self) -> None:
         buckets = [0, 10, 25, 50, 100, 200]
         event(f"calls per run: {max(b for b in buckets if b <= self.calls)}+")
-        for label, value in sorted(self.scores.items()):
-            target(value, label=label)
+        self.hand_over_scores()
         capture.finish(self, "pool")
