@@ -15,7 +15,7 @@ arguments for each side.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 Side = TypeVar("Side", contravariant=True)
@@ -26,8 +26,10 @@ Result = TypeVar("Result", covariant=True)
 class Call(Generic[Side, Result]):
     name: str
     args: tuple[Any, ...]
-    method: Callable[[Side], Callable[..., Result]]
-    """The side's method for this operation, e.g. ``lambda side: side.free``."""
+    method: Callable[[Side], Callable[..., Result]] = field(compare=False)
+    """The side's method for this operation, e.g. ``lambda side: side.free``. Not compared: two
+    calls of one operation with equal arguments are equal (and hash alike, as Hypothesis's
+    labels of drawn calls need: a new function per call would make every draw look new)."""
 
     def __repr__(self) -> str:
         """As a program would write it (what Hypothesis shows of a drawn call)."""

@@ -135,3 +135,18 @@ def test_a_call_names_its_operation_and_reaches_its_method(level: operations.Lev
         assert reached == name
         required = args[: operation.min_args]
         assert len(named_calls.call_named(level, name, required).args) == len(operation.params)
+
+
+def test_calls_of_one_operation_with_equal_arguments_are_equal() -> None:
+    """A machine draws calls from lists (``sampled_from``), and Hypothesis labels such a draw by
+    its elements' hashes: equal calls must hash alike across draws (each constructor makes a
+    new function), or the search goes otherwise than with the ``(name, *args)`` it replaced."""
+    assert named_calls.call_named("pool", "free", [3]) == named_calls.call_named(
+        "pool", "free", [3]
+    )
+    assert hash(named_calls.call_named("manager", "free", [3])) == hash(
+        named_calls.call_named("manager", "free", [3])
+    )
+    assert named_calls.call_named("pool", "free", [3]) != named_calls.call_named(
+        "pool", "free", [4]
+    )
