@@ -10,11 +10,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    Bundle,
-    initialize,
-    multiple,
-)
+from hypothesis.stateful import Bundle, initialize, multiple
 
 from pagedkv.model_tests.lockstep import capture
 from pagedkv.model_tests.lockstep.ledger import Ledger
@@ -32,12 +28,7 @@ from pagedkv.model_tests.machines.draws import (
     sampled,
     small_tokens,
 )
-from pagedkv.model_tests.machines.kv_harness import (
-    AbstractKV,
-    CachedPrefixes,
-    KVSide,
-    Writer,
-)
+from pagedkv.model_tests.machines.kv_harness import AbstractKV, CachedPrefixes, KVSide, Writer
 from pagedkv.model_tests.machines.lockstep_machine import LockstepMachine
 from pagedkv.model_tests.machines.manager_draws import (
     EXTRA_KEYS,
@@ -52,13 +43,7 @@ from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.interface import BlockSpaceManager, BlockSpaceManagerFactory
 from pagedkv.specs.manager_calls import ManagerCall
 from pagedkv.specs.manager_view import ManagerView
-from pagedkv.specs.types import (
-    AllocStatus,
-    DefragConfig,
-    ExtraKey,
-    ManagerConfig,
-    Token,
-)
+from pagedkv.specs.types import AllocStatus, DefragConfig, ExtraKey, ManagerConfig, Token
 
 T = TypeVar("T")
 

@@ -9,29 +9,16 @@ from typing import TypeVar
 
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    invariant,
-    precondition,
-    rule,
-)
+from hypothesis.stateful import invariant, precondition, rule
 
-from pagedkv.model_tests.machines.draws import (
-    BOOLEANS,
-)
-from pagedkv.model_tests.machines.kv_harness import (
-    gpu_tables,
-    table_changes,
-)
-from pagedkv.model_tests.machines.manager_base import (
-    ManagerMachineBase,
-)
+from pagedkv.model_tests.machines.draws import BOOLEANS
+from pagedkv.model_tests.machines.kv_harness import gpu_tables, table_changes
+from pagedkv.model_tests.machines.manager_base import ManagerMachineBase
 from pagedkv.specs import invariants
 from pagedkv.specs import manager_calls as calls
 from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.manager_calls import ManagerCall
-from pagedkv.specs.types import (
-    Device,
-)
+from pagedkv.specs.types import Device
 
 T = TypeVar("T")
 

@@ -7,18 +7,8 @@ from typing import TypeVar
 
 from hypothesis import strategies as st
 
-from pagedkv.model_tests.machines.draws import (
-    BOOLEANS,
-    integers,
-    sampled,
-)
-from pagedkv.specs.types import (
-    DEFRAG_PAD_SIZES,
-    DefragConfig,
-    ExtraKey,
-    ManagerConfig,
-    Token,
-)
+from pagedkv.model_tests.machines.draws import BOOLEANS, integers, sampled
+from pagedkv.specs.types import DEFRAG_PAD_SIZES, DefragConfig, ExtraKey, ManagerConfig, Token
 
 T = TypeVar("T")
 

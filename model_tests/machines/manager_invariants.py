@@ -8,24 +8,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import TypeVar
 
-from hypothesis.stateful import (
-    invariant,
-)
+from hypothesis.stateful import invariant
 
 from pagedkv.model_tests.lockstep.calls import assert_same_state
-from pagedkv.model_tests.machines.kv_harness import (
-    expected_kv,
-    kv_problems,
-)
-from pagedkv.model_tests.machines.manager_base import (
-    ManagerMachineBase,
-)
+from pagedkv.model_tests.machines.kv_harness import expected_kv, kv_problems
+from pagedkv.model_tests.machines.manager_base import ManagerMachineBase
 from pagedkv.specs import invariants
 from pagedkv.specs.manager_view import ManagerView
-from pagedkv.specs.types import (
-    BlockId,
-    Device,
-)
+from pagedkv.specs.types import BlockId, Device
 
 T = TypeVar("T")
 

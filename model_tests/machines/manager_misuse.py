@@ -7,29 +7,16 @@ from functools import partial
 from typing import TypeVar, cast
 
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    precondition,
-    rule,
-)
+from hypothesis.stateful import precondition, rule
 
 from pagedkv.model_tests.lockstep.calls import construction_outcome
-from pagedkv.model_tests.machines.draws import (
-    integers,
-    sampled,
-)
-from pagedkv.model_tests.machines.manager_base import (
-    GROUPS,
-    ManagerMachineBase,
-)
+from pagedkv.model_tests.machines.draws import integers, sampled
+from pagedkv.model_tests.machines.manager_base import GROUPS, ManagerMachineBase
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import manager_calls as calls
 from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.manager_calls import ManagerCall
-from pagedkv.specs.types import (
-    Device,
-    ExtraKey,
-    ManagerConfig,
-)
+from pagedkv.specs.types import Device, ExtraKey, ManagerConfig
 
 T = TypeVar("T")
 

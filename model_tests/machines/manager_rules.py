@@ -8,29 +8,16 @@ from typing import TypeVar
 
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    rule,
-)
+from hypothesis.stateful import rule
 
-from pagedkv.model_tests.machines.draws import (
-    BOOLEANS,
-    integers,
-    sampled,
-)
-from pagedkv.model_tests.machines.manager_base import (
-    GROUPS,
-)
-from pagedkv.model_tests.machines.manager_invariants import (
-    pair_problems,
-)
+from pagedkv.model_tests.machines.draws import BOOLEANS, integers, sampled
+from pagedkv.model_tests.machines.manager_base import GROUPS
+from pagedkv.model_tests.machines.manager_invariants import pair_problems
 from pagedkv.model_tests.machines.manager_steering import Steering
 from pagedkv.specs import manager_calls as calls
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
 from pagedkv.specs.manager_calls import ManagerCall
-from pagedkv.specs.types import (
-    AllocStatus,
-    Device,
-)
+from pagedkv.specs.types import AllocStatus, Device
 
 T = TypeVar("T")
 

@@ -7,30 +7,16 @@ from typing import TypeVar
 
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    rule,
-)
+from hypothesis.stateful import rule
 
-from pagedkv.model_tests.machines.draws import (
-    BOOLEANS,
-    sampled,
-)
-from pagedkv.model_tests.machines.manager_base import (
-    GROUPS,
-)
+from pagedkv.model_tests.machines.draws import BOOLEANS, sampled
+from pagedkv.model_tests.machines.manager_base import GROUPS
 from pagedkv.model_tests.machines.manager_defrag import Defragmentation
-from pagedkv.model_tests.machines.manager_draws import (
-    FILLER_TOKEN,
-)
+from pagedkv.model_tests.machines.manager_draws import FILLER_TOKEN
 from pagedkv.model_tests.machines.manager_rules import ProtocolRules
 from pagedkv.specs import manager_calls as calls
 from pagedkv.specs.errors import PagedKVError
-from pagedkv.specs.types import (
-    AllocStatus,
-    Device,
-    ExtraKey,
-    Token,
-)
+from pagedkv.specs.types import AllocStatus, Device, ExtraKey, Token
 
 T = TypeVar("T")
 

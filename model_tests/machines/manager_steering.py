@@ -10,17 +10,11 @@ from typing import TypeVar
 from hypothesis import event
 
 from pagedkv.model_tests.lockstep.observation import Observation
-from pagedkv.model_tests.machines.manager_base import (
-    ManagerMachineBase,
-)
-from pagedkv.model_tests.machines.manager_invariants import (
-    held_references,
-)
+from pagedkv.model_tests.machines.manager_base import ManagerMachineBase
+from pagedkv.model_tests.machines.manager_invariants import held_references
 from pagedkv.specs.accounting import blocks_for
 from pagedkv.specs.manager_view import ManagerView
-from pagedkv.specs.types import (
-    Device,
-)
+from pagedkv.specs.types import Device
 
 T = TypeVar("T")
 

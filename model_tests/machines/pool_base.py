@@ -9,10 +9,7 @@ from typing import Any, ClassVar, TypeVar
 
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    initialize,
-    multiple,
-)
+from hypothesis.stateful import initialize, multiple
 
 from pagedkv.model_tests.lockstep import capture
 from pagedkv.model_tests.lockstep.calls import call_both

@@ -7,9 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    Bundle,
-)
+from hypothesis.stateful import Bundle
 
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.types import BlockId, ExtraKey, PoolConfig, Token

@@ -11,15 +11,10 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from hypothesis.stateful import (
-    invariant,
-)
+from hypothesis.stateful import invariant
 
 from pagedkv.model_tests.lockstep.calls import assert_same_state
-from pagedkv.model_tests.machines.pool_chains import (
-    Chain,
-    Mode,
-)
+from pagedkv.model_tests.machines.pool_chains import Chain, Mode
 from pagedkv.model_tests.machines.pool_misuse import PoolMisuse
 from pagedkv.model_tests.machines.pool_rules import PoolRules
 from pagedkv.specs import invariants

@@ -9,17 +9,11 @@ from typing import Any, TypeVar, cast
 
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    precondition,
-    rule,
-)
+from hypothesis.stateful import precondition, rule
 
 from pagedkv.model_tests.lockstep.calls import construction_outcome
 from pagedkv.model_tests.machines.pool_base import PoolMachineBase
-from pagedkv.model_tests.machines.pool_chains import (
-    CHAINS,
-    Chain,
-)
+from pagedkv.model_tests.machines.pool_chains import CHAINS, Chain
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs import pool_calls as calls
 from pagedkv.specs.content_hash import Prefix

@@ -7,20 +7,11 @@ from typing import TypeVar
 
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    consumes,
-    precondition,
-    rule,
-)
+from hypothesis.stateful import consumes, precondition, rule
 
 from pagedkv.model_tests.machines.draws import SAMPLE
 from pagedkv.model_tests.machines.pool_base import PoolMachineBase
-from pagedkv.model_tests.machines.pool_chains import (
-    CHAINS,
-    EXTRA_KEYS,
-    TEMPLATE,
-    Chain,
-)
+from pagedkv.model_tests.machines.pool_chains import CHAINS, EXTRA_KEYS, TEMPLATE, Chain
 from pagedkv.specs import pool_calls as calls
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
 from pagedkv.specs.pool_calls import PoolCall
