@@ -20,11 +20,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from pagedkv.model_tests.bench.requests import Request
+from pagedkv.specs import manager_calls as calls
 from pagedkv.specs.interface import BlockSpaceManager
+from pagedkv.specs.manager_calls import ManagerCall
 from pagedkv.specs.types import AllocStatus, Token
+
+T = TypeVar("T")
 
 Call = tuple[str, tuple[Any, ...]]
 
@@ -57,11 +61,17 @@ class Recorder:
     calls: list[Call] = field(default_factory=list)
     outcomes: list[Any] = field(default_factory=list)
 
-    def __call__(self, method: str, *args: Any) -> Any:
-        self.calls.append((method, args))
-        result = getattr(self.manager, method)(*args)
+    def __call__(self, call: ManagerCall[T]) -> T:
+        self.calls.append((call.name, call.args))
+        result = call.method(self.manager)(*call.args)
         self.outcomes.append(digest(result))
         return result
+
+
+class Caller(Protocol):
+    """What the scheduler calls the manager through (a ``Recorder``)."""
+
+    def __call__(self, call: ManagerCall[T]) -> T: ...
 
 
 @dataclass
@@ -97,7 +107,7 @@ class Totals:
 class Scheduler:
     def __init__(
         self,
-        call: Callable[..., Any],
+        call: Caller,
         requests: list[Request],
         block_size: int,
         limits: SchedulerLimits,
@@ -153,11 +163,11 @@ class Scheduler:
                 scheduled += self._swap_in()
         for group in scheduled:
             for seq_id in group.seq_ids:
-                self.call("get_block_table", seq_id)
-                self.call("access_all_blocks_in_seq", seq_id, now)
-            self.call("get_common_computed_block_ids", list(group.seq_ids))
+                self.call(calls.get_block_table(seq_id))
+                self.call(calls.access_all_blocks_in_seq(seq_id, now))
+            self.call(calls.get_common_computed_block_ids(list(group.seq_ids)))
         for group in scheduled:
-            self.call("mark_blocks_as_computed", group.group_id)
+            self.call(calls.mark_blocks_as_computed(group.group_id))
         for group in scheduled:
             self._sample(group, step)
 
@@ -169,7 +179,7 @@ class Scheduler:
         num_running = sum(len(g.seq_ids) for g in self.running)
         while self.waiting and num_running < self.limits.max_num_seqs:
             request = self.waiting[0]
-            status = self.call("can_allocate", request.prompt)
+            status = self.call(calls.can_allocate(request.prompt))
             if status is AllocStatus.NEVER:
                 self.waiting.popleft()
                 self.totals.refused += 1
@@ -180,9 +190,11 @@ class Scheduler:
             budget -= len(request.prompt)
             group = Group(request, self.fresh_id(), [self.fresh_id()], [0], [0])
             self.call(
-                "allocate", group.group_id, list(group.seq_ids), request.prompt, request.extra_key
+                calls.allocate(
+                    group.group_id, list(group.seq_ids), request.prompt, request.extra_key
+                )
             )
-            cached = self.call("get_num_cached_tokens", group.seq_ids[0])
+            cached = self.call(calls.get_num_cached_tokens(group.seq_ids[0]))
             self.totals.scheduled_tokens += max(1, len(request.prompt) - cached)
             self.running.append(group)
             admitted.append(group)
@@ -199,7 +211,7 @@ class Scheduler:
             group = queue.popleft()
             num_new = max(len(group.pending(i)) for i in range(len(group.seq_ids)))
             while not self.call(
-                "can_append_slots", group.group_id, num_new, group.request.lookahead
+                calls.can_append_slots(group.group_id, num_new, group.request.lookahead)
             ):
                 preempted = True
                 if queue:
@@ -216,18 +228,18 @@ class Scheduler:
     def _append(self, group: Group) -> None:
         for index, seq_id in enumerate(group.seq_ids):
             tokens = group.pending(index)
-            self.call("append_slots", seq_id, tokens, group.request.lookahead)
+            self.call(calls.append_slots(seq_id, tokens, group.request.lookahead))
             group.appended[index] = group.sampled[index]
             self.totals.scheduled_tokens += len(tokens)
 
     def _preempt(self, group: Group) -> None:
-        if self.call("can_swap_out", group.group_id) is AllocStatus.OK:
-            self.call("swap_out", group.group_id)
+        if self.call(calls.can_swap_out(group.group_id)) is AllocStatus.OK:
+            self.call(calls.swap_out(group.group_id))
             self.swapped.append(group)
             self.totals.preempted_by_swap += 1
             return
         for seq_id in group.seq_ids:
-            self.call("free", seq_id)
+            self.call(calls.free(seq_id))
         request = group.request
         done = group.sampled[0]
         again = Request(
@@ -248,22 +260,22 @@ class Scheduler:
         back: list[Group] = []
         while self.swapped:
             group = self.swapped[0]
-            status = self.call("can_swap_in", group.group_id, group.request.lookahead)
+            status = self.call(calls.can_swap_in(group.group_id, group.request.lookahead))
             if status is AllocStatus.NEVER:  # it cannot come back: give it up
                 self.swapped.popleft()
                 for seq_id in group.seq_ids:
-                    self.call("free", seq_id)
+                    self.call(calls.free(seq_id))
                 self.totals.refused += 1
                 continue
             if status is not AllocStatus.OK:
                 break
             self.swapped.popleft()
-            self.call("swap_in", group.group_id)
+            self.call(calls.swap_in(group.group_id))
             self.running.append(group)
             # can_swap_in promised the lookahead slots, not the tokens sampled before the group
             # left: it decodes now only if they fit, else the next step's decode decides
             num_new = max(len(group.pending(i)) for i in range(len(group.seq_ids)))
-            if self.call("can_append_slots", group.group_id, num_new, group.request.lookahead):
+            if self.call(calls.can_append_slots(group.group_id, num_new, group.request.lookahead)):
                 self._append(group)
                 back.append(group)
         return back
@@ -283,7 +295,7 @@ class Scheduler:
             group.sampled[index] = min(wanted, group.sampled[index] + accepted)
         if request.num_seqs > len(group.seq_ids) and not group.forked:
             child = self.fresh_id()
-            self.call("fork", group.seq_ids[0], child)
+            self.call(calls.fork(group.seq_ids[0], child))
             group.seq_ids.append(child)
             group.sampled.append(1)
             group.appended.append(group.appended[0])
@@ -294,7 +306,7 @@ class Scheduler:
         request = group.request
         for index in reversed(range(len(group.seq_ids))):
             if group.sampled[index] >= len(request.outputs[index]):
-                self.call("free", group.seq_ids[index])
+                self.call(calls.free(group.seq_ids[index]))
                 del group.seq_ids[index], group.sampled[index], group.appended[index]
         if group.seq_ids:
             return

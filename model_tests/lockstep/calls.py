@@ -8,12 +8,15 @@ type; after an error both sides must be exactly as they were before it (invarian
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, TypeVar, cast, get_args
 
 from hypothesis import currently_in_test_context, event
 
 from pagedkv.model_tests.lockstep.show import show_error, show_value
+from pagedkv.specs.call import Call
 from pagedkv.specs.errors import PagedKVError
+
+T = TypeVar("T")
 
 
 class Viewable(Protocol):
@@ -73,16 +76,17 @@ def comparable(side: Viewable) -> object:
     return side.view().comparable()
 
 
-def call_both(model: Viewable, impl: Viewable, method: str, *args: Any, **kwargs: Any) -> Any:
-    """Run ``method`` on both; return the model's result, or the (shared) error it raised.
+def call_both(model: Viewable, impl: Viewable, call: Call[Any, T]) -> T | PagedKVError:
+    """Run ``call`` on both; return the model's result, or the (shared) error it raised.
 
     Exact mode: the two sides are in the same state when a call starts (the machines check it
     after every step), so after an error it is enough that the implementation's state still
     equals the model's, and that the model kept its frozen state (the reference replaces it
     only when an operation succeeds). No state is copied on the way in."""
+    method = call.name
     model_before = getattr(model, "state", None)
-    model_result, model_error = run_call(model, method, args, kwargs)
-    impl_result, impl_error = run_call(impl, method, args, kwargs)
+    model_result, model_error = run_call(model, call)
+    impl_result, impl_error = run_call(impl, call)
     if model_error is not None or impl_error is not None:
         model_error = shared_error(
             method, (model_result, model_error), (impl_result, impl_error), "implementation"
@@ -104,7 +108,7 @@ def call_both(model: Viewable, impl: Viewable, method: str, *args: Any, **kwargs
         raise Divergence(
             f"{method}: model returned {model_result!r}, implementation {impl_result!r}"
         )
-    return model_result
+    return cast(T, model_result)
 
 
 def shared_error(
@@ -148,14 +152,14 @@ def detached(value: Any) -> Any:
 
 
 def run_call(
-    side: Viewable, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[Any, BaseException | None]:
-    """``side.method(*args, **kwargs)`` on copies of the arguments (``detached``): the result, or
-    the exception it raised."""
-    args = tuple(detached(arg) for arg in args)
-    kwargs = {key: detached(value) for key, value in kwargs.items()} if kwargs else kwargs
+    side: object, call: Call[Any, T], **extra: Any
+) -> tuple[T | None, BaseException | None]:
+    """``call`` on ``side``, with its own copy of the arguments (``detached``): the result, or
+    the exception it raised. ``extra`` are keyword arguments only the reference takes (the
+    pool's ``choice``)."""
+    args = detached(call.args)
     try:
-        return getattr(side, method)(*args, **kwargs), None
+        return call.method(side)(*args, **extra), None
     except (KeyboardInterrupt, TargetStopped):
         raise
     except BaseException as error:  # SystemExit, GeneratorExit ... too: a finding, not a crash

@@ -22,7 +22,8 @@ from pagedkv.specs.errors import UnsupportedError
 from pagedkv.specs.operations import Level
 from pagedkv.specs.policy import PAGEDKV, Policy
 
-Call = tuple[str, tuple[Any, ...]]
+RecordedCall = tuple[str, tuple[Any, ...]]
+"""A call as a run records it: the operation's name and its arguments."""
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class RunRecord:
     level: Level
     config: Any
     """The run's configuration (None if the run ended before one was drawn)."""
-    calls: tuple[Call, ...]
+    calls: tuple[RecordedCall, ...]
     """Every protocol call in order: the completed steps, then the call that failed, if any."""
     failed_call: bool
     """The last of ``calls`` did not complete (it diverged, or the target raised)."""
@@ -84,8 +85,8 @@ def finish(machine: Any, level: Level) -> RunRecord:
     model = getattr(machine, "model", None)
     session = getattr(machine, "session", None)
     steps = list(getattr(session, "steps", []) or [])
-    calls: list[Call] = [(step.method, tuple(step.args)) for step in steps]
-    pending: Call | None = getattr(machine, "pending", None)
+    calls: list[RecordedCall] = [(step.method, tuple(step.args)) for step in steps]
+    pending: RecordedCall | None = getattr(machine, "pending", None)
     if pending is not None:
         calls.append(pending)
     config = getattr(machine, "config", None) or getattr(model, "config", None)

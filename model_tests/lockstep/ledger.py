@@ -48,10 +48,19 @@ class Ledger:
         return self.groups[self.seqs[seq_id].group_id]
 
     def record(self, method: str, args: Sequence[Any]) -> None:
-        """Apply a call that succeeded."""
-        apply = getattr(self, f"_{method}", None)
-        if apply is not None:
-            apply(*args)
+        """Apply a call that succeeded (the queries change nothing)."""
+        if method == "allocate":
+            self._allocate(*args)
+        elif method == "append_slots":
+            self._append_slots(*args)
+        elif method == "fork":
+            self._fork(*args)
+        elif method == "free":
+            self._free(*args)
+        elif method == "swap_out":
+            self._swap_out(*args)
+        elif method == "swap_in":
+            self._swap_in(*args)
 
     def _allocate(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from pagedkv.model_tests.lockstep.bijection import Bijection
 from pagedkv.model_tests.lockstep.calls import (
@@ -32,10 +32,13 @@ from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.manager_state import lowest_ids
 from pagedkv.reference.pool_state import PoolState
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
+from pagedkv.specs.manager_calls import ManagerCall
 from pagedkv.specs.manager_view import ManagerView
 from pagedkv.specs.operations import OPERATIONS
 from pagedkv.specs.pool_view import PoolView
 from pagedkv.specs.types import NO_EXTRA_KEY, BlockHash, BlockId, CopyPair, Device, ExtraKey
+
+T = TypeVar("T")
 
 
 class ManagerSession(Protocol):
@@ -46,7 +49,7 @@ class ManagerSession(Protocol):
     """A failed call left the target in a state nothing defines (a non-atomic policy): the run
     stops."""
 
-    def call(self, method: str, *args: Any) -> Any: ...
+    def call(self, call: ManagerCall[T]) -> T | PagedKVError: ...
 
     def problems(self) -> list[str]: ...
 
@@ -61,11 +64,11 @@ class ExactManagerSession:
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.model.config)
 
-    def call(self, method: str, *args: Any) -> Any:
-        outcome = call_both(self.model, self.target, method, *args)
+    def call(self, call: ManagerCall[T]) -> T | PagedKVError:
+        outcome = call_both(self.model, self.target, call)
         if not isinstance(outcome, PagedKVError):
-            self.ledger.record(method, args)
-        self.steps.append(Step(method, args, outcome))
+            self.ledger.record(call.name, call.args)
+        self.steps.append(Step(call.name, call.args, outcome))
         return outcome
 
     def problems(self) -> list[str]:
@@ -101,10 +104,11 @@ class IsomorphicManagerSession:
 
     # --- one call ------------------------------------------------------------------------------
 
-    def call(self, method: str, *args: Any) -> Any:
+    def call(self, call: ManagerCall[T]) -> T | PagedKVError:
+        method, args = call.name, call.args
         saved = self.model.state
         before = self.model.view()
-        target_result, target_error = run_call(self.target, method, args, {})
+        target_result, target_error = run_call(self.target, call)
         prefer: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
         previous = self._positions(before, self.seen)
         held_before = self._holders(previous)
@@ -112,7 +116,7 @@ class IsomorphicManagerSession:
             self.model.state = saved
             self.model.pick = self._picker(prefer)
             try:
-                model_result, model_error = run_call(self.model, method, args, {})
+                model_result, model_error = run_call(self.model, call)
             finally:
                 self.model.pick = lowest_ids
             if model_error is not None or target_error is not None:
@@ -137,7 +141,7 @@ class IsomorphicManagerSession:
         self.seen = observed
         self.ledger.record(method, args)
         self.steps.append(Step(method, args, model_result))
-        return model_result
+        return cast(T, model_result)
 
     def _picker(self, prefer: dict[Device, set[BlockId]]) -> Any:
         def for_device(device: Device) -> Picker:

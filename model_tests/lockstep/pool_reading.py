@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pagedkv.model_tests.lockstep.calls import run_call
+from pagedkv.model_tests.lockstep.calls import TargetStopped
 from pagedkv.model_tests.lockstep.show import show_value
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.pool_view import BlockView, PoolView
@@ -34,9 +34,15 @@ class PoolReading:
     lookups: dict[BlockHash, Answer]
 
 
-def _ask(target: Any, method: str, *args: Any) -> Answer:
-    result, error = run_call(target, method, args, {})
-    return ("is", result) if error is None else ("raised", type(error).__name__)
+def _ask(method: Callable[[], Callable[..., Any]], *args: Any) -> Answer:
+    """``method()(*args)``, e.g. ``_ask(lambda: target.block, b)``: the method is read inside
+    too, so that a target that fails to give it answers with the error."""
+    try:
+        return ("is", method()(*args))
+    except (KeyboardInterrupt, TargetStopped):
+        raise
+    except BaseException as error:  # as ``run_call``: a read that raised is a reading too
+        return ("raised", type(error).__name__)
 
 
 def offers(target: Any, method: str) -> bool:
@@ -47,9 +53,9 @@ def read_pool(target: Any, blocks: Iterable[BlockId], hashes: Iterable[BlockHash
     """The free count, and ``block()`` / ``lookup`` where ``target`` offers them."""
     has_block, has_lookup = offers(target, "block"), offers(target, "lookup")
     return PoolReading(
-        _ask(target, "num_free_blocks"),
-        {b: _ask(target, "block", b) for b in sorted(set(blocks))} if has_block else {},
-        {h: _ask(target, "lookup", h) for h in sorted(set(hashes))} if has_lookup else {},
+        _ask(lambda: target.num_free_blocks),
+        {b: _ask(lambda: target.block, b) for b in sorted(set(blocks))} if has_block else {},
+        {h: _ask(lambda: target.lookup, h) for h in sorted(set(hashes))} if has_lookup else {},
     )
 
 
@@ -91,12 +97,12 @@ def differences(
             theirs = ids.get(block)
             if theirs is None or (view.ref_count == 0 and view.content_hash is None):
                 continue
-            answer = _ask(target, "block", theirs)
+            answer = _ask(lambda: target.block, theirs)
             if answer != ("is", view):
                 found.append(f"block {name(theirs)}: {_block_change(('is', view), answer)}")
     if offers(target, "lookup"):
         for content_hash, block in model.cached.items():
-            answer = _ask(target, "lookup", content_hash)
+            answer = _ask(lambda: target.lookup, content_hash)
             if answer != ("is", ids.get(block)):
                 found.append(
                     f"lookup({show_value(content_hash)}) gave {_lookup(answer, name)}, not"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pagedkv.model_tests.lockstep.calls import Divergence, DivergenceKind, run_call
 from pagedkv.model_tests.lockstep.pool_reading import (
@@ -38,7 +38,10 @@ from pagedkv.model_tests.lockstep.show import show_call, show_error
 from pagedkv.model_tests.lockstep.step import Step
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
+from pagedkv.specs.pool_calls import PoolCall
 from pagedkv.specs.types import BlockId, CopyPair, PoolConfig, Token
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -80,9 +83,10 @@ class PoolSafetySession:
         get = getattr(self.target, "get_null_block", None)
         return get() if callable(get) else None
 
-    def call(self, method: str, *args: Any) -> Any:
+    def call(self, call: PoolCall[T]) -> T | PagedKVError:
+        method, args = call.name, call.args
         reading = self._read(method, args)
-        result, error = run_call(self.target, method, args, {})
+        result, error = run_call(self.target, call)
         if error is not None:
             if not isinstance(error, PagedKVError):
                 raise Divergence(
@@ -101,18 +105,16 @@ class PoolSafetySession:
                 self.ended = True
             self.steps.append(Step(method, args, error))
             return error
-        apply = getattr(self, f"_{method}", None)
-        if apply is not None:
-            apply(result, *args)
+        self._learn(method, result, args)
         findings = self.findings()
         if findings:
-            call = show_call(method, args)
+            shown = show_call(method, args)
             raise Divergence(
-                f"{call}: " + "; ".join(message for _, message in findings),
-                parts=[(kind, f"{call}: {message}") for kind, message in findings],
+                f"{shown}: " + "; ".join(message for _, message in findings),
+                parts=[(kind, f"{shown}: {message}") for kind, message in findings],
             )
         self.steps.append(Step(method, args, result))
-        return result
+        return cast(T, result)
 
     def _read(self, method: str, args: tuple[Any, ...]) -> PoolReading:
         """The free count; for a target that declares itself atomic, also every held block and
@@ -136,6 +138,23 @@ class PoolSafetySession:
         return holdings[0].tokens if holdings else None
 
     # --- what each call does to the holdings -----------------------------------------------------
+
+    def _learn(self, method: str, result: Any, args: tuple[Any, ...]) -> None:
+        """What a call that succeeded did to the holdings (the queries change nothing)."""
+        if method == "allocate_mutable":
+            self._allocate_mutable(result)
+        elif method == "allocate_immutable":
+            self._allocate_immutable(result, *args)
+        elif method == "append_tokens":
+            self._append_tokens(result, *args)
+        elif method == "free":
+            self._take(args[0])
+        elif method == "fork":
+            self._fork(args[0])
+        elif method == "cow_if_not_appendable":
+            self._cow_if_not_appendable(result, *args)
+        elif method == "clear_copy_on_writes":
+            self._clear_copy_on_writes(result)
 
     def _take(self, block: BlockId) -> Holding:
         """One holding of ``block`` leaves it (they are all alike, or a problem was reported)."""
@@ -182,10 +201,7 @@ class PoolSafetySession:
         self._moved(block, old, holding)
         self._give(block, replace(holding, prefix=prefix, tokens=(*holding.tokens, *tokens)))
 
-    def _free(self, _: None, block: BlockId) -> None:
-        self._take(block)
-
-    def _fork(self, forked: list[BlockId], chain: Sequence[BlockId]) -> None:
+    def _fork(self, chain: Sequence[BlockId]) -> None:
         for block in chain:
             found = self.holders.get(block)
             if not found:

@@ -10,8 +10,8 @@ do. Block ids in arguments are the model's, translated for the target.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar, cast
 
 from pagedkv.model_tests.lockstep.bijection import Bijection, Conflict
 from pagedkv.model_tests.lockstep.calls import Divergence, run_call, shared_error
@@ -26,11 +26,14 @@ from pagedkv.model_tests.lockstep.pool_reading import (
 from pagedkv.model_tests.lockstep.show import free_count_differs, show_call, show_value
 from pagedkv.model_tests.lockstep.step import Step
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
-from pagedkv.specs.errors import InvalidArgumentError
+from pagedkv.specs.errors import InvalidArgumentError, PagedKVError
 from pagedkv.specs.operations import ALLOCATING_POOL_OPERATIONS as ALLOCATING
 from pagedkv.specs.operations import OPERATIONS
+from pagedkv.specs.pool_calls import PoolCall
 from pagedkv.specs.pool_view import PoolView
 from pagedkv.specs.types import BlockId
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -40,15 +43,16 @@ class IsomorphicPoolSession:
     steps: list[Step] = field(default_factory=list)
     ids: Bijection = field(default_factory=Bijection)
 
-    def call(self, method: str, *args: Any) -> Any:
+    def call(self, call: PoolCall[T]) -> T | PagedKVError:
+        method, args = call.name, call.args
         target_args = self._translate_args(method, args)
         before = self.model.view()
         reading = self._read(method, args, before)
-        target_result, target_error = run_call(self.target, method, target_args, {})
+        target_result, target_error = run_call(self.target, replace(call, args=target_args))
         kwargs: dict[str, Any] = {}
         if method in ALLOCATING and target_error is None:
             kwargs["choice"] = self._choice(target_result)
-        model_result, model_error = run_call(self.model, method, args, kwargs)
+        model_result, model_error = run_call(self.model, call, **kwargs)
         if isinstance(model_error, InvalidArgumentError) and "choice" in kwargs:
             raise Divergence(
                 f"{show_call(method, args)}: the target's choice is not allowed: {model_error}",
@@ -78,7 +82,7 @@ class IsomorphicPoolSession:
                 "block",
             )
         self.steps.append(Step(method, args, model_result))
-        return model_result
+        return cast(T, model_result)
 
     def _read(self, method: str, args: tuple[Any, ...], before: PoolView) -> PoolReading:
         """What the protocol shows of the target now: the free count, every block that stands

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from pagedkv.model_tests.lockstep.calls import Divergence, DivergenceKind, run_call
 from pagedkv.model_tests.lockstep.ledger import GroupRecord, Ledger
@@ -39,8 +39,11 @@ from pagedkv.model_tests.lockstep.step import Step
 from pagedkv.reference import kv_model
 from pagedkv.reference.kv_model import KVModel, SlotContent
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
+from pagedkv.specs.manager_calls import ManagerCall
 from pagedkv.specs.slots import slot_of
 from pagedkv.specs.types import BlockId, CopyPair, Device, ExtraKey, ManagerConfig, Token
+
+T = TypeVar("T")
 
 CROSS_SALT = "pagedkv/cross-attention"
 """Cross-attention KV is of the encoder's tokens, never interchangeable with decoder KV."""
@@ -118,12 +121,13 @@ class SafetySession:
 
     # --- one call ---------------------------------------------------------------------------------
 
-    def call(self, method: str, *args: Any) -> Any:
+    def call(self, call: ManagerCall[T]) -> T | PagedKVError:
+        method, args = call.name, call.args
         prefill_next = method == "get_common_computed_block_ids"
         if not prefill_next:
             self._prefill(list(self.pending_prefill), skip_blocks=0)
         before = self.seen
-        result, error = run_call(self.target, method, args, {})
+        result, error = run_call(self.target, call)
         broken = self.promises.after(
             method, args, result if error is None else error, self.ledger.members
         )
@@ -140,7 +144,7 @@ class SafetySession:
         if findings:
             raise _finding(method, args, findings)
         self.steps.append(Step(method, args, result))
-        return result
+        return cast(T, result)
 
     def _failed(
         self, method: str, args: tuple[Any, ...], error: BaseException, before: Observation

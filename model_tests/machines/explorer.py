@@ -29,11 +29,13 @@ import itertools
 import pickle
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pagedkv.model_tests.lockstep.calls import assert_same_state, call_both
+from pagedkv.model_tests.machines.explorer_forms import canonical_form, exact_form
+from pagedkv.model_tests.machines.explorer_space import Step, scopes, steps
 from pagedkv.model_tests.machines.kv_harness import (
     AbstractKV,
     CachedPrefixes,
@@ -51,16 +53,28 @@ from pagedkv.reference.kv_model import EMPTY, KVModel
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.manager_state import ManagerState
 from pagedkv.specs import invariants
+from pagedkv.specs import manager_calls as calls
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
 from pagedkv.specs.interface import BlockSpaceManager
+from pagedkv.specs.manager_calls import ManagerCall
 from pagedkv.specs.manager_view import ManagerView
-from pagedkv.specs.types import NEVER_ACCESSED, AllocStatus, BlockId, Device, ManagerConfig, Token
+from pagedkv.specs.types import AllocStatus, Device, ManagerConfig
 
-TOKENS: tuple[Token, ...] = (0, 1)
-MAX_SEQS = 2
+T = TypeVar("T")
 
-Step = tuple[Any, ...]
-"""``(kind, *arguments)``: one step of the scheduler, replayable by ``apply``."""
+__all__ = [
+    "Explorer",
+    "Figures",
+    "Finding",
+    "Node",
+    "Step",
+    "describe",
+    "main",
+    "positive",
+    "run",
+    "scopes",
+    "steps",
+]
 
 
 class Finding(AssertionError):
@@ -80,68 +94,6 @@ class Node:
     target: BlockSpaceManager
     kv: KVModel
     path: tuple[Step, ...]
-
-
-def scopes(kind: str = "full") -> list[ManagerConfig]:
-    """The tiny configurations: every combination for ``full``, four corners for ``quick``."""
-    if kind == "quick":
-        return [
-            ManagerConfig(1, 2, 2, 0.0, None, False),
-            ManagerConfig(2, 3, 2, 0.0, None, True),
-            ManagerConfig(1, 3, 2, 0.0, 2, True),
-            ManagerConfig(2, 3, 3, 0.0, 2, False),
-        ]
-    return [
-        ManagerConfig(block_size, blocks, blocks, 0.0, window, caching)
-        for block_size, blocks, window, caching in itertools.product(
-            (1, 2), (2, 3, 4), (None, 2), (False, True)
-        )
-    ]
-
-
-def prompts(config: ManagerConfig) -> list[tuple[Token, ...]]:
-    """Every prompt over the alphabet up to one token past a block (so a block fills)."""
-    longest = config.block_size + 1
-    return [p for n in range(1, longest + 1) for p in itertools.product(TOKENS, repeat=n)]
-
-
-def clock(view: ManagerView) -> float:
-    """The latest access time any block holds (0 before any)."""
-    times = [
-        v.last_accessed
-        for device in Device
-        for v in view.pool(device).blocks.values()
-        if v.last_accessed != NEVER_ACCESSED
-    ]
-    return max(times, default=0.0)
-
-
-def steps(view: ManagerView) -> Iterator[Step]:
-    """Every step the scheduler could take from ``view``. A group of two sequences is allocated
-    with prompts of one repeated token only (fork makes the others)."""
-    seq_ids = sorted(view.seqs)
-    free_seq_ids = [s for s in range(1, MAX_SEQS + 1) if s not in view.seqs]
-    free_group_ids = [g for g in range(1, MAX_SEQS + 1) if g not in view.groups]
-    if free_seq_ids:
-        for prompt in prompts(view.config):
-            yield ("allocate", free_group_ids[0], (free_seq_ids[0],), prompt)
-            if len(free_seq_ids) == MAX_SEQS and set(prompt) == {TOKENS[0]}:
-                yield ("allocate", free_group_ids[0], tuple(free_seq_ids), prompt)
-        for parent in seq_ids:
-            yield ("fork", parent, free_seq_ids[0])
-    now = clock(view)
-    for seq_id in seq_ids:
-        for token in TOKENS:
-            yield ("append", seq_id, (token,), 0)
-        yield ("append", seq_id, (), 1)
-        yield ("free", seq_id)
-        yield ("access", seq_id, now)
-        yield ("access", seq_id, now + 1.0)
-    for group_id in sorted(view.groups):
-        yield ("swap_out", group_id)
-        yield ("swap_in", group_id)
-        yield ("mark_computed", group_id)
-    yield ("reset",)
 
 
 @dataclass
@@ -174,13 +126,13 @@ class Explorer:
         side = AbstractKV(self.config, kv=node.kv)
         kind, *args = step
 
-        def both(method: str, *call_args: Any) -> Any:
-            return call_both(self.model, target, method, *call_args)
+        def both(call: ManagerCall[T]) -> T | PagedKVError:
+            return call_both(self.model, target, call)
 
         if kind == "allocate":
             group_id, seq_ids, prompt = args
-            status = both("can_allocate", list(prompt))
-            result = both("allocate", group_id, list(seq_ids), list(prompt))
+            status = both(calls.can_allocate(list(prompt)))
+            result = both(calls.allocate(group_id, list(seq_ids), list(prompt)))
             self.promise(
                 status is not AllocStatus.OK or not isinstance(result, PagedKVError),
                 node,
@@ -202,9 +154,9 @@ class Explorer:
         elif kind == "append":
             seq_id, tokens, lookahead = args
             group_id = self.model.view().seqs[seq_id].group_id
-            allowed = both("can_append_slots", group_id, len(tokens), lookahead)
+            allowed = both(calls.can_append_slots(group_id, len(tokens), lookahead))
             start = len(self.model.view().seqs[seq_id].tokens)
-            pairs = both("append_slots", seq_id, list(tokens), lookahead)
+            pairs = both(calls.append_slots(seq_id, list(tokens), lookahead))
             self.promise(
                 allowed is not True or not isinstance(pairs, PagedKVError),
                 node,
@@ -225,10 +177,12 @@ class Explorer:
         elif kind in ("swap_out", "swap_in"):
             (group_id,) = args
             if kind == "swap_out":
-                status, to = both("can_swap_out", group_id), Device.CPU
+                status, to = both(calls.can_swap_out(group_id)), Device.CPU
+                swap = calls.swap_out(group_id)
             else:
-                status, to = both("can_swap_in", group_id), Device.GPU
-            pairs = both(kind, group_id)
+                status, to = both(calls.can_swap_in(group_id)), Device.GPU
+                swap = calls.swap_in(group_id)
+            pairs = both(swap)
             if status is AllocStatus.OK:
                 self.promise(isinstance(pairs, list), node, step, f"{kind}: OK, then {pairs!r}")
             if status is AllocStatus.NEVER and kind == "swap_out":
@@ -244,15 +198,15 @@ class Explorer:
                 )
                 side.run_swap(pairs, to)
         elif kind == "fork":
-            both("fork", *args)
+            both(calls.fork(*args))
         elif kind == "free":
-            both("free", *args)
+            both(calls.free(*args))
         elif kind == "access":
-            both("access_all_blocks_in_seq", *args)
+            both(calls.access_all_blocks_in_seq(*args))
         elif kind == "mark_computed":
-            both("mark_blocks_as_computed", *args)
+            both(calls.mark_blocks_as_computed(*args))
         elif kind == "reset":
-            both("reset_prefix_cache", None)
+            both(calls.reset_prefix_cache(None))
         else:  # pragma: no cover - steps() yields only the kinds above
             raise ValueError(f"unknown step {step}")
         return Node(self.model.state, target, side.kv, (*node.path, step))
@@ -276,19 +230,19 @@ class Explorer:
         )
         if problems:
             raise Finding(self.config, node.path, "; ".join(problems))
-        queries: list[Step] = [
-            ("get_num_free_gpu_blocks",),
-            ("get_num_free_cpu_blocks",),
-            ("get_prefix_cache_hit_rate", Device.GPU),
-            ("get_prefix_cache_hit_rate", Device.CPU),
-            ("get_common_computed_block_ids", sorted(view.seqs)),
+        queries: list[ManagerCall[object]] = [
+            calls.get_num_free_gpu_blocks(),
+            calls.get_num_free_cpu_blocks(),
+            calls.get_prefix_cache_hit_rate(Device.GPU),
+            calls.get_prefix_cache_hit_rate(Device.CPU),
+            calls.get_common_computed_block_ids(sorted(view.seqs)),
         ]
         for seq_id in sorted(view.seqs):
-            queries += [("get_block_table", seq_id), ("get_num_cached_tokens", seq_id)]
+            queries += [calls.get_block_table(seq_id), calls.get_num_cached_tokens(seq_id)]
         for group_id in sorted(view.groups):
-            queries.append(("get_cross_block_table", group_id))
+            queries.append(calls.get_cross_block_table(group_id))
         for query in queries:
-            call_both(self.model, target, *query)
+            call_both(self.model, target, query)
 
     # --- breadth first ---------------------------------------------------------------------
 
@@ -333,77 +287,6 @@ class Explorer:
             return repr((exact_form(view), sorted(kv.items(), key=repr)))
         orders = itertools.permutations(sorted(view.seqs))
         return min(repr(canonical_form(view, kv, order)) for order in orders)
-
-
-def exact_form(view: ManagerView) -> tuple[object, ...]:
-    """The state as it is, less the hit counters."""
-    pools = tuple((sorted(view.pool(d).blocks.items()), view.pool(d).pending_cows) for d in Device)
-    return (pools, sorted(view.seqs.items()), sorted(view.groups.items(), key=repr))
-
-
-def canonical_form(view: ManagerView, kv: KVModel, order: Sequence[int]) -> tuple[object, ...]:
-    """The state with sequences taken in ``order`` and every id renamed by first appearance."""
-    names: dict[tuple[Device, BlockId], object] = {}
-
-    def name(device: Device, block: BlockId) -> object:
-        if device is Device.GPU and block == view.null_block:
-            return "null"
-        return names.setdefault((device, block), len(names))
-
-    group_names: dict[int, int] = {}
-    seqs = []
-    for seq_id in order:
-        seq = view.seqs[seq_id]
-        group = view.groups[seq.group_id]
-        group_index = group_names.setdefault(seq.group_id, len(group_names))
-        blocks = tuple(name(group.device, b) for b in seq.blocks)
-        seqs.append((group_index, seq.tokens, blocks))
-    seq_names = {seq_id: index for index, seq_id in enumerate(order)}
-    groups = []
-    for group_id in sorted(group_names, key=group_names.__getitem__):
-        group = view.groups[group_id]
-        members = tuple(seq_names[s] for s in group.seq_ids)
-        cross = tuple(name(group.device, b) for b in group.cross_blocks)
-        groups.append((members, group.device.value, group.extra_key, group.encoder_tokens, cross))
-    times = sorted(
-        {
-            v.last_accessed
-            for d in Device
-            for v in view.pool(d).blocks.values()
-            if v.last_accessed != NEVER_ACCESSED
-        }
-    )
-    rank = {t: i for i, t in enumerate(times)}
-    rank[NEVER_ACCESSED] = -1
-    pools = []
-    for device in Device:
-        pool = view.pool(device)
-        cached = sorted(
-            (b for b in pool.blocks if b not in pool.free and b not in pool.used),
-            key=lambda b: pool.blocks[b].content_hash or b"",
-        )
-        for block in cached:
-            name(device, block)
-        held = [b for b in pool.blocks if b not in pool.free]
-        pools.append(
-            sorted(
-                (
-                    str(name(device, b)),
-                    pool.blocks[b].ref_count,
-                    pool.blocks[b].tokens,
-                    pool.blocks[b].content_hash,
-                    pool.blocks[b].computed,
-                    rank[pool.blocks[b].last_accessed],
-                )
-                for b in held
-            )
-        )
-    slots = sorted(
-        (repr((device.value, name(device, block), slot)), content)
-        for (device, block, slot), content in kv.items()
-        if block not in view.pool(device).free
-    )
-    return (tuple(seqs), tuple(groups), tuple(map(tuple, pools)), tuple(slots))
 
 
 # --- the command -----------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pagedkv.model_tests.oracle import codec
@@ -83,13 +84,19 @@ class GuardedFactory:
         return False
 
     def __call__(self, config: Any) -> GuardedTarget:
-        made = self.call(self.factory, (config,), lambda: f"creating it for {config}")
+        made = self.call(lambda _: f"creating it for {config}", self.factory, config)
         return GuardedTarget(self, made)
 
     def call(
-        self, function: Callable[..., Any], args: tuple[Any, ...], what: Callable[[], str]
+        self, describe: Callable[[tuple[Any, ...]], str], function: Callable[..., Any], *args: Any
     ) -> Any:
-        """``function(*args)`` under the timeout; ``what`` names the call in messages."""
+        """``function(*args)`` under the timeout; ``describe(args)`` names the call in messages.
+        (The arguments come last, so that a target's operation is ``partial(guard.call,
+        describe, method)``: one frame between the session and the guard's own call.)"""
+
+        def what() -> str:
+            return describe(args)
+
         if self.hung is not None:
             raise TargetTimeout(
                 f"the target was not called again: it hung earlier, in {self.hung}, and may"
@@ -184,16 +191,11 @@ class GuardedTarget:
         if name.startswith("_"):
             raise AttributeError(name)
         value = self._guard.call(
-            getattr, (self._target, name), lambda: f"reading its attribute {name}"
+            lambda _: f"reading its attribute {name}", getattr, self._target, name
         )
         if not callable(value):
             return value
-        guard = self._guard
-
-        def forward(*args: Any) -> Any:
-            return guard.call(value, args, lambda: codec.show_call(name, args))
-
-        forward.__name__ = name
+        forward = partial(self._guard.call, partial(codec.show_call, name), value)
         self.__dict__[name] = forward  # read once: later calls go straight to the guard
         return forward
 

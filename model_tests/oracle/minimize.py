@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pagedkv.model_tests.lockstep.capture import Call
+from pagedkv.model_tests.lockstep.capture import RecordedCall
 from pagedkv.model_tests.oracle import trace
 from pagedkv.model_tests.oracle.codec import CodecError
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
@@ -89,12 +89,12 @@ def minimize(
         return None
     if same is not None and not same(failing, original):
         return None
-    calls: list[Call] = [(op.op, op.args) for op in failing.ops]
+    calls: list[RecordedCall] = [(op.op, op.args) for op in failing.ops]
     head, last = calls[:-1], calls[-1]
     replays = 0
     verdicts: dict[int, tuple[Trace, Verdict]] = {}
 
-    def fails(kept: list[Call]) -> bool:
+    def fails(kept: list[RecordedCall]) -> bool:
         nonlocal replays
         if replays >= budget:
             return False

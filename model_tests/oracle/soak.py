@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pagedkv.model_tests.lockstep.calls import Divergence, run_call, shared_error
-from pagedkv.model_tests.lockstep.capture import Call
+from pagedkv.model_tests.lockstep.capture import RecordedCall
 from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
 from pagedkv.model_tests.lockstep.show import show_call, show_value
 from pagedkv.model_tests.machines.manager_machine import held_references, mapping_problems
@@ -38,9 +38,14 @@ from pagedkv.model_tests.oracle.exec_target import close_target
 from pagedkv.model_tests.oracle.watchdog import watched
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import invariants
+from pagedkv.specs import manager_calls as calls
 from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.manager_calls import ManagerCall
 from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.named_calls import call_named
 from pagedkv.specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, Token
+
+T = TypeVar("T")
 
 EPISODE = 2000
 CHECKPOINT = 64
@@ -59,7 +64,7 @@ class SoakResult:
     checkpoints: int = 0
     failure: str | None = None
     config: ManagerConfig | None = None
-    calls: list[Call] = field(default_factory=list)
+    calls: list[RecordedCall] = field(default_factory=list)
     """The failing episode's calls, shrunk (the failing one last)."""
     unshrunk: int = 0
     trace: trace.Trace | None = None
@@ -84,15 +89,16 @@ class Lockstep:
         self.target = factory(config)
         self.exact = exact
         self.session = None if exact else IsomorphicManagerSession(self.model, self.target)
-        self.calls: list[Call] = []
+        self.calls: list[RecordedCall] = []
 
-    def call(self, method: str, *args: Any) -> Any:
+    def call(self, call: ManagerCall[T]) -> T | PagedKVError:
         """The model's outcome (result or error); a Divergence if the target's differs."""
+        method, args = call.name, call.args
         self.calls.append((method, args))
         if self.session is not None:
-            return self.session.call(method, *args)
-        result, error = run_call(self.model, method, args, {})
-        theirs, their_error = run_call(self.target, method, args, {})
+            return self.session.call(call)
+        result, error = run_call(self.model, call)
+        theirs, their_error = run_call(self.target, call)
         if error is not None or their_error is not None:
             return shared_error(show_call(method, args), (result, error), (theirs, their_error))
         if result != theirs:
@@ -100,7 +106,7 @@ class Lockstep:
                 f"{show_call(method, args)}: the reference returned {show_value(result)},"
                 f" the target {show_value(theirs)}"
             )
-        return result
+        return cast(T, result)
 
     def check_state(self, when: str) -> None:
         """The whole state (exact mode) and invariants I1-I4 of the model's."""
@@ -206,20 +212,20 @@ class Walk:
         seq_id = group.seq_ids[int(rng.random() * len(group.seq_ids))]
         call = self.side.call
         if draw < 0.50:
-            call("fork", seq_id, self.fresh_id())
+            call(calls.fork(seq_id, self.fresh_id()))
         elif draw < 0.56:
-            call("free", seq_id)
+            call(calls.free(seq_id))
         elif draw < 0.62:
             self.swap(group_id, group.device)
         elif draw < 0.72:
             self.clock += float(int(rng.random() * 3))
-            call("access_all_blocks_in_seq", seq_id, self.clock)
+            call(calls.access_all_blocks_in_seq(seq_id, self.clock))
         elif draw < 0.80:
-            call("mark_blocks_as_computed", group_id)
+            call(calls.mark_blocks_as_computed(group_id))
         elif draw < 0.95:
             self.ask(group_id, list(group.seq_ids), seq_id)
         elif draw < 0.97:
-            call("reset_prefix_cache", rng.choice([None, Device.GPU, Device.CPU]))
+            call(calls.reset_prefix_cache(rng.choice([None, Device.GPU, Device.CPU])))
         else:
             self.misuse(seq_id)
 
@@ -231,7 +237,7 @@ class Walk:
         encoder = None
         if not config.enable_caching and config.sliding_window is None and self.rng.random() < 0.3:
             encoder = self.tokens(5, self.rng.randint(1, 2 * config.block_size))
-        status = self.side.call("can_allocate", prompt, lookahead, encoder)
+        status = self.side.call(calls.can_allocate(prompt, lookahead, encoder))
         if status is AllocStatus.NEVER:
             fresh = ReferenceBlockSpaceManager(config)
             if fresh.can_allocate(prompt, lookahead, encoder) is not AllocStatus.NEVER:
@@ -240,21 +246,23 @@ class Walk:
             return  # a scheduler waits; sometimes it tries anyway (and must be refused cleanly)
         ids = [self.fresh_id() for _ in range(self.rng.randint(1, 3))]
         key = self.rng.choice(EXTRA_KEYS)
-        result = self.side.call("allocate", self.fresh_id(), ids, prompt, key, encoder)
+        result = self.side.call(calls.allocate(self.fresh_id(), ids, prompt, key, encoder))
         if status is AllocStatus.OK and isinstance(result, PagedKVError):
             raise Divergence(f"can_allocate said OK, then allocate raised {result!r}")
 
     def append(self, group_id: int) -> None:
         num_new = self.rng.choice([1, 1, 1, 0, 2, 3])
         lookahead = self.rng.choice([0, 0, 1, 2])
-        allowed = self.side.call("can_append_slots", group_id, num_new, lookahead)
+        allowed = self.side.call(calls.can_append_slots(group_id, num_new, lookahead))
         if allowed is False and self.rng.random() < 0.8:
             self.preempt(group_id)
             return
         state = self.side.model.state
         for seq_id in state.groups[group_id].seq_ids:
             start = len(self.side.model.state.seqs[seq_id].tokens)
-            result = self.side.call("append_slots", seq_id, self.tokens(start, num_new), lookahead)
+            result = self.side.call(
+                calls.append_slots(seq_id, self.tokens(start, num_new), lookahead)
+            )
             if allowed is True and isinstance(result, PagedKVError):
                 raise Divergence(f"can_append_slots said yes, then append_slots raised {result!r}")
 
@@ -263,50 +271,52 @@ class Walk:
         if self.rng.random() < 0.5:
             self.swap(group_id, Device.GPU)
         else:
-            self.side.call("free", self.rng.choice(self.side.model.state.groups[group_id].seq_ids))
+            self.side.call(
+                calls.free(self.rng.choice(self.side.model.state.groups[group_id].seq_ids))
+            )
 
     def swap(self, group_id: int, device: Device) -> None:
         out = device is Device.GPU
         lookahead = self.rng.choice([0, 0, 1, 3])
-        ask = ("can_swap_out", group_id) if out else ("can_swap_in", group_id, lookahead)
-        status = self.side.call(*ask)
+        ask = calls.can_swap_out(group_id) if out else calls.can_swap_in(group_id, lookahead)
+        status = self.side.call(ask)
         if status is not AllocStatus.OK and self.rng.random() < 0.8:
             return
-        result = self.side.call("swap_out" if out else "swap_in", group_id)
+        result = self.side.call(calls.swap_out(group_id) if out else calls.swap_in(group_id))
         if status is AllocStatus.OK and isinstance(result, PagedKVError):
-            raise Divergence(f"{ask[0]} said OK, then the swap raised {result!r}")
+            raise Divergence(f"{ask.name} said OK, then the swap raised {result!r}")
         if status is AllocStatus.NEVER and not isinstance(result, PagedKVError) and out:
             raise Divergence("can_swap_out said NEVER, then the swap succeeded")
         if status is AllocStatus.OK and not out and lookahead:
             for seq_id in self.side.model.state.groups[group_id].seq_ids:
-                promised = self.side.call("append_slots", seq_id, [], lookahead)
+                promised = self.side.call(calls.append_slots(seq_id, [], lookahead))
                 if isinstance(promised, PagedKVError):
                     raise Divergence(f"can_swap_in promised {lookahead} lookahead slots")
 
     def ask(self, group_id: int, members: list[int], seq_id: int) -> None:
-        queries: list[tuple[Any, ...]] = [
-            ("get_common_computed_block_ids", members),
-            ("get_num_cached_tokens", seq_id),
-            ("get_block_table", seq_id),
-            ("get_cross_block_table", group_id),
-            ("get_num_free_gpu_blocks",),
-            ("get_num_free_cpu_blocks",),
-            ("get_prefix_cache_hit_rate", self.rng.choice([Device.GPU, Device.CPU])),
+        queries: list[ManagerCall[object]] = [
+            calls.get_common_computed_block_ids(members),
+            calls.get_num_cached_tokens(seq_id),
+            calls.get_block_table(seq_id),
+            calls.get_cross_block_table(group_id),
+            calls.get_num_free_gpu_blocks(),
+            calls.get_num_free_cpu_blocks(),
+            calls.get_prefix_cache_hit_rate(self.rng.choice([Device.GPU, Device.CPU])),
         ]
-        self.side.call(*self.rng.choice(queries))
+        self.side.call(self.rng.choice(queries))
 
     def misuse(self, seq_id: int) -> None:
-        calls: list[tuple[Any, ...]] = [
-            ("free", 10_000),
-            ("append_slots", 10_000, [1]),
-            ("allocate", self.fresh_id(), [seq_id], [1]),
-            ("fork", seq_id, seq_id),
-            ("append_slots", seq_id, [-5]),
-            ("access_all_blocks_in_seq", seq_id, float("inf")),
-            ("can_allocate", [1], -1),
-            ("get_prefix_cache_hit_rate", "gpu"),
+        wrong: list[ManagerCall[object]] = [
+            calls.free(10_000),
+            calls.append_slots(10_000, [1]),
+            calls.allocate(self.fresh_id(), [seq_id], [1]),
+            calls.fork(seq_id, seq_id),
+            calls.append_slots(seq_id, [-5]),
+            calls.access_all_blocks_in_seq(seq_id, float("inf")),
+            calls.can_allocate([1], -1),
+            calls.get_prefix_cache_hit_rate(cast(Device, "gpu")),  # not a Device, on purpose
         ]
-        result = self.side.call(*self.rng.choice(calls))
+        result = self.side.call(self.rng.choice(wrong))
         if not isinstance(result, PagedKVError):
             raise Divergence(f"a call that must fail succeeded: {self.side.calls[-1]}")
 
@@ -362,12 +372,14 @@ def soak(
     return result
 
 
-def diverges(factory: Factory, config: ManagerConfig, calls: list[Call], exact: bool) -> str | None:
+def diverges(
+    factory: Factory, config: ManagerConfig, calls: list[RecordedCall], exact: bool
+) -> str | None:
     """Why replaying ``calls`` diverges (comparing the whole state after every call), or None."""
     side = Lockstep(factory, config, exact)
     try:
         for method, args in calls:
-            side.call(method, *args)
+            side.call(call_named("manager", method, args))
             side.check_state(f"after {method}")
     except Divergence as failure:
         return str(failure)
@@ -378,7 +390,9 @@ def diverges(factory: Factory, config: ManagerConfig, calls: list[Call], exact: 
     return None
 
 
-def shrink(factory: Factory, config: ManagerConfig, calls: list[Call], exact: bool) -> list[Call]:
+def shrink(
+    factory: Factory, config: ManagerConfig, calls: list[RecordedCall], exact: bool
+) -> list[RecordedCall]:
     """Delete chunks of calls (halves, then quarters, ... then single calls) while the replay
     still diverges; what is left ends at the call that diverges."""
     current = list(calls)

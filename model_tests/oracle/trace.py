@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pagedkv.model_tests.lockstep.calls import Divergence, TargetStopped, run_call
-from pagedkv.model_tests.lockstep.capture import Call, RunRecord
+from pagedkv.model_tests.lockstep.capture import RecordedCall, RunRecord
 from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
 from pagedkv.model_tests.lockstep.pool_safety_session import PoolSafetySession
 from pagedkv.model_tests.lockstep.pool_session import IsomorphicPoolSession
@@ -45,6 +45,7 @@ from pagedkv.model_tests.oracle.watchdog import watched
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs.errors import ConfigurationError, PagedKVError
+from pagedkv.specs.named_calls import call_named
 from pagedkv.specs.policy import PAGEDKV, SAFETY, Policy, policy_from_json, policy_json
 from pagedkv.specs.validation import check_config_bounds
 
@@ -147,7 +148,7 @@ def create_outcome(level: Level, config: Any, policy: Policy = PAGEDKV) -> tuple
 def trace_of_calls(
     level: Level,
     config: Any,
-    calls: Iterable[Call],
+    calls: Iterable[RecordedCall],
     policy: Policy = PAGEDKV,
     *,
     safety: bool = False,
@@ -161,7 +162,7 @@ def trace_of_calls(
     for op, args in calls:
         expect = None
         if not safety:
-            result, error = run_call(reference, op, args, {})
+            result, error = run_call(reference, call_named(level, op, args))
             expect = outcome_json(level, op, result, error)
         trace.ops.append(TraceOp(op, tuple(args), expect))
     return trace
@@ -525,7 +526,7 @@ def check_expectations(trace: Trace) -> Verdict | None:
             f" {got}",
         )
     for number, op in enumerate(trace.ops, 1):
-        result, error = run_call(reference, op.op, op.args, {})
+        result, error = run_call(reference, call_named(trace.level, op.op, op.args))
         got = outcome_json(trace.level, op.op, result, error)
         if got != op.expect:
             expected = show_expect(trace.level, op.op, op.expect)
@@ -610,7 +611,7 @@ def _replay_on(trace: Trace, model: Any, target: Any, watch: StepWatch | None) -
         if getattr(session, "ended", False):
             break  # a call failed midway under a non-atomic policy: nothing follows it
         try:
-            session.call(op.op, *op.args)
+            session.call(call_named(trace.level, op.op, op.args))
         except (Exception, TargetStopped) as error:
             if watch is not None:
                 watch(number, session, error)

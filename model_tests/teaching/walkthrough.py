@@ -39,6 +39,7 @@ from pagedkv.model_tests.teaching.rules import CREATE, STALE, rule_of
 from pagedkv.model_tests.teaching.snapshot import picture_of
 from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.named_calls import call_named
 from pagedkv.specs.types import Device
 
 Factory = Callable[[Any], Any]
@@ -89,7 +90,7 @@ def reference_frames(loaded: Trace, stale: Verdict | None) -> list[Frame]:
     ]
     if reference is not None:
         for number, op in enumerate(loaded.ops, 1):
-            result, error = run_call(reference, op.op, op.args, {})
+            result, error = run_call(reference, call_named(loaded.level, op.op, op.args))
             frames.append(
                 Frame(
                     number,
@@ -127,10 +128,11 @@ def _tables(
     return tuple(rows)
 
 
-def _ask(target: Any, method: str, *args: Any) -> Any:
-    """A protocol query on the target; its error as text (a target that diverged may well fail)."""
+def _ask(method: Callable[[], Callable[..., Any]], *args: Any) -> Any:
+    """A protocol query on the target (``_ask(lambda: target.free, 3)``); its error as text (a
+    target that diverged may well fail)."""
     try:
-        return getattr(target, method)(*args)
+        return method()(*args)
     except Exception as error:
         return f"raises {type(error).__name__}"
 
@@ -143,17 +145,17 @@ def target_side(session: Any, target: Any, outcome: str, before: ManagerView | N
     """What the protocol shows of the target now: asked afresh, so that after a divergence the
     page shows the target as it really is."""
     if not isinstance(session, IsomorphicManagerSession):
-        count = _count(_ask(target, "num_free_blocks"))
+        count = _count(_ask(lambda: target.num_free_blocks))
         return TargetSide(outcome, (FreeCount("pool", count, _free(session, None)),))
     view = session.model.view()
     seq_ids = set(view.seqs) | (set() if before is None else set(before.seqs))
-    observed = {seq_id: _ask(target, "get_block_table", seq_id) for seq_id in sorted(seq_ids)}
+    observed = {seq_id: _ask(lambda: target.get_block_table, seq_id) for seq_id in sorted(seq_ids)}
     observed = {k: v for k, v in observed.items() if k in view.seqs or isinstance(v, list)}
     free = tuple(
-        FreeCount(device.name, _count(_ask(target, method)), _free(session, device))
-        for device, method in (
-            (Device.GPU, "get_num_free_gpu_blocks"),
-            (Device.CPU, "get_num_free_cpu_blocks"),
+        FreeCount(device.name, _count(_ask(query)), _free(session, device))
+        for device, query in (
+            (Device.GPU, lambda: target.get_num_free_gpu_blocks),
+            (Device.CPU, lambda: target.get_num_free_cpu_blocks),
         )
     )
     return TargetSide(outcome, free, _tables(session, view, observed))
@@ -197,7 +199,7 @@ class SideBySide:
         else:  # the reference's own outcome, from the state before the step
             clone = copy.copy(session.model)
             clone.state = self.state_before
-            result, raised = run_call(clone, op.op, op.args, {})
+            result, raised = run_call(clone, call_named(self.loaded.level, op.op, op.args))
             mine = raised if raised is not None else result
         side = target_side(session, self.targets[-1], theirs, self.view_before)
         view = session.model.view()
@@ -266,23 +268,23 @@ class TargetAlone:
         target = self.targets[-1]
         if self.loaded.level == "pool":
             free: tuple[FreeCount, ...] = (
-                FreeCount("pool", _count(_ask(target, "num_free_blocks")), None),
+                FreeCount("pool", _count(_ask(lambda: target.num_free_blocks)), None),
             )
             side = TargetSide(theirs, free)
         else:
             ledger = session.ledger
             rows = []
             for seq_id in sorted(ledger.seqs):
-                table = _ask(target, "get_block_table", seq_id)
+                table = _ask(lambda: target.get_block_table, seq_id)
                 if isinstance(table, list):
                     rows.append(TargetRow(f"seq {seq_id}", tuple(table), None))
                 else:
                     rows.append(TargetRow(f"seq {seq_id}", None, None, str(table)))
             free = tuple(
-                FreeCount(device.name, _count(_ask(target, method)), None)
-                for device, method in (
-                    (Device.GPU, "get_num_free_gpu_blocks"),
-                    (Device.CPU, "get_num_free_cpu_blocks"),
+                FreeCount(device.name, _count(_ask(query)), None)
+                for device, query in (
+                    (Device.GPU, lambda: target.get_num_free_gpu_blocks),
+                    (Device.CPU, lambda: target.get_num_free_cpu_blocks),
                 )
             )
             side = TargetSide(theirs, free, tuple(rows))

@@ -17,7 +17,7 @@ from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
-from pagedkv.specs import interface, operations
+from pagedkv.specs import interface, named_calls, operations
 from pagedkv.specs.types import ExtraKey
 
 SPECS = Path(operations.__file__).parent
@@ -91,3 +91,62 @@ def test_every_kind_has_a_json_form() -> None:
             for param in operation.params:
                 codec.encode_value(param.kind, None if param.kind.endswith("?") else [])
             assert operation.result in operations.RESULTS or operation.result == "pairs"
+
+
+PROTOCOLS: dict[operations.Level, tuple[type[Any], str]] = {
+    "manager": (interface.BlockSpaceManager, "ManagerCall"),
+    "pool": (interface.BlockPool, "PoolCall"),
+}
+
+
+@pytest.mark.parametrize("level", operations.LEVELS)
+def test_each_operation_has_a_typed_call_with_its_protocols_parameters(
+    level: operations.Level,
+) -> None:
+    """``specs/manager_calls.py`` and ``specs/pool_calls.py``: one constructor per operation, in
+    the table's order, with the Protocol method's parameters (names, defaults, annotations) and
+    a call of the Protocol method's result."""
+    constructors = named_calls.CONSTRUCTORS[level]
+    assert list(constructors) == list(operations.OPERATIONS[level]), level
+    protocol, call_type = PROTOCOLS[level]
+    for name, constructor in constructors.items():
+        method = inspect.signature(getattr(protocol, name))
+        made = inspect.signature(constructor)
+        wanted = [(p.name, p.default, p.annotation) for p in parameters(getattr(protocol, name))]
+        found = [(p.name, p.default, p.annotation) for p in made.parameters.values()]
+        assert found == wanted, (level, name)
+        assert made.return_annotation == f"{call_type}[{method.return_annotation}]", (level, name)
+
+
+class _Names:
+    """A side whose every method is its own name: what a call's ``method`` reaches."""
+
+    def __getattr__(self, name: str) -> str:
+        return name
+
+
+@pytest.mark.parametrize("level", operations.LEVELS)
+def test_a_call_names_its_operation_and_reaches_its_method(level: operations.Level) -> None:
+    for name, operation in operations.OPERATIONS[level].items():
+        args = [object() for _ in operation.params]
+        call = named_calls.call_named(level, name, args)
+        assert (call.name, call.args) == (name, tuple(args))
+        reached: object = call.method(_Names())
+        assert reached == name
+        required = args[: operation.min_args]
+        assert len(named_calls.call_named(level, name, required).args) == len(operation.params)
+
+
+def test_calls_of_one_operation_with_equal_arguments_are_equal() -> None:
+    """A machine draws calls from lists (``sampled_from``), and Hypothesis labels such a draw by
+    its elements' hashes: equal calls must hash alike across draws (each constructor makes a
+    new function), or the search goes otherwise than with the ``(name, *args)`` it replaced."""
+    assert named_calls.call_named("pool", "free", [3]) == named_calls.call_named(
+        "pool", "free", [3]
+    )
+    assert hash(named_calls.call_named("manager", "free", [3])) == hash(
+        named_calls.call_named("manager", "free", [3])
+    )
+    assert named_calls.call_named("pool", "free", [3]) != named_calls.call_named(
+        "pool", "free", [4]
+    )
