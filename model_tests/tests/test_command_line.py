@@ -715,7 +715,7 @@ def caught(pid: int, number: int) -> bool:
     ids=["SIGINT", "SIGTERM"],
 )
 def test_a_signal_while_pagedkv_imports_is_its_one_line(number: int, code: int, says: str) -> None:
-    """The console script's first lines catch SIGTERM (``pagedkv_entry``); sent the moment they
+    """The console script's first lines catch SIGTERM (``pagedkv.entry``); sent the moment they
     have, the signal lands while pagedkv's modules import (about 0.3 s more), before
     ``pagedkv.cli`` is there: it used to be a KeyboardInterrupt traceback, or death by SIGTERM
     with nothing said."""
