@@ -27,7 +27,7 @@ from pagedkv.model_tests.lockstep.observation import Observation, differences, o
 from pagedkv.model_tests.lockstep.places import Place, Slot, cannot_serve, misplaced, not_a_hit
 from pagedkv.model_tests.lockstep.show import free_count_differs, show_call, show_value
 from pagedkv.model_tests.lockstep.step import Step
-from pagedkv.reference.allocation import Picker, allowed_choices
+from pagedkv.reference.allocation import EVICTION_ORDER, Picker, allowed_choices
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.manager_state import lowest_ids
 from pagedkv.reference.pool_state import PoolState
@@ -283,7 +283,8 @@ class IsomorphicManagerSession:
                 raise Divergence(
                     f"{where}: the target took its block {theirs} (the model's cached block"
                     f" {stands_for}) where the model has {mine}: the spec does not allow taking"
-                    f" that block there (block_pool.md §4)"
+                    " that block there (free blocks first, then the evictable ones,"
+                    f" {EVICTION_ORDER}; specs/block_pool.md §4)"
                     + (f"; nor can it serve there as a cache hit: {hit}" if hit else ""),
                     "choice",
                 )
