@@ -86,6 +86,10 @@ class UsageError(Exception):
     """Bad input: reported as one line on stderr, exit 2."""
 
 
+class OutputError(Exception):
+    """Standard output that cannot be written (a full disk, an I/O error): one line, exit 2."""
+
+
 TARGET_HELP = "package.module:factory, exec:PROGRAM, or one of pagedkv's own: " + ", ".join(
     targets.ALIASES
 )
@@ -105,6 +109,7 @@ ONE_LINE_ERRORS: tuple[type[Exception], ...] = (
     CorpusError,
     profiles.ProfileError,
     KnownError,
+    OutputError,
 )
 """Bad input of every kind: the message is the whole report."""
 
@@ -117,13 +122,45 @@ class _Parser(argparse.ArgumentParser):
 # --- output -----------------------------------------------------------------------------------
 
 
+ASCII_LOOKALIKES = str.maketrans(
+    {"─": "-", "└": "`-", "→": "->", "←": "<-", "…": "...", "·": "-", "✗": "x", "µ": "u", "§": "S"}
+)
+"""What the drawings and reports use beyond ASCII, for a stream that cannot encode it."""
+
+
+class _Checked:
+    """A text stream whose failures to write are ``OutputError`` (one line), except the reader
+    going away (``BrokenPipeError``, its own exit code)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            try:
+                return self._stream.write(text)
+            except UnicodeEncodeError as error:  # an ASCII-only stdout (LANG=C, PYTHONIOENCODING)
+                plain = text.translate(ASCII_LOOKALIKES).encode(error.encoding, "replace")
+                return self._stream.write(plain.decode(error.encoding))
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise OutputError(f"cannot write the output: {error.strerror or error}") from None
+
+    def flush(self) -> None:
+        _flush(self._stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 class Output:
     """Plain text, or rich when ``stream`` is a terminal."""
 
     def __init__(
         self, stream: IO[str], *, rich: bool | None = None, keys: IO[str] | None = None
     ) -> None:
-        self.stream = stream
+        self.stream: Any = _Checked(stream)
         self.keys = sys.stdin if keys is None else keys
         self.rich = stream.isatty() if rich is None else rich
         self.console: Any = None
@@ -249,7 +286,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
         profile.check_level(level)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    trace.check_writable(args.trace_out)
+    trace_out = trace.check_writable(args.trace_out)
     known = None if args.known is None else load_known(args.known, level)
     factory = targets.check(args.target, level, args.timeout)
 
@@ -264,7 +301,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
             level,
             steps=args.steps,
             seed=args.seed,
-            trace_out=args.trace_out,
+            trace_out=trace_out,
             progress=progress,
             profile=profile,
             timeout=args.timeout,
@@ -272,20 +309,28 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
             contract=args.contract,
         )
     hint = None
+    written = result.trace_path  # absolute: where it is, whatever directory the target chose
+    if written == trace_out:  # named as the user did, from the directory pagedkv started in
+        result.trace_path = Path(args.trace_out)
     if result.trace_path is not None:
         hint = (
             f"pagedkv replay {shlex.quote(str(result.trace_path))}"
             f" --target {shlex.quote(args.target)}"
         )
     report = check_report(result, args.target, hint)
-    if result.trace is not None and result.trace_path is not None:
-        report.notes.append(_divergence_page(result.trace, result.trace_path, factory, args.target))
+    if result.trace is not None and written is not None and result.trace_path is not None:
+        report.notes.append(
+            _divergence_page(result.trace, written, factory, args.target, result.trace_path)
+        )
     out.report(report)
     return EXIT_PASS if result.passed else EXIT_FAIL
 
 
-def _divergence_page(loaded: Trace, trace_path: Path, factory: Any, target: str) -> str:
-    """The trace viewer's page for a divergence, next to its trace; the note that says where."""
+def _divergence_page(
+    loaded: Trace, trace_path: Path, factory: Any, target: str, shown: Path | None = None
+) -> str:
+    """The trace viewer's page for a divergence, next to its trace; the note that says where
+    (beside ``shown``, the trace as the report names it)."""
     path = _page_beside(trace_path)
     try:
         html = page.render(walk_trace(loaded, str(trace_path), factory, target))
@@ -295,7 +340,7 @@ def _divergence_page(loaded: Trace, trace_path: Path, factory: Any, target: str)
     except Exception as error:  # the verdict above stands whatever happens to its page
         return f"page: not written ({type(error).__name__}: {error})"
     sides = "the target" if loaded.safety else "both sides"
-    return f"page: {path} ({sides}, step by step, in a browser)"
+    return f"page: {_page_beside(shown or trace_path)} ({sides}, step by step, in a browser)"
 
 
 def _page_beside(trace_path: Path) -> Path:
@@ -305,6 +350,8 @@ def _page_beside(trace_path: Path) -> Path:
 
 
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
+    if args.step and args.out is None and out.keys is None:
+        raise UsageError("--step waits for Enter on standard input, which is closed")
     walk = demo.walk()
     if args.out is not None:
         path = _write_page(walk, args.out)
@@ -426,7 +473,8 @@ def cmd_record(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_soak(args: argparse.Namespace, out: Output) -> int:
-    factory = targets.check(args.target, "manager")
+    trace_out = trace.check_writable(args.trace_out)
+    factory = targets.check(args.target, "manager", args.timeout)
     exact = args.exact or args.target == "optimized"
     if exact:
         sample = targets.build(factory, "manager", args.target)
@@ -441,7 +489,7 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
             args.steps,
             seed,
             exact=exact,
-            trace_out=args.trace_out,
+            trace_out=trace_out,
             progress=lambda steps: update(f"soaking {args.target}: {steps} steps"),
         )
     mode = "exact" if exact else "isomorphic"
@@ -462,6 +510,18 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
         )
         out.report(Report(True, title, verdict))
         return EXIT_PASS
+    if result.hung:
+        out.report(
+            Report(
+                False,
+                title,
+                f"FAIL after {result.steps} steps: the target does not answer in time (hangs)",
+                show_config(result.config),
+                detail=f"expected an answer: {result.failure}",
+                notes=["note: not shrunk or replayed: the target hung, and is not called again"],
+            )
+        )
+        return EXIT_FAIL
     report = Report(
         False,
         title,
@@ -479,6 +539,8 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
         ],
         f"diverges: {result.failure}",
     )
+    if result.trace_path == trace_out:  # named as the user did (see cmd_check)
+        result.trace_path = Path(args.trace_out)
     if result.trace_path is not None:
         report.notes.append(f"trace: {result.trace_path}")
         report.notes.append(
@@ -561,7 +623,7 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--trace-out",
         default=DEFAULT_TRACE,
-        help=f"where a divergence's trace goes ({DEFAULT_TRACE})",
+        help=f"where a divergence's trace goes ({DEFAULT_TRACE}; {TRACE_OUT_CHECKED})",
     )
     check.add_argument(
         "--known",
@@ -615,8 +677,9 @@ def parser() -> argparse.ArgumentParser:
     soak_.add_argument(
         "--trace-out",
         default=DEFAULT_TRACE,
-        help=f"where a divergence's shrunk trace goes ({DEFAULT_TRACE})",
+        help=f"where a divergence's shrunk trace goes ({DEFAULT_TRACE}; {TRACE_OUT_CHECKED})",
     )
+    _timeout_option(soak_)
 
     bench = commands.add_parser(
         "bench", help="replay a serving workload on the managers and time it (never asserts)"
@@ -671,6 +734,9 @@ def parser() -> argparse.ArgumentParser:
         "--trace-out", default=None, help="also write the workload as a pagedkv trace (slow)"
     )
     return top
+
+
+TRACE_OUT_CHECKED = "made absolute and tried before the search starts; a missing folder is made"
 
 
 def whole_number(minimum: int) -> Callable[[str], int]:
@@ -758,17 +824,36 @@ def main(
         print(f"pagedkv: {text}", file=err_stream)
         return EXIT_ERROR
 
+    if out_stream is None:
+        return fail(
+            "error: standard output is closed: there is nowhere to print the verdict"
+            " (send it to /dev/null to drop it)"
+        )
     try:
         args = parser().parse_args(argv)
     except SystemExit as exit_:  # --help and --version, nothing else
-        return exit_.code if isinstance(exit_.code, int) else EXIT_PASS
+        code = exit_.code if isinstance(exit_.code, int) else EXIT_PASS
+        try:
+            _flush(sys.stdout)
+        except OutputError as error:
+            return fail(f"error: {error}")
+        except BrokenPipeError:
+            return _reader_gone(out_stream)
+        return code
     except UsageError as error:
         return fail(f"error: {error}")
+    if out_stream is None:  # Python's sys.stdout where descriptor 1 was closed (`>&-`)
+        return fail(
+            "error: standard output is closed: there is nowhere to print the verdict"
+            " (send it to /dev/null to drop it)"
+        )
     with _sigterm_interrupts():
         try:
             check_environment(args)
             profiles.pin_generation()
-            return COMMANDS[args.command](args, Output(out_stream, keys=stdin))
+            code = COMMANDS[args.command](args, Output(out_stream, keys=stdin))
+            _flush(out_stream)  # the verdict is out (or its failure reported) before the code
+            return code
         except ONE_LINE_ERRORS as error:
             return fail(f"error: {error}")
         except Terminated:
@@ -778,13 +863,7 @@ def main(
             print("pagedkv: interrupted", file=err_stream)
             return EXIT_INTERRUPTED
         except BrokenPipeError:
-            # the reader is gone: nothing more can be said there, and Python's own flush at
-            # exit must not complain either
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            if out_stream is sys.stdout:
-                os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
-            return EXIT_CLOSED_OUTPUT
+            return _reader_gone(out_stream)
         except MemoryError:
             return fail("error: out of memory")
         except BaseException as error:  # a bug of pagedkv's: still one line, never exit 0
@@ -795,6 +874,26 @@ def main(
                 f"internal error: {type(error).__name__}{': ' + text if text else ''}"
                 f" ({TRACEBACK_VARIABLE}=1 shows where)"
             )
+
+
+def _flush(stream: IO[str]) -> None:
+    try:
+        stream.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as error:
+        text = getattr(error, "strerror", None) or str(error)
+        raise OutputError(f"cannot write the output: {text}") from None
+
+
+def _reader_gone(out_stream: IO[str]) -> int:
+    """The reader is gone: nothing more can be said there, and Python's own flush at exit must
+    not complain either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    if out_stream is sys.stdout:
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_CLOSED_OUTPUT
 
 
 def check_environment(args: argparse.Namespace) -> None:

@@ -5,6 +5,9 @@ exit code (130, 143) from the first moment, even while its modules are still bei
 Its handlers go in before ``pagedkv.cli`` is imported: ``pagedkv/__init__.py``, which runs first,
 imports nothing of the layers (its names load when first used). What it cannot cover is the
 interpreter's own start (a few tens of milliseconds before this file runs).
+
+The command then runs in a child process that the parent watches (``pagedkv/supervisor.py``):
+``pagedkv`` exits 0 only after a verdict was printed, whatever a target does to its process.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import os
 import signal
 import sys
 from types import FrameType
+
+from pagedkv.model_tests.oracle import verdict_pipe
 
 STOPPED = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
 """The exit code and the line of each signal, as ``pagedkv.cli`` gives them."""
@@ -25,6 +30,7 @@ def stop_at_once(signum: int, frame: FrameType | None) -> None:
     code, what = STOPPED[signal.Signals(signum)]
     with contextlib.suppress(OSError):
         os.write(2, f"pagedkv: {what}\n".encode())
+    verdict_pipe.declare(code)
     os._exit(code)
 
 
@@ -34,14 +40,16 @@ for number in STOPPED:
 
 from pagedkv.cli import main as run_command  # noqa: E402 (after the handlers, which must cover it)
 from pagedkv.model_tests.oracle.reaper import adopt_orphans  # noqa: E402 (after the handlers)
+from pagedkv.supervisor import run_apart  # noqa: E402 (after the handlers)
+
+
+def run_here() -> int:
+    adopt_orphans()  # what an `exec:` program leaves behind comes to pagedkv, to be killed
+    return run_command()  # its output flushed: the verdict is out before it returns
 
 
 def main() -> int:
-    adopt_orphans()  # what an `exec:` program leaves behind comes to pagedkv, to be killed
-    code = run_command()
-    with contextlib.suppress(OSError, ValueError):  # the verdict out before a late signal
-        sys.stdout.flush()
-    return code
+    return run_apart(run_here)
 
 
 if __name__ == "__main__":

@@ -161,7 +161,7 @@ def run_check(
     run that ends on one of the ``known`` differences is counted, not failed (``known.py``)."""
     profile.check_level(level)
     if trace_out is not None:
-        trace.check_writable(trace_out)
+        trace_out = trace.check_writable(trace_out)  # absolute: a target may chdir
     seed = random.randrange(2**32) if seed is None else seed
     result = CheckResult(level, seed, profile, contract=contract)
     factory = guard(factory, timeout)

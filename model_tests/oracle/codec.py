@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, fields
 from typing import Any
@@ -64,6 +65,10 @@ def parse_json(text: str) -> JSON:
         raise CodecError(f"not JSON ({why}, column {error.colno})") from None
     except RecursionError:
         raise CodecError(f"not a protocol value: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:  # Python reads at most sys.get_int_max_str_digits() digits of a number
+        raise CodecError(
+            f"not a protocol value: a number longer than {sys.get_int_max_str_digits()} digits"
+        ) from None
     if _depth(value) > MAX_DEPTH:
         raise CodecError(f"not a protocol value: nested deeper than {MAX_DEPTH} levels")
     return value

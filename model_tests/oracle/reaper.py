@@ -29,6 +29,7 @@ from pathlib import Path
 MARK = "PAGEDKV_PEER"
 """The environment variable each program (and so each of its descendants) is started with."""
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 PROC = Path("/proc")
 
 
@@ -41,6 +42,20 @@ def adopt_orphans() -> bool:
         return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
+
+
+def end_with_parent(parent: int) -> None:
+    """SIGTERM to this process when ``parent`` ends (Linux): the command's process is not left
+    running when its thin parent is killed (``pagedkv/supervisor.py``)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the request was made
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _parent(pid: int) -> int | None:
@@ -108,4 +123,12 @@ def kill_all(pids: list[int]) -> None:
             time.sleep(0.01)
 
 
-__all__ = ["MARK", "adopt_orphans", "descendants", "kill_all", "marked", "strays"]
+__all__ = [
+    "MARK",
+    "adopt_orphans",
+    "descendants",
+    "end_with_parent",
+    "kill_all",
+    "marked",
+    "strays",
+]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from pagedkv.model_tests.lockstep.calls import Divergence, run_call, shared_error
+from pagedkv.model_tests.lockstep.calls import Divergence, TargetStopped, run_call, shared_error
 from pagedkv.model_tests.lockstep.capture import RecordedCall
 from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
 from pagedkv.model_tests.lockstep.show import show_call, show_value
@@ -72,6 +72,8 @@ class SoakResult:
     trace_path: Path | None = None
     replays: bool | None = None
     """Whether ``pagedkv replay`` of the written trace reproduces the divergence."""
+    hung: bool = False
+    """The failure is a call the target did not answer in time: it was not called again."""
 
     @property
     def passed(self) -> bool:
@@ -343,7 +345,11 @@ def soak(
     start, cpu = time.perf_counter(), time.process_time()
     while result.steps < steps and result.passed:
         config = random_config(rng)
-        side = Lockstep(factory, config, exact)
+        try:
+            side = Lockstep(factory, config, exact)
+        except TargetStopped as stopped:  # a hang is a FAIL, as under check
+            result.failure, result.hung, result.config = str(stopped), True, config
+            break
         walk = Walk(rng, side)
         result.episodes += 1
         next_check = CHECKPOINT
@@ -360,6 +366,9 @@ def soak(
             result.failure = str(failure)
             result.config = config
             result.calls = list(side.calls)
+        except TargetStopped as stopped:
+            result.failure, result.hung, result.config = str(stopped), True, config
+            result.calls = list(side.calls)
         finally:
             close_target(side.target)  # an exec: program goes back (or away)
         result.steps += len(side.calls)
@@ -367,7 +376,7 @@ def soak(
             progress(result.steps)
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu
-    if result.failure is not None and result.config is not None:
+    if result.failure is not None and result.config is not None and not result.hung:
         _shrink_and_write(result, factory, exact, trace_out)
     return result
 

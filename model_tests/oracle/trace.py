@@ -24,6 +24,7 @@ target agrees with the reference through the isomorphic session, step by step.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -220,9 +221,34 @@ def dumps(trace: Trace) -> str:
 
 
 def check_writable(path: str | Path) -> Path:
-    """``path`` can be written as a trace file (its directory is made if need be); checked before
-    a long search, so that its report is not lost for want of a place to put it."""
-    out = Path(path)
+    """``path`` made absolute (a target that changes the working directory moves nothing), once
+    a file has been created there and removed again (its folders too, if they had to be made):
+    checked before a long search, so that its report is not lost for want of a place to put it.
+    Where a folder is missing, it is made when the trace is written."""
+    out = _refuse_non_file(Path(os.path.abspath(path)), path)
+    made: list[Path] = []
+    created = False
+    try:
+        for folder in reversed([out.parent, *out.parent.parents]):
+            if not folder.exists():
+                folder.mkdir()
+                made.append(folder)
+        existed = out.exists()
+        os.close(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND))  # nothing written
+        created = not existed
+    except OSError as error:
+        raise TraceError(f"{path}: cannot be written ({error.strerror or error})") from None
+    finally:
+        if created:
+            out.unlink()
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    return out
+
+
+def _refuse_non_file(out: Path, path: str | Path) -> Path:
+    """``out``, unless something other than a writable regular file is there."""
     if out.is_dir():
         raise TraceError(f"{path}: is a directory, not a file")
     if out.exists() and not out.is_file():
@@ -245,7 +271,7 @@ def write(trace: Trace, path: str | Path) -> Path:
 
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path``, making its folder if need be (a trace, its page)."""
-    out = check_writable(path)
+    out = _refuse_non_file(Path(os.path.abspath(path)), path)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
