@@ -8,13 +8,19 @@ conformance traces, and teach the algorithm.
     pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS]
     pagedkv demo   [--step] [-o PAGE]
     pagedkv show   TRACE [-o PAGE] [--target T]
-    pagedkv bench  [--baseline REV] [--target T ...] [--kernels] [--json PATH] [--plot PATH] ...
+    pagedkv bench  [--baseline REV] [--target T ...] [--kernels] [--json PATH] [--plot PATH]
+                   [--timeout SECONDS] ...
     pagedkv soak   [--target T] [--steps N] [--seed S] [--exact] [--trace-out PATH]
+                   [--timeout SECONDS]
 
 T is ``package.module:factory`` or ``exec:./program [args]`` (see ``specs/oracle.md``).
-Exit codes: 0 pass; 1 a divergence (``check``, ``replay``, ``soak``) or an incomplete corpus
-(``record``); 2 bad usage, a target that cannot be loaded or built, a trace that cannot be read or
-is stale. ``bench`` measures and prints; it exits 0 unless it cannot run.
+Exit codes: 0 pass, only once the verdict is printed; 1 FAIL: a divergence (``check``,
+``replay``, ``soak``), a target that does not answer in time (those and ``bench``), an incomplete
+corpus (``record``); 2 bad usage, a target that cannot be loaded or built, a trace that cannot be
+read or is stale, a file or standard output that cannot be written. ``bench`` measures and
+prints; it exits 0 unless it cannot run or a target hangs. The console script runs each command
+in a child process that ``pagedkv/supervisor.py`` watches: a process that ends before its verdict
+is a FAIL.
 Output uses rich on a terminal and plain text otherwise; bad input is one line on stderr.
 
 Every command runs inside one handler (``main``): whatever goes wrong becomes one line on stderr
@@ -48,6 +54,7 @@ from pagedkv.model_tests.bench.report import Section, cell
 from pagedkv.model_tests.bench.runner import REFERENCE_CALLS, BenchError, resolve_targets
 from pagedkv.model_tests.bench.runner import run as run_bench
 from pagedkv.model_tests.bench.sections import Options as BenchOptions
+from pagedkv.model_tests.lockstep.calls import TargetStopped
 from pagedkv.model_tests.machines import profiles
 from pagedkv.model_tests.oracle import codec, targets, timeout, trace
 from pagedkv.model_tests.oracle.check import (
@@ -73,6 +80,7 @@ from pagedkv.model_tests.teaching.frames import Frame, Walk
 from pagedkv.model_tests.teaching.walkthrough import walk_trace
 from pagedkv.specs.policy import PROFILE_NAMES, Profile
 from pagedkv.specs.policy import profile as named_profile
+from pagedkv.specs.validation import MAX_BLOCKS
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
@@ -559,8 +567,13 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_bench(args: argparse.Namespace, out: Output) -> int:
     reference_calls = None if args.no_reference else args.reference_calls
+    written = {  # absolute, and tried, before anything runs
+        name: None if path is None else trace.check_writable(path)
+        for name, path in (("json", args.json), ("plot", args.plot), ("trace", args.trace_out))
+    }
+    per_call = timeout.resolve(args.timeout)
     try:
-        found = resolve_targets(args.target, args.baseline, reference_calls)
+        found = resolve_targets(args.target, args.baseline, reference_calls, per_call)
     except BenchError as error:
         raise UsageError(str(error)) from None
     options = BenchOptions(
@@ -572,13 +585,17 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
         scaling_calls=args.scaling_calls,
         kernels=args.kernels,
         defrag=args.defrag,
-        trace_out=None if args.trace_out is None else Path(args.trace_out),
+        trace_out=written["trace"],
+        timeout=per_call,
     )
-    json_out = None if args.json is None else Path(args.json)
-    plot_out = None if args.plot is None else Path(args.plot)
-    run_bench(options, out.section, json_out, plot_out)
-    if json_out is not None:
-        out.line(f"figures: {json_out}")
+    try:
+        run_bench(options, out.section, written["json"], written["plot"])
+    except TargetStopped as stopped:  # a hang is a FAIL, as under check
+        who = args.target[0] if len(args.target) == 1 else "a target"
+        out.line(f"FAIL: {who} does not answer in time (hangs): {stopped}", "bold red")
+        return EXIT_FAIL
+    if args.json is not None:
+        out.line(f"figures: {args.json}")
     return EXIT_PASS
 
 
@@ -728,11 +745,18 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--quick", action="store_true", help="a tiny smoke run (no figure means much)"
     )
-    bench.add_argument("--json", default=None, help="write every figure here")
-    bench.add_argument("--plot", default=None, help="draw a PNG here (needs matplotlib)")
     bench.add_argument(
-        "--trace-out", default=None, help="also write the workload as a pagedkv trace (slow)"
+        "--json", default=None, help=f"write every figure here ({TRACE_OUT_CHECKED})"
     )
+    bench.add_argument(
+        "--plot", default=None, help=f"draw a PNG here (needs matplotlib; {TRACE_OUT_CHECKED})"
+    )
+    bench.add_argument(
+        "--trace-out",
+        default=None,
+        help=f"also write the workload as a pagedkv trace (slow; {TRACE_OUT_CHECKED})",
+    )
+    _timeout_option(bench)
     return top
 
 
@@ -750,11 +774,16 @@ def whole_number(minimum: int) -> Callable[[str], int]:
             value = minimum - 1
         if value < minimum:
             raise argparse.ArgumentTypeError(
-                f"expected a whole number from {minimum}, got {text!r}"
+                f"expected a whole number from {minimum}, got {quoted(text)}"
             )
         return value
 
     return parse
+
+
+def quoted(text: str) -> str:
+    """``repr(text)``, cut short past 40 characters (a value pasted by mistake stays one line)."""
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
 
 
 seed_number = whole_number(0)
@@ -762,15 +791,17 @@ seed_number = whole_number(0)
 
 
 def block_counts(text: str) -> tuple[int, ...]:
-    """``--scaling``: comma-separated block counts from 1, or nothing (the section is left out)."""
+    """``--scaling``: comma-separated block counts from 1 to the bound of a configuration, or
+    nothing (the section is left out)."""
     parts = [part for part in text.split(",") if part.strip()]
     try:
         values = tuple(int(part) for part in parts)
     except ValueError:
         values = (0,)
-    if (text.strip() and not values) or any(value < 1 for value in values):
+    if (text.strip() and not values) or any(not 1 <= value <= MAX_BLOCKS for value in values):
         raise argparse.ArgumentTypeError(
-            f"expected comma-separated block counts from 1 ('' for none), got {text!r}"
+            "expected comma-separated block counts from 1 to 2**24 ('' for none),"
+            f" got {quoted(text)}"
         )
     return values
 
@@ -779,7 +810,7 @@ def assignment(text: str) -> tuple[str, str]:
     """``--policy``: NAME=VALUE."""
     name, equals, value = text.partition("=")
     if not equals or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {quoted(text)}")
     return name, value
 
 

@@ -18,6 +18,7 @@ machine, and the ratio of each repetition is kept (``Spread``).
 from __future__ import annotations
 
 import gc
+import operator
 import statistics
 import time
 import tracemalloc
@@ -27,6 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pagedkv.model_tests.bench.scheduler import Call, digest
+from pagedkv.model_tests.lockstep.show import show_call
+from pagedkv.model_tests.oracle.loop_deadline import LoopDeadline, Unwatched, calls_within
+from pagedkv.model_tests.oracle.timeout import FOREVER
 from pagedkv.specs.types import ManagerConfig
 
 Factory = Callable[[ManagerConfig], Any]
@@ -57,19 +61,58 @@ def _bound(manager: Any, calls: Sequence[Call]) -> dict[str, Callable[..., Any]]
     return {method: getattr(manager, method) for method in {m for m, _ in calls}}
 
 
+class _Replay:
+    """One replay's calls under the per-call timeout (``oracle/loop_deadline.py``): building the
+    manager, then each call of the stream, costing nothing per call."""
+
+    def __init__(self, calls: Sequence[Call], config: ManagerConfig) -> None:
+        self.calls = calls
+        self.config = config
+        self.iterator: Iterator[Call] | None = None
+        self.deadline: LoopDeadline | Unwatched = Unwatched()
+
+    def stream(self) -> Iterator[Call]:
+        """The calls, to iterate over once."""
+        self.iterator = self.deadline.follow(self.calls)
+        return self.iterator
+
+    def under_way(self) -> str:
+        if self.iterator is None:
+            return f"creating it for {self.config}"
+        method, args = self.calls[len(self.calls) - operator.length_hint(self.iterator) - 1]
+        return show_call(method, args)
+
+
+@contextmanager
+def replaying(calls: Sequence[Call], config: ManagerConfig, timeout: float) -> Iterator[_Replay]:
+    """The block's replay of ``calls``, each call (and the factory) within ``timeout``."""
+    replay = _Replay(calls, config)
+    with calls_within(timeout, replay.under_way) as deadline:
+        replay.deadline = deadline
+        yield replay
+
+
 def check(
-    factory: Factory, config: ManagerConfig, calls: Sequence[Call], outcomes: Sequence[Any]
+    factory: Factory,
+    config: ManagerConfig,
+    calls: Sequence[Call],
+    outcomes: Sequence[Any],
+    timeout: float = FOREVER,
 ) -> Any:
     """Replay once, comparing every result with the recording; returns the manager after it."""
-    manager = factory(config)
-    bound = _bound(manager, calls)
-    for number, ((method, args), expected) in enumerate(zip(calls, outcomes, strict=True), 1):
-        try:
-            got = digest(bound[method](*args))
-        except Exception as error:
-            raise ReplayError(f"call {number}, {method}: raised {error!r}") from None
-        if got != expected:
-            raise ReplayError(f"call {number}, {method}: {got!r}, the recording has {expected!r}")
+    with replaying(calls, config, timeout) as replay:
+        manager = factory(config)
+        bound = _bound(manager, calls)
+        answers = zip(replay.stream(), outcomes, strict=True)
+        for number, ((method, args), expected) in enumerate(answers, 1):
+            try:
+                got = digest(bound[method](*args))
+            except Exception as error:
+                raise ReplayError(f"call {number}, {method}: raised {error!r}") from None
+            if got != expected:
+                raise ReplayError(
+                    f"call {number}, {method}: {got!r}, the recording has {expected!r}"
+                )
     return manager
 
 
@@ -84,15 +127,18 @@ def stream_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-def seconds(factory: Factory, config: ManagerConfig, calls: Sequence[Call]) -> float:
+def seconds(
+    factory: Factory, config: ManagerConfig, calls: Sequence[Call], timeout: float = FOREVER
+) -> float:
     """CPU seconds of one replay (building the manager is not timed)."""
-    manager = factory(config)
-    bound = _bound(manager, calls)
-    with stream_frozen():
-        start = time.process_time()
-        for method, args in calls:
-            bound[method](*args)
-        return time.process_time() - start
+    with replaying(calls, config, timeout) as replay:
+        manager = factory(config)
+        bound = _bound(manager, calls)
+        with stream_frozen():
+            start = time.process_time()
+            for method, args in replay.stream():
+                bound[method](*args)
+            return time.process_time() - start
 
 
 def interleaved(
@@ -100,6 +146,7 @@ def interleaved(
     other: tuple[Factory, Sequence[Call]],
     config: ManagerConfig,
     repetitions: int,
+    timeout: float = FOREVER,
 ) -> tuple[Spread, Spread, Spread]:
     """(baseline seconds, other seconds, other / baseline) over ``repetitions`` rounds, the two
     taking turns (who goes first alternates)."""
@@ -108,7 +155,7 @@ def interleaved(
     for round_ in range(repetitions):
         order = [(baseline, mine), (other, theirs)]
         for (factory, calls), out in order if round_ % 2 == 0 else reversed(order):
-            out.append(seconds(factory, config, calls))
+            out.append(seconds(factory, config, calls, timeout))
     ratios = [t / m for t, m in zip(theirs, mine, strict=True)]
     return Spread.of(mine), Spread.of(theirs), Spread.of(ratios)
 
@@ -139,10 +186,11 @@ def per_operation(
     calls: Sequence[Call],
     overhead_ns: float,
     passes: int = 1,
+    timeout: float = FOREVER,
 ) -> dict[str, OpTime]:
     """Mean µs of each operation over the stream, the clock's own cost subtracted; with several
     passes, each operation's median of them (a pass another process interrupted counts once)."""
-    found = [_one_pass(factory, config, calls, overhead_ns) for _ in range(max(1, passes))]
+    found = [_one_pass(factory, config, calls, overhead_ns, timeout) for _ in range(max(1, passes))]
     return {
         method: OpTime(
             found[0][method].calls,
@@ -179,19 +227,30 @@ def collector_clock(clock: Callable[[], int]) -> Iterator[list[int]]:
 
 
 def _one_pass(
-    factory: Factory, config: ManagerConfig, calls: Sequence[Call], overhead_ns: float
+    factory: Factory,
+    config: ManagerConfig,
+    calls: Sequence[Call],
+    overhead_ns: float,
+    timeout: float,
 ) -> dict[str, OpTime]:
     """Each operation's time, without the collector's pauses: a collection runs when the
     allocations since the last one reach a threshold, so it lands on whichever call makes the
     allocation that crosses it, and on a large pool a full collection takes longer than many
     thousand calls. Its time is a row of its own (``COLLECTOR``)."""
-    manager = factory(config)
-    bound = _bound(manager, calls)
+    with replaying(calls, config, timeout) as replay:
+        manager = factory(config)
+        bound = _bound(manager, calls)
+        return _timed_pass(bound, replay, overhead_ns, len(calls))
+
+
+def _timed_pass(
+    bound: dict[str, Callable[..., Any]], replay: _Replay, overhead_ns: float, count: int
+) -> dict[str, OpTime]:
     clock = time.perf_counter_ns
     totals: dict[str, int] = dict.fromkeys(bound, 0)
     counts: dict[str, int] = dict.fromkeys(bound, 0)
     with stream_frozen(), collector_clock(clock) as paused:
-        for method, args in calls:
+        for method, args in replay.stream():
             fn = bound[method]
             before = paused[0]
             start = clock()
@@ -206,18 +265,21 @@ def _one_pass(
         )
         for method in sorted(bound, key=lambda m: -totals[m])
     }
-    found[COLLECTOR] = OpTime(paused[1], paused[0] / max(1, len(calls)) / 1000, paused[0] / 1e9)
+    found[COLLECTOR] = OpTime(paused[1], paused[0] / max(1, count) / 1000, paused[0] / 1e9)
     return found
 
 
-def peak_memory(factory: Factory, config: ManagerConfig, calls: Sequence[Call]) -> int:
+def peak_memory(
+    factory: Factory, config: ManagerConfig, calls: Sequence[Call], timeout: float = FOREVER
+) -> int:
     """Bytes of the largest Python heap the implementation built during one replay."""
     tracemalloc.start()
     try:
-        manager = factory(config)
-        bound = _bound(manager, calls)
-        for method, args in calls:
-            bound[method](*args)
+        with replaying(calls, config, timeout) as replay:
+            manager = factory(config)
+            bound = _bound(manager, calls)
+            for method, args in replay.stream():
+                bound[method](*args)
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -32,7 +32,8 @@ from pagedkv.model_tests.bench.sections import (
     queries_section,
     workload_section,
 )
-from pagedkv.model_tests.oracle import targets
+from pagedkv.model_tests.oracle import targets, trace
+from pagedkv.model_tests.oracle.guard import guard
 
 REFERENCE_CALLS = 20_000
 """The reference replays only the stream's first calls by default: it is a textbook, about a
@@ -140,11 +141,14 @@ SECTIONS: list[Callable[[Context], Section]] = [
 
 
 def resolve_targets(
-    specs: list[str], revision: str | None, reference_calls: int | None
+    specs: list[str],
+    revision: str | None,
+    reference_calls: int | None,
+    timeout: float | None = None,
 ) -> list[Target]:
     """The implementations to compare with the optimized manager: an earlier commit's optimized
     manager (``revision``), the reference (unless ``reference_calls`` is None) and every
-    ``--target``."""
+    ``--target``; ``timeout`` for each call into them (None: the environment's)."""
     found: list[Target] = []
     if revision is not None:
         try:
@@ -152,24 +156,26 @@ def resolve_targets(
         except baseline.BaselineError as error:
             raise BenchError(f"--baseline {revision}: {error}") from None
         sys.path.insert(0, str(root))
-        found.append(Target(f"optimized@{revision}", _load(spec)))
+        found.append(Target(f"optimized@{revision}", _load(spec, timeout)))
     if reference_calls is not None:
-        found.append(Target("reference", _load("reference"), reference_calls or None))
+        found.append(Target("reference", _load("reference", timeout), reference_calls or None))
     for spec in specs:
-        found.append(Target(spec, _load(spec)))
+        found.append(Target(spec, _load(spec, timeout)))
     return found
 
 
-def _load(spec: str) -> Any:
+def _load(spec: str, timeout: float | None) -> Any:
     """The factory, checked. A Python factory is called directly, as the optimized manager is:
-    through the oracle's guard (``model_tests/oracle/guard.py``) every call would cross to its
-    worker thread and back, which costs more than most operations, so every ratio would measure
-    the guard. An ``exec:`` program answers from its own process, whatever the measurement."""
+    through the oracle's guard (``model_tests/oracle/guard.py``) every call would pay for its
+    deadline, about as much as many operations cost, so every ratio would measure the guard;
+    the replays keep the same per-call timeout at no cost per call instead
+    (``model_tests/oracle/loop_deadline.py``). An ``exec:`` program answers from its own
+    process, under its own timeout, whatever the measurement."""
     try:
         if spec.startswith("exec:"):
-            return targets.check(spec, "manager")
+            return targets.check(spec, "manager", timeout)
         factory = targets.load(spec, "manager")
-        targets.build(factory, "manager", spec)
+        targets.build(guard(factory, timeout), "manager", spec)  # a hanging factory times out
         return factory
     except targets.TargetError as error:
         raise BenchError(str(error)) from None
@@ -191,8 +197,7 @@ def run(
     document: dict[str, Any] = {s.name: s.data for s in done}
     document["load_average_at_end"] = load_average()
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(document, indent=1, default=str), encoding="utf-8")
+        trace.write_text(json_out, json.dumps(document, indent=1, default=str))
     if plot_out is not None:
         emit(_plot(document, json_out, plot_out))
     return done

@@ -21,6 +21,8 @@ from pagedkv.model_tests.bench.requests import RequestShape
 from pagedkv.model_tests.bench.scheduler import SchedulerLimits
 from pagedkv.model_tests.bench.workload import Workload, WorkloadSpec, build, to_trace
 from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle.loop_deadline import calls_within
+from pagedkv.model_tests.oracle.timeout import DEFAULT_TIMEOUT
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.specs.types import Device, ManagerConfig
 
@@ -52,6 +54,8 @@ class Options:
     defrag: bool = False
     """The defragmenter's serving run and its exchange kernel (a child process: torch)."""
     trace_out: Path | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    """How long one call into an implementation may take (``pagedkv bench --timeout``)."""
 
 
 @dataclass
@@ -155,7 +159,9 @@ def check_section(context: Context) -> Section:
         calls = _calls(context, target)
         try:
             outcomes = stream.outcomes[: len(calls)]
-            manager = replay.check(target.factory, stream.config, calls, outcomes)
+            manager = replay.check(
+                target.factory, stream.config, calls, outcomes, context.options.timeout
+            )
         except replay.ReplayError as error:
             table.rows.append([target.name, len(calls), f"DIFFER: {error}", "-"])
             data[target.name] = {"calls": len(calls), "error": str(error)}
@@ -177,7 +183,12 @@ def operations_section(context: Context) -> Section:
     passes = min(3, context.options.repetitions)
     timings = {
         t.name: replay.per_operation(
-            t.factory, stream.config, _calls(context, t), context.overhead_ns, passes
+            t.factory,
+            stream.config,
+            _calls(context, t),
+            context.overhead_ns,
+            passes,
+            context.options.timeout,
         )
         for t in targets
     }
@@ -254,7 +265,11 @@ def end_to_end_section(context: Context) -> Section:
     for target in context.facts.get("checked", []):
         calls = _calls(context, target)
         mine, theirs, ratio = replay.interleaved(
-            (optimized.factory, calls), (target.factory, calls), stream.config, repetitions
+            (optimized.factory, calls),
+            (target.factory, calls),
+            stream.config,
+            repetitions,
+            context.options.timeout,
         )
         load = load_average()
         for name, seconds, spread in ((OPTIMIZED, mine, None), (target.name, theirs, ratio)):
@@ -315,7 +330,7 @@ def memory_section(context: Context) -> Section:
     data: dict[str, Any] = {}
     for target in [optimized, *context.facts.get("checked", [])]:
         calls = _calls(context, target)
-        peak = replay.peak_memory(target.factory, stream.config, calls)
+        peak = replay.peak_memory(target.factory, stream.config, calls, context.options.timeout)
         table.rows.append([target.name, len(calls), peak / 2**20])
         data[target.name] = {"calls": len(calls), "peak_bytes": peak}
     table.notes.append("Python heap the implementation allocated, the stream itself excluded")
@@ -375,29 +390,36 @@ def decode_questions(
         num_cpu_blocks=1,
         enable_caching=True,
     )
-    manager = factory(config)
-    prompt = tuple(range(1000, 1000 + length))
-    manager.allocate(1, [1], prompt)
-    manager.mark_blocks_as_computed(1)
-    clock = time.perf_counter_ns
-    totals = dict.fromkeys(QUESTIONS, 0)
-    calls: dict[str, tuple[Any, ...]] = {
-        "access_all_blocks_in_seq": (1, 0.0),
-        "get_common_computed_block_ids": ([1],),
-        "mark_blocks_as_computed": (1,),
-        "can_append_slots": (1, 1, 0),
-    }
-    for step in range(rounds):
-        calls["access_all_blocks_in_seq"] = (1, float(step))
-        for op in QUESTIONS[:-1]:
-            method, args = getattr(manager, op), calls[op]
+    under_way = [f"creating it for {config}"]
+    with calls_within(context.options.timeout, lambda: under_way[0]) as deadline:
+        manager = factory(config)
+        prompt = tuple(range(1000, 1000 + length))
+        deadline.next_call()
+        under_way[0] = f"allocate(1, [1], <{length} tokens>)"
+        manager.allocate(1, [1], prompt)
+        deadline.next_call()
+        under_way[0] = "mark_blocks_as_computed(1)"
+        manager.mark_blocks_as_computed(1)
+        clock = time.perf_counter_ns
+        totals = dict.fromkeys(QUESTIONS, 0)
+        calls: dict[str, tuple[Any, ...]] = {
+            "access_all_blocks_in_seq": (1, 0.0),
+            "get_common_computed_block_ids": ([1],),
+            "mark_blocks_as_computed": (1,),
+            "can_append_slots": (1, 1, 0),
+        }
+        under_way[0] = "one of the scheduler's questions or append_slots, in a decode loop"
+        for step in deadline.follow(range(rounds)):
+            calls["access_all_blocks_in_seq"] = (1, float(step))
+            for op in deadline.follow(QUESTIONS[:-1]):
+                method, args = getattr(manager, op), calls[op]
+                start = clock()
+                method(*args)
+                totals[op] += clock() - start
+            tokens = [step % 30_000]
             start = clock()
-            method(*args)
-            totals[op] += clock() - start
-        tokens = [step % 30_000]
-        start = clock()
-        manager.append_slots(1, tokens, 0)
-        totals["append_slots"] += clock() - start
+            manager.append_slots(1, tokens, 0)
+            totals["append_slots"] += clock() - start
     return {
         op: max(0.0, total / rounds - context.overhead_ns) / 1000 for op, total in totals.items()
     }

@@ -65,6 +65,8 @@ def parse_json(text: str) -> JSON:
         raise CodecError(f"not JSON ({why}, column {error.colno})") from None
     except RecursionError:
         raise CodecError(f"not a protocol value: nested deeper than {MAX_DEPTH} levels") from None
+    except CodecError:
+        raise  # the constant hook's own (NaN, Infinity)
     except ValueError:  # Python reads at most sys.get_int_max_str_digits() digits of a number
         raise CodecError(
             f"not a protocol value: a number longer than {sys.get_int_max_str_digits()} digits"
