@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 from pagedkv.model_tests.oracle import reaper, verdict_pipe
 
@@ -66,10 +67,17 @@ def run_apart(command: Callable[[], int]) -> int:
     _stdio_open()  # the pipe must not take a closed descriptor 0-2 that the child writes to
     waited = {number for number in PASSED_ON if signal.getsignal(number) is not signal.SIG_IGN}
     waited.add(signal.SIGCHLD)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an inherited SIG_IGN would reap the child
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     read_end, write_end = os.pipe()
     parent = os.getpid()
-    child = os.fork()
+    try:
+        child = os.fork()
+    except OSError:  # no process to spare: run here, as where fork is missing
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        os.close(read_end)
+        os.close(write_end)
+        return command()
     if child == 0:
         os.close(read_end)
         verdict_pipe.attach(write_end)
@@ -80,7 +88,7 @@ def run_apart(command: Callable[[], int]) -> int:
     return _watch(child, read_end, waited)
 
 
-def _child(command: Callable[[], int]) -> None:
+def _child(command: Callable[[], int]) -> NoReturn:
     """Run the command, declare its code, and end without waiting for a target's threads."""
     try:
         code = command()
@@ -106,7 +114,10 @@ def _watch(child: int, read_end: int, waited: set[signal.Signals]) -> int:
         if verdict is None:
             verdict = _read(read_end)
             deadline = time.monotonic() + GRACE  # counted from the first look that found it
-        done, status = os.waitpid(child, os.WNOHANG)
+        try:
+            done, status = os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere: how it ended is unknown
+            done, status = child, 0
         if done:
             if verdict is None:
                 verdict = _read(read_end)  # written just before it ended
