@@ -50,6 +50,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from pagedkv import __version__
 from pagedkv.model_tests.bench.report import Section, cell
 from pagedkv.model_tests.bench.runner import REFERENCE_CALLS, BenchError, resolve_targets
 from pagedkv.model_tests.bench.runner import run as run_bench
@@ -604,6 +605,7 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
 
 def parser() -> argparse.ArgumentParser:
     top = _Parser(prog="pagedkv", description="Check a KV-cache block allocator against pagedkv.")
+    top.add_argument("--version", action="version", version=f"pagedkv {__version__}")
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     check = commands.add_parser("check", help="run the lockstep machine against a target")

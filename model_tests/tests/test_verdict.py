@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import pagedkv
 from pagedkv import cli, supervisor
 from pagedkv.model_tests.oracle import trace
 
@@ -157,6 +158,15 @@ def test_with_stdout_closed_each_command_is_one_line_and_exit_2(
     assert code == 2, err
     one_line(err, "standard output is closed")
     assert not (tmp_path / "pagedkv-traces").exists()  # nothing ran
+
+
+def test_version_is_printed_by_the_living_parent_s_child(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"pagedkv {pagedkv.__version__}\n"
+    code, out, err, _ = run("--version", wait=120)
+    assert (code, out, err) == (0, f"pagedkv {pagedkv.__version__}\n", "")
 
 
 def test_output_that_cannot_be_written_is_one_line_and_exit_2() -> None:
