@@ -270,8 +270,9 @@ def write(trace: Trace, path: str | Path) -> Path:
 
 
 def write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path``, making its folder if need be (a trace, its page)."""
-    out = _refuse_non_file(Path(os.path.abspath(path)), path)
+    """Write ``text`` (UTF-8) to ``path``, making its folder if need be (a trace, its page);
+    ``path`` as given, to name it in a report."""
+    out = _refuse_non_file(Path(path), path)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
