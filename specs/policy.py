@@ -28,6 +28,7 @@ ComputedMarks = Literal["data", "promoted_batch"]
 RevivalAccess = Literal["kept", "reset"]
 AccessTime = Literal["immediate", "at_free"]
 ComputedList = Literal["recomputed", "cached_per_sequence"]
+ComputedListSwap = Literal["starts_over", "kept"]
 SwapWorstCase = Literal["distinct_blocks", "table_entries"]
 SwapNever = Literal["with_watermark", "without_watermark"]
 SwapOutAnswer = Literal["status", "ok_or_later"]
@@ -54,6 +55,7 @@ class Policy:
     revival_access: RevivalAccess = "kept"
     access_time: AccessTime = "immediate"
     computed_list: ComputedList = "recomputed"
+    computed_list_swap: ComputedListSwap = "starts_over"
     swap_worst_case: SwapWorstCase = "distinct_blocks"
     swap_never: SwapNever = "with_watermark"
     swap_out_answer: SwapOutAnswer = "status"
@@ -317,6 +319,23 @@ OPTIONS: dict[str, Option] = {
             ),
         ),
         Option(
+            "computed_list_swap",
+            _values(ComputedListSwap),
+            "what a swap does to a sequence's kept computed list"
+            " (`computed_list=cached_per_sequence`)",
+            {
+                "starts_over": "pagedkv: a swap renames every block, so the list starts over",
+                "kept": "vLLM 0.6.3: its tracker outlives the swap: the list keeps its length"
+                " and its stop, at the blocks now in those entries, so a list that stopped at a"
+                " gap stays stopped (conservative; vLLM keeps the ids themselves, so a swap"
+                " that renamed one of them would diverge)",
+            },
+            rule=(
+                "reference/block_manager.py: swap_out",
+                "reference/block_manager.py: _carried_computed_lists",
+            ),
+        ),
+        Option(
             "swap_worst_case",
             _values(SwapWorstCase),
             "the blocks `can_swap_in` / `can_swap_out` count",
@@ -556,6 +575,7 @@ PROFILES: dict[str, Policy] = {
         revival_access="reset",
         access_time="at_free",
         computed_list="cached_per_sequence",
+        computed_list_swap="kept",
         swap_worst_case="table_entries",
         swap_never="without_watermark",
         swap_out_answer="ok_or_later",

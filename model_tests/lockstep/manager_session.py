@@ -237,6 +237,11 @@ class IsomorphicManagerSession:
                 )
             for index, (mine, their) in enumerate(zip(seq.blocks, theirs, strict=True)):
                 out.append((Place("sequence", seq_id, index), device, mine, their))
+        get_null_block = getattr(self.target, "get_null_block", None)
+        mine_null = view.null_block
+        theirs_null = get_null_block() if mine_null is not None and get_null_block else None
+        if mine_null is not None and theirs_null is not None:  # taking it is a choice as well
+            out.append((Place("null", 0, 0), Device.GPU, mine_null, theirs_null))
         for group_id, group in view.groups.items():
             theirs = observed.cross[group_id]
             if len(theirs) != len(group.cross_blocks):

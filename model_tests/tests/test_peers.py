@@ -328,3 +328,130 @@ def test_vllm_v0_d9_a_full_block_without_a_hash_after_a_window_release() -> None
     message = f"can_swap_out(1): the target raised an untyped {show_error(raised.value)}"
     assert " in is_block_cached (assert block.content_hash is not None)" in message, message
     assert known.classify(Finding("can_swap_out", (("untyped", message),), config)) == "D9"
+
+
+def replayed(config: Any, calls: list[tuple[str, tuple[Any, ...]]], tier: str) -> Any:
+    """The verdict of vLLM 0.6.3's manager on ``calls``, under its profile or its safety tier."""
+    peer = next(p for p in PEERS if p.name == "vllm-0.6.3-manager")
+    chosen = profile(tier + peer.profile)
+    made = trace.trace_of_calls("manager", config, calls, chosen.policy, safety=chosen.safety)
+    return trace.replay(made, peer.factory())
+
+
+@needs(sources.VLLM_V0)
+def test_vllm_v0_takes_its_null_block_from_the_evictor_as_it_chooses() -> None:
+    """The first windowed append takes the null block and then a block for the token, both
+    evicted among equally old blocks: the session adopts the target's null block as a choice,
+    as it adopts the blocks in tables (without that, it said the target put the wrong block)."""
+    config = ManagerConfig(1, 7, 7, 0.0, sliding_window=1, enable_caching=True)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate", (1, [2, 3, 4], [3, 1])),
+        *[
+            ("allocate", (group, [group + 1], [token]))
+            for group, token in ((5, 100), (7, 101), (11, 103), (13, 104))
+        ],
+        ("free", (12,)),
+        ("free", (14,)),
+        ("allocate", (25, [26], [105])),
+        ("allocate", (27, [28], [106])),
+        ("free", (28,)),
+        ("append_slots", (2, [4], 0)),
+    ]
+    verdict = replayed(config, calls, "")
+    assert verdict.status == "pass", verdict.describe()
+
+
+@needs(sources.VLLM_V0)
+def test_vllm_v0_keeps_a_frozen_computed_list_across_a_swap() -> None:
+    """Policy ``computed_list_swap=kept``: vLLM's computed-blocks tracker outlives a swap, so a
+    list that stopped at a gap before it still answers ``[]`` after the swap in."""
+    config = ManagerConfig(4, 7, 6, 0.0, enable_caching=True)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate", (3, [4], [3, 1, 4, 1, 5])),
+        ("get_common_computed_block_ids", ([4],)),
+        ("swap_out", (3,)),
+        ("swap_in", (3,)),
+        ("get_common_computed_block_ids", ([4],)),
+    ]
+    verdict = replayed(config, calls, "")
+    assert verdict.status == "pass", verdict.describe()
+
+
+VLLM_V0_SHAPES: list[tuple[str, str, Any, list[tuple[str, tuple[Any, ...]]]]] = [
+    (  # D1 answered by can_swap_in: NEVER judged against every GPU block
+        "D1",
+        "",
+        ManagerConfig(4, 6, 4, 0.0, sliding_window=1),
+        [
+            ("allocate", (1, [2, 3], [3, 1, 4, 1, 5, 9, 2, 6])),
+            ("swap_out", (1,)),
+            ("can_swap_in", (1, 1)),
+        ],
+    ),
+    (  # D7 promised by can_swap_in: the first windowed append's null block not counted
+        "D7",
+        "safety:",
+        ManagerConfig(1, 4, 1, 0.0, sliding_window=1),
+        [
+            ("allocate", (1, [2], [3])),
+            ("swap_out", (1,)),
+            ("can_swap_in", (1, 3)),
+            ("swap_in", (1,)),
+            ("append_slots", (2, [], 3)),
+        ],
+    ),
+    (  # D9: a fork after a window release meets a freed block object
+        "D9",
+        "safety:",
+        ManagerConfig(3, 12, 4, 0.0, sliding_window=2, enable_caching=True),
+        [
+            ("allocate", (16, [17, 18], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3])),
+            ("append_slots", (17, [5], 0)),
+            ("allocate", (21, [22], [3])),
+            ("free", (22,)),
+            ("fork", (17, 23)),
+        ],
+    ),
+    (  # D9 without caching: naive_block.py's fork
+        "D9",
+        "safety:",
+        ManagerConfig(1, 8, 8, 0.0, sliding_window=1),
+        [
+            ("allocate", (1, [2], [3, 1, 4, 1, 5])),
+            ("append_slots", (2, [9], 0)),
+            ("allocate", (3, [4], [3])),
+            ("free", (4,)),
+            ("fork", (2, 5)),
+        ],
+    ),
+    (  # D4 where the reference evicted the block vLLM hit: only the computed list shows it
+        "D4",
+        "",
+        ManagerConfig(1, 4, 2, 0.0, enable_caching=True),
+        [
+            ("allocate", (1, [2, 3, 4], [3])),
+            ("free", (2,)),
+            ("free", (3,)),
+            ("free", (4,)),
+            ("allocate", (17, [18], [3, 1, 4, 1], ExtraKey(cache_salt="s"))),
+            ("get_common_computed_block_ids", ([18],)),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("defect", "tier", "config", "calls"), VLLM_V0_SHAPES, ids=[s[0] for s in VLLM_V0_SHAPES]
+)
+@needs(sources.VLLM_V0)
+def test_vllm_v0_known_file_matches_each_shape(
+    defect: str, tier: str, config: Any, calls: list[tuple[str, tuple[Any, ...]]]
+) -> None:
+    """Each shape of a defect the searches met (seeds 0-5) is a divergence of vLLM's, and its
+    class in the known-differences file says which defect."""
+    verdict = replayed(config, calls, tier)
+    assert verdict.status == "divergence", verdict.describe()
+    peer = next(p for p in PEERS if p.name == "vllm-0.6.3-manager")
+    known = load_known(peer.known_file, peer.level)
+    operation = calls[verdict.step - 1][0]
+    assert known.classify(Finding(operation, verdict.parts, config)) == defect, verdict.message

@@ -617,6 +617,34 @@ def test_computed_list() -> None:
     }
 
 
+def test_computed_list_swap() -> None:
+    """A kept list that stopped at a gap (asked before anything was computed), then a swap out
+    and in: the list starts over and finds the block the swap in took back computed, or stays
+    stopped and empty (vLLM's tracker outlives the swap); a list that had grown keeps its
+    length, over the blocks the entries now hold."""
+
+    def scenario(policy: Policy) -> tuple[list[int], list[int], list[int]]:
+        kept = replace(PROFILES["vllm-v0"], computed_list_swap=policy.computed_list_swap)
+        m = manager(kept, block_size=4, enable_caching=True, num_gpu_blocks=7, num_cpu_blocks=6)
+        m.allocate(3, [4], [3, 1, 4, 1, 5])
+        before = m.get_common_computed_block_ids([4])
+        m.swap_out(3)
+        m.swap_in(3)
+        grown = manager(kept, enable_caching=True, num_gpu_blocks=8, num_cpu_blocks=8)
+        grown.allocate(1, [1], [1, 2, 3])
+        grown.mark_blocks_as_computed(1)
+        found = grown.get_common_computed_block_ids([1])
+        grown.swap_out(1)
+        grown.swap_in(1)
+        assert grown.get_common_computed_block_ids([1]) == found
+        return before, m.get_common_computed_block_ids([4]), found
+
+    assert under_each_value("computed_list_swap", scenario) == {
+        "starts_over": ([], [0], [0, 1]),
+        "kept": ([], [], [0, 1]),
+    }
+
+
 def test_common_prefix() -> None:
     """Two sequences, one with nothing computed before its last block: the common prefix is
     empty, or the other's run (empty runs dropped); one sequence alone gets its run."""
