@@ -1,15 +1,19 @@
 """The real peers' adapters (``model_tests/peers/``), over the engines' own files in ``.peers/``.
 
-Skipped when a peer's files are not fetched (``make peers-fetch``); ``make peers`` is the full
-check. Each test pins one behaviour of the engine as the adapter shows it (``specs/peers.md``),
-so an adapter that stopped being faithful, or a loader that stopped loading, fails here.
+Skipped when a peer's files are not fetched (``make peers-fetch``; ``make setup`` fetches them),
+and failed under ``CI=true``: CI must run them. ``make peers`` is the full check. Each test
+pins one behaviour of the engine as the adapter shows it (``specs/peers.md``), so an adapter that
+stopped being faithful, or a loader that stopped loading, fails here.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -38,10 +42,31 @@ BAD = "not an argument"
 refuses the call before it reads it."""
 
 
-def needs(source: sources.Source) -> pytest.MarkDecorator:
-    return pytest.mark.skipif(
-        not source.fetched, reason=f"{source.name} not fetched (make peers-fetch)"
-    )
+def require(*needed: sources.Source) -> None:
+    """Skip a test whose peer files are not fetched; under ``CI=true`` fail it: CI must run
+    the real peers (``make setup`` fetches them)."""
+    missing = [source.name for source in needed if not source.fetched]
+    if not missing:
+        return
+    reason = f"{', '.join(missing)} not fetched (make peers-fetch)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run the real-peer tests, but {reason}: make setup fetches them")
+    pytest.skip(reason)
+
+
+Test = TypeVar("Test", bound=Callable[..., None])
+
+
+def needs(source: sources.Source) -> Callable[[Test], Test]:
+    def decorate(test: Test) -> Test:
+        @functools.wraps(test)
+        def checked(*args: Any, **kwargs: Any) -> None:
+            require(source)
+            test(*args, **kwargs)
+
+        return cast(Test, checked)
+
+    return decorate
 
 
 @needs(sources.VLLM_V0)
@@ -105,8 +130,7 @@ def test_a_check_of_vllm_v0_under_its_profile_never_asks_what_it_lacks() -> None
 @pytest.mark.parametrize("peer", PEERS, ids=lambda peer: peer.name)
 def test_each_peers_profile_names_what_its_adapter_lacks(peer: Peer) -> None:
     """The operations the profile leaves out are exactly those the adapter refuses outright."""
-    if not peer.source.fetched:
-        pytest.skip(f"{peer.source.name} not fetched (make peers-fetch)")
+    require(peer.source)
     config: Any = (
         ManagerConfig(block_size=2, num_gpu_blocks=4, num_cpu_blocks=2, enable_caching=True)
         if peer.level == "manager"
@@ -189,8 +213,7 @@ def test_nano_vllm_steps_past_its_known_defect(tmp_path: Path) -> None:
 def test_the_runner_refuses_a_bad_known_file(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    if not all(peer.source.fetched for peer in PEERS):
-        pytest.skip("the peers are not fetched (make peers-fetch)")
+    require(*(peer.source for peer in PEERS))
     bad = tmp_path / "bad.toml"
     bad.write_text("[[difference]]\nname = 'x'\n")
     assert main(["check", "--known", str(bad)]) == 2
