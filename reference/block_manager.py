@@ -277,7 +277,7 @@ def free(state: ManagerState, seq_id: int) -> ManagerState:
     if recorded is not None:  # access_time=at_free: the sequence's time reaches its blocks now
         held = [b for b in table.blocks if b != state.null_block]
         device_pool = pool_ops.mark_accessed(device_pool, held, recorded)
-    tail_first = state.policy.eviction == "release_order"  # so that its tail is evicted first
+    tail_first = state.policy.eviction != "lru"  # so that its tail is evicted first
     for block in reversed(table.blocks) if tail_first else table.blocks:
         if block != state.null_block:
             device_pool = pool_ops.free(device_pool, block)

@@ -34,7 +34,7 @@ SwapNever = Literal["with_watermark", "without_watermark"]
 SwapOutAnswer = Literal["status", "ok_or_later"]
 SwapCrossTables = Literal["moved", "kept_on_gpu"]
 AppendOrder = Literal["token_by_token", "slots_first"]
-Eviction = Literal["lru", "release_order"]
+Eviction = Literal["lru", "release_order", "free_list"]
 Duplicates = Literal["first_stays", "latest_replaces"]
 Groups = Literal["many_sequences", "one_sequence"]
 Lookup = Literal["every_block", "stop_at_first_miss"]
@@ -400,15 +400,21 @@ OPTIONS: dict[str, Option] = {
         Option(
             "eviction",
             _values(Eviction),
-            "which cached block an allocation evicts when no block is free",
+            "which block nobody holds an allocation takes (a cached one is evicted)",
             {
-                "lru": "pagedkv (and vLLM 0.6.3): the eviction order of block_pool.md §4",
-                "release_order": "append-only (vLLM v1's free queue, nano-vllm's free list):"
-                " the one given back first, whatever its accesses; a sequence gives its blocks"
-                " back tail first",
+                "lru": "pagedkv (and vLLM 0.6.3): a free block, else the first cached block in"
+                " the eviction order of block_pool.md §4",
+                "release_order": "append-only (vLLM v1's free queue, the nano-vllm fork's free"
+                " list): a free block, else the cached one given back first, whatever its"
+                " accesses; a sequence gives its blocks back tail first",
+                "free_list": "upstream nano-vllm: one first-in first-out list of every block"
+                " nobody holds, cached or not: a block never taken before if any is left, else"
+                " the one given back first, even while a block without contents waits behind"
+                " it; a sequence gives its blocks back tail first",
             },
             rule=(
                 "reference/allocation.py: allowed_choices",
+                "reference/allocation.py: _first_in_free_list",
                 "reference/block_pool.py: _release",
                 "reference/block_manager.py: free",
             ),
@@ -618,6 +624,10 @@ PROFILES["nano-vllm"] = replace(
             "reset_prefix_cache",
         }
     ),
+)
+
+PROFILES["nano-vllm-upstream"] = replace(
+    PROFILES["nano-vllm"], keep_freed_cache=True, eviction="free_list"
 )
 
 PROFILE_LEVELS: dict[str, tuple[str, ...]] = {"vllm-v1": ("pool",)}

@@ -374,7 +374,7 @@ class IsomorphicManagerSession:
         self, method: str, args: tuple[Any, ...], before: ManagerView, mine: Any, theirs: Any
     ) -> None:
         expected = self._translate(method, args, before, mine, theirs)
-        if _same_rate(expected, theirs):
+        if same_rate(expected, theirs):
             return
         if expected != theirs:
             ids = "" if expected == mine else f" (in target ids {show_value(expected)})"
@@ -436,7 +436,7 @@ class IsomorphicManagerSession:
         return []
 
 
-def _same_rate(mine: Any, theirs: Any) -> bool:
+def same_rate(mine: Any, theirs: Any) -> bool:
     both = isinstance(mine, float) and isinstance(theirs, float)
     return both and math.isclose(mine, theirs, rel_tol=RATE_TOLERANCE, abs_tol=RATE_TOLERANCE)
 

@@ -12,6 +12,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -26,6 +27,7 @@ from pagedkv.model_tests.peers import sources
 from pagedkv.model_tests.peers.nano_vllm_manager import NanoVllmManager
 from pagedkv.model_tests.peers.run import PEERS, Peer, main
 from pagedkv.model_tests.peers.vllm_v0_manager import Switches, VllmV0Manager
+from pagedkv.model_tests.peers.vllm_v0_pool import VllmV0Pool
 from pagedkv.model_tests.peers.vllm_v1_pool import VllmV1Pool
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.errors import (
@@ -145,7 +147,7 @@ def test_each_peers_profile_names_what_its_adapter_lacks(peer: Peer) -> None:
             refused.add(name)
         except Exception:
             pass  # it looked at the (nonsense) arguments: it has the operation
-    assert refused == set(profile(peer.profile).policy.unsupported)
+    assert refused == set(profile(peer.profile).policy.unsupported) & set(OPERATIONS[peer.level])
 
 
 @needs(sources.VLLM_V1)
@@ -187,7 +189,13 @@ def test_the_runner_refuses_a_bad_policy(capsys: pytest.CaptureFixture[str]) -> 
     assert "unknown policy option 'no_such_option'" in capsys.readouterr().err
     assert main(["check", "--policy", "atomic"]) == 2
     assert "--policy takes name=value" in capsys.readouterr().err
-    assert [peer.profile for peer in PEERS] == ["vllm-v0", "vllm-v1", "nano-vllm"]
+    assert [peer.profile for peer in PEERS] == [
+        "vllm-v0",
+        "vllm-v0",
+        "vllm-v1",
+        "nano-vllm",
+        "nano-vllm-upstream",
+    ]
 
 
 @needs(sources.NANO_VLLM)
@@ -476,5 +484,142 @@ def test_vllm_v0_known_file_matches_each_shape(
     assert verdict.status == "divergence", verdict.describe()
     peer = next(p for p in PEERS if p.name == "vllm-0.6.3-manager")
     known = load_known(peer.known_file, peer.level)
+    assert verdict.step is not None
+    operation = calls[verdict.step - 1][0]
+    assert known.classify(Finding(operation, verdict.parts, config)) == defect, verdict.message
+
+
+def replay_peer(
+    name: str, policy: Any, config: Any, calls: list[tuple[str, tuple[Any, ...]]]
+) -> Any:
+    """The verdict of peer ``name`` on ``calls`` under ``policy`` (the comparison tier)."""
+    peer = next(p for p in PEERS if p.name == name)
+    made = trace.trace_of_calls(peer.level, config, calls, policy)
+    return trace.replay(made, peer.factory())
+
+
+@needs(sources.NANO_VLLM)
+def test_upstream_nano_vllm_keeps_one_free_list() -> None:
+    """Upstream nano-vllm keeps a freed block's hash and takes blocks from one first-in
+    first-out list, cached or not: a cached block given back before a blank one is taken first.
+    Its profile says so; the fork's profile (nothing cached once freed) and release order (a
+    blank block before any cached one) each fail it."""
+    config = ManagerConfig(block_size=2, num_gpu_blocks=3, num_cpu_blocks=1, enable_caching=True)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate", (1, [2], [1, 2])),
+        ("allocate", (3, [4], [5])),
+        ("free", (2,)),
+        ("free", (4,)),
+        ("allocate", (5, [6], [7, 8])),
+        ("allocate", (7, [8], [9, 9])),
+        ("allocate", (9, [10], [1, 2])),
+        ("get_num_cached_tokens", (10,)),
+    ]
+    upstream = profile("nano-vllm-upstream").policy
+    verdict = replay_peer("nano-vllm-upstream-manager", upstream, config, calls)
+    assert verdict.status == "pass", verdict.describe()
+    again = [*calls[:1], ("free", (2,)), *calls[-2:]]  # the prompt again, once it was freed
+    assert replay_peer("nano-vllm-upstream-manager", upstream, config, again).status == "pass"
+    fork_profile = profile("nano-vllm").policy
+    failed = replay_peer("nano-vllm-upstream-manager", fork_profile, config, again)
+    assert (failed.status, failed.step) == ("divergence", 4), failed.describe()
+    release_order = replace(upstream, eviction="release_order")
+    failed = replay_peer("nano-vllm-upstream-manager", release_order, config, calls)
+    assert (failed.status, failed.step) == ("divergence", 6), failed.describe()
+
+
+@needs(sources.VLLM_V0)
+def test_vllm_v0_pool_is_vllm() -> None:
+    """vLLM 0.6.3's allocator: a hit on a cached first block, copy-on-write of a shared block
+    before an append, and the dedup of a block an append fills (copy first, then dedup)."""
+    pool = VllmV0Pool(PoolConfig(num_blocks=4, block_size=2, first_id=3))
+    first = pool.allocate_immutable(Prefix(), [1, 2])
+    assert pool.allocate_immutable(Prefix(), [1, 2]) == first  # a hit
+    pool.free(first)
+    mutable = pool.allocate_mutable()
+    pool.append_tokens(mutable, Prefix(), [1])
+    pool.fork([mutable])
+    copied = pool.append_tokens(mutable, Prefix(), [2])  # shared: copied, then filled: dedup
+    assert copied == first and pool.clear_copy_on_writes() == [(mutable, 5)]
+    with pytest.raises(UnsupportedError):
+        pool.reset_prefix_cache()
+
+
+@needs(sources.VLLM_V0)
+def test_vllm_v0_pool_copy_on_write_out_of_blocks_ends_the_run() -> None:
+    """vLLM's ``cow_block_if_not_appendable`` gives back the source id before it finds no block:
+    a later ``free`` of the source asserts. Under ``atomic=false`` the pool-level session ends
+    the run at the failed call (before, the run went on to that ``free``)."""
+    config = PoolConfig(num_blocks=1, block_size=1)
+    pool = VllmV0Pool(config)
+    block = pool.allocate_mutable()
+    pool.fork([block])
+    with pytest.raises(OutOfBlocksError):
+        pool.cow_if_not_appendable(block)
+    with pytest.raises(AssertionError):
+        pool.free(block)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate_mutable", ()),
+        ("fork", ([0],)),
+        ("cow_if_not_appendable", (0,)),
+        ("free", (0,)),
+    ]
+    verdict = replay_peer("vllm-0.6.3-pool", profile("vllm-v0").policy, config, calls)
+    assert verdict.status == "pass", verdict.describe()
+    atomic = replace(profile("vllm-v0").policy, atomic=True)
+    failed = replay_peer("vllm-0.6.3-pool", atomic, config, calls)
+    assert (failed.status, failed.step, failed.kind) == ("divergence", 4, "untyped"), (
+        failed.describe()
+    )
+
+
+VLLM_V0_POOL_SHAPES: list[tuple[str, str, list[tuple[str, tuple[Any, ...]]]]] = [
+    (  # D4 under the profile: a first block under an extra key hits another key's block
+        "D4",
+        "",
+        [
+            ("allocate_immutable", (Prefix(), [0])),
+            ("allocate_immutable", (Prefix(extra_key=ExtraKey(lora_id=1)), [0])),
+        ],
+    ),
+    (  # D4 under the safety tier: one block held under two extra keys
+        "D4",
+        "safety:",
+        [
+            ("allocate_immutable", (Prefix(), [0])),
+            ("allocate_immutable", (Prefix(extra_key=ExtraKey(lora_id=1)), [0])),
+        ],
+    ),
+    (  # D13: a computed block past one that is not, answered as the computed prefix
+        "D13",
+        "",
+        [
+            ("allocate_mutable", ()),
+            ("allocate_immutable", (Prefix(), [0])),
+            ("allocate_immutable", (Prefix().extend([0]), [1])),
+            ("free", (2,)),
+            ("allocate_immutable", (Prefix().extend([0]), [1])),
+            ("allocate_immutable", (Prefix().extend([0]).extend([1]), [1])),
+            ("common_computed_prefix", ([[0, 2, 3]],)),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("defect", "tier", "calls"), VLLM_V0_POOL_SHAPES, ids=[s[0] + s[1] for s in VLLM_V0_POOL_SHAPES]
+)
+@needs(sources.VLLM_V0)
+def test_vllm_v0_pool_known_file_matches_each_shape(
+    defect: str, tier: str, calls: list[tuple[str, tuple[Any, ...]]]
+) -> None:
+    config = PoolConfig(num_blocks=7, block_size=1)
+    peer = next(p for p in PEERS if p.name == "vllm-0.6.3-pool")
+    chosen = profile(tier + peer.profile)
+    made = trace.trace_of_calls("pool", config, calls, chosen.policy, safety=chosen.safety)
+    verdict = trace.replay(made, peer.factory())
+    assert verdict.status == "divergence", verdict.describe()
+    known = load_known(peer.known_file, peer.level)
+    assert verdict.step is not None
     operation = calls[verdict.step - 1][0]
     assert known.classify(Finding(operation, verdict.parts, config)) == defect, verdict.message

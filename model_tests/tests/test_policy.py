@@ -464,9 +464,10 @@ def test_keep_freed_cache() -> None:
 def test_eviction() -> None:
     """Two cached blocks given back, the first accessed later: LRU evicts the older access,
     release order the first given back. A sequence gives its blocks back tail first, so its tail
-    is evicted first under release order too."""
+    is evicted first under release order too. A cached block given back before a blank one:
+    the blank one is taken, or under one free list the cached one, first in line."""
 
-    def scenario(policy: Policy) -> tuple[int, list[int], bool]:
+    def scenario(policy: Policy) -> tuple[int, list[int], bool, int]:
         p = pool(policy, num_blocks=2)
         later = p.allocate_immutable(ROOT, [1])
         earlier = p.allocate_immutable(ROOT, [2])
@@ -479,11 +480,17 @@ def test_eviction() -> None:
         m.free(1)
         m.allocate(2, [2], [9])
         head_cached = m.view().gpu.cached.get(ROOT.child_hash([1])) == 0
-        return p.allocate_mutable(), m.get_block_table(2), head_cached
+        line = pool(policy, num_blocks=2)
+        cached = line.allocate_immutable(ROOT, [3])
+        blank = line.allocate_mutable()
+        line.free(cached)
+        line.free(blank)
+        return p.allocate_mutable(), m.get_block_table(2), head_cached, line.allocate_mutable()
 
     assert under_each_value("eviction", scenario) == {
-        "lru": (1, [1], True),
-        "release_order": (0, [1], True),
+        "lru": (1, [1], True, 1),
+        "release_order": (0, [1], True, 1),
+        "free_list": (0, [1], True, 0),
     }
 
 
