@@ -623,3 +623,23 @@ def test_vllm_v0_pool_known_file_matches_each_shape(
     assert verdict.step is not None
     operation = calls[verdict.step - 1][0]
     assert known.classify(Finding(operation, verdict.parts, config)) == defect, verdict.message
+
+
+@needs(sources.NANO_VLLM)
+def test_upstream_nano_vllm_d6_shows_as_cached_tokens() -> None:
+    """D6 where the reference evicted the very block upstream nano-vllm took as a hit under
+    another extra key: the tables agree up to renaming, the cached token count differs, and the
+    known-differences file classes it D6 (found at seed 0 with 2000 calls)."""
+    config = ManagerConfig(block_size=4, num_gpu_blocks=10, num_cpu_blocks=1, enable_caching=True)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate", (1, [2], [3, 1, 4, 1, 5, 9])),
+        ("free", (2,)),
+        *[("allocate", (3 + 2 * i, [4 + 2 * i], [100 + i] * 3)) for i in range(7)],
+        ("allocate", (17, [18], [3, 1, 4, 1, 5, 9, 2, 6, 5], ExtraKey(lora_id=2))),
+        ("get_num_cached_tokens", (18,)),
+    ]
+    peer = next(p for p in PEERS if p.name == "nano-vllm-upstream-manager")
+    verdict = replay_peer(peer.name, profile(peer.profile).policy, config, calls)
+    assert (verdict.status, verdict.step) == ("divergence", 11), verdict.describe()
+    known = load_known(peer.known_file, peer.level)
+    assert known.classify(Finding("get_num_cached_tokens", verdict.parts, config)) == "D6"
