@@ -437,6 +437,7 @@ class IsomorphicManagerSession:
 
 
 def same_rate(mine: Any, theirs: Any) -> bool:
+    """Hit rates agree within ``RATE_TOLERANCE``: an engine may average in buckets (vLLM)."""
     both = isinstance(mine, float) and isinstance(theirs, float)
     return both and math.isclose(mine, theirs, rel_tol=RATE_TOLERANCE, abs_tol=RATE_TOLERANCE)
 

@@ -7,7 +7,8 @@ safety tier, and print one table.
                                           [--traces DIR] [--known [FILE]]
 
 ``check`` runs ``pagedkv check``'s search (``run_check``) on each peer at its level: under
-its profile (``vllm-v0``, ``vllm-v1``, ``nano-vllm``; ``specs/policy.md``), where the reference
+its profile (``vllm-v0``, ``vllm-v1``, ``nano-vllm``, ``nano-vllm-upstream``;
+``specs/policy.md``), where the reference
 makes the engine's choices, and under ``safety:<profile>`` (``specs/safety.md``), where nothing is
 compared and only hazards count; then, for an engine with known defects, both again with the
 switches that paper over them on, to show what lies behind. The profile names the operations the
