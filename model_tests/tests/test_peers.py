@@ -409,6 +409,19 @@ def test_vllm_v0_keeps_a_frozen_computed_list_across_a_swap() -> None:
 
 
 VLLM_V0_SHAPES: list[tuple[str, str, Any, list[tuple[str, tuple[Any, ...]]]]] = [
+    (  # D13 at the manager level: a hit on a block not yet computed, then one from the evictor
+        "D4-D13",
+        "",
+        ManagerConfig(1, 12, 6, 0.0, enable_caching=True),
+        [
+            ("allocate", (1, [2], [3])),
+            ("append_slots", (2, [1], 0)),
+            ("allocate", (3, [4], [3])),
+            ("free", (2,)),
+            ("allocate", (5, [6], [3, 1, 4])),
+            ("get_common_computed_block_ids", ([6],)),
+        ],
+    ),
     (  # D1 answered by can_swap_in: NEVER judged against every GPU block
         "D1",
         "",
@@ -456,7 +469,7 @@ VLLM_V0_SHAPES: list[tuple[str, str, Any, list[tuple[str, tuple[Any, ...]]]]] = 
         ],
     ),
     (  # D4 where the reference evicted the block vLLM hit: only the computed list shows it
-        "D4",
+        "D4-D13",
         "",
         ManagerConfig(1, 4, 2, 0.0, enable_caching=True),
         [
