@@ -65,19 +65,33 @@ def first_to_evict(views: Mapping[BlockId, BlockView]) -> frozenset[BlockId]:
 
 def allowed_choices(state: PoolState) -> frozenset[BlockId]:
     """Every block the spec allows the next allocation to take: any free block; only when none
-    is left, the evictable blocks that rank first.
+    is left, the evictable blocks that rank first (policy ``eviction=free_list``: the first in
+    one line of both).
 
     pre: all(-1 <= view.last_accessed < float("inf") for view in state.blocks.values())
-    post: _ == free_ids(state) or not free_ids(state) and _ <= evictable_ids(state)
+    post: _ == free_ids(state) or not free_ids(state) or state.policy.eviction == "free_list"
+    post: _ <= free_ids(state) | evictable_ids(state)
     post: bool(_) == bool(free_ids(state) or evictable_ids(state))
     """
     free = free_ids(state)
+    if state.policy.eviction == "free_list":
+        return _first_in_free_list(state, free)
     if free:
         return free
     evictable = evictable_ids(state)
     if state.policy.eviction == "release_order" and evictable:
         return frozenset({min(evictable, key=lambda b: state.released[b])})
     return first_to_evict({b: state.blocks[b] for b in evictable})
+
+
+def _first_in_free_list(state: PoolState, free: frozenset[BlockId]) -> frozenset[BlockId]:
+    """Policy ``eviction=free_list``: any block never given back (they lead the list, in an
+    order the caller cannot see), else the one given back first, cached or not."""
+    never_released = frozenset(b for b in free if b not in state.released)
+    if never_released:
+        return never_released
+    waiting = free | evictable_ids(state)
+    return frozenset({min(waiting, key=lambda b: state.released[b])}) if waiting else frozenset()
 
 
 def own_free_pick(free: frozenset[BlockId]) -> BlockId:

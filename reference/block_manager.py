@@ -277,7 +277,7 @@ def free(state: ManagerState, seq_id: int) -> ManagerState:
     if recorded is not None:  # access_time=at_free: the sequence's time reaches its blocks now
         held = [b for b in table.blocks if b != state.null_block]
         device_pool = pool_ops.mark_accessed(device_pool, held, recorded)
-    tail_first = state.policy.eviction == "release_order"  # so that its tail is evicted first
+    tail_first = state.policy.eviction != "lru"  # so that its tail is evicted first
     for block in reversed(table.blocks) if tail_first else table.blocks:
         if block != state.null_block:
             device_pool = pool_ops.free(device_pool, block)
@@ -368,7 +368,10 @@ def swap_out(
 ) -> tuple[ManagerState, list[CopyPair]]:
     """Move the group to the CPU; returns the (GPU id, CPU id) copies for the swap kernel."""
     found = group_on(state, group_id, Device.GPU, "swap out")
-    return move_group(_forget_computed_lists(state, found), group_id, Device.CPU, pick(Device.CPU))
+    moved, pairs = move_group(
+        _forget_computed_lists(state, found), group_id, Device.CPU, pick(Device.CPU)
+    )
+    return _carried_computed_lists(state, moved, found), pairs
 
 
 def swap_in(
@@ -376,7 +379,10 @@ def swap_in(
 ) -> tuple[ManagerState, list[CopyPair]]:
     """Move the group back to the GPU; returns the (CPU id, GPU id) copies for the swap kernel."""
     found = group_on(state, group_id, Device.CPU, "swap in")
-    return move_group(_forget_computed_lists(state, found), group_id, Device.GPU, pick(Device.GPU))
+    moved, pairs = move_group(
+        _forget_computed_lists(state, found), group_id, Device.GPU, pick(Device.GPU)
+    )
+    return _carried_computed_lists(state, moved, found), pairs
 
 
 def _forget_computed_lists(state: ManagerState, found: GroupView) -> ManagerState:
@@ -385,6 +391,22 @@ def _forget_computed_lists(state: ManagerState, found: GroupView) -> ManagerStat
     for seq_id in found.seq_ids:
         lists = _forget(lists, seq_id)
     return replace(state, computed_lists=lists)
+
+
+def _carried_computed_lists(
+    before: ManagerState, after: ManagerState, found: GroupView
+) -> ManagerState:
+    """Policy ``computed_list_swap=kept``: each sequence's kept list outlives the swap, as long
+    as it was and stopped if it had, over the blocks its entries now hold."""
+    if before.policy.computed_list_swap == "starts_over":
+        return after
+    lists = after.computed_lists
+    for seq_id in found.seq_ids:
+        kept = before.computed_lists.get(seq_id)
+        if kept is not None:
+            renamed = after.seqs[seq_id].blocks[: len(kept.blocks)]
+            lists = lists.set(seq_id, ComputedList(renamed, kept.stopped))
+    return replace(after, computed_lists=lists)
 
 
 # --- queries and marks ------------------------------------------------------------------------

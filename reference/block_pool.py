@@ -69,6 +69,12 @@ def _release(state: PoolState, block: BlockId) -> PoolState:
     returns to the free list blank, and its contents, pending copies into it included, are gone."""
     view = state.blocks[block]
     view = replace(view, ref_count=view.ref_count - 1)
+    if view.ref_count == 0 and state.policy.eviction == "free_list":
+        state = replace(  # every block nobody holds waits in one line, cached or not
+            state,
+            released=state.released.set(block, state.release_clock),
+            release_clock=state.release_clock + 1,
+        )
     if view.ref_count == 0 and view.content_hash is not None:
         if not state.policy.keep_freed_cache:  # its hash goes with its last holder
             state = forget_hash(with_block(state, block, view), block)

@@ -33,7 +33,8 @@ class PoolState:
     duplicates: Map[BlockHash, tuple[BlockId, ...]] = field(default_factory=Map)
     """Second holders of a cached hash, oldest first (policy ``promotion=keep``)."""
     released: Map[BlockId, int] = field(default_factory=Map)
-    """When each evictable block was given back (policy ``eviction=release_order``)."""
+    """When each evictable block was given back (policy ``eviction=release_order``), or each
+    block nobody holds (``eviction=free_list``)."""
     release_clock: int = 0
     null_block: BlockId | None = None
     """The block the pool keeps for itself (policy ``pool_null_block``)."""

@@ -28,12 +28,13 @@ ComputedMarks = Literal["data", "promoted_batch"]
 RevivalAccess = Literal["kept", "reset"]
 AccessTime = Literal["immediate", "at_free"]
 ComputedList = Literal["recomputed", "cached_per_sequence"]
+ComputedListSwap = Literal["starts_over", "kept"]
 SwapWorstCase = Literal["distinct_blocks", "table_entries"]
 SwapNever = Literal["with_watermark", "without_watermark"]
 SwapOutAnswer = Literal["status", "ok_or_later"]
 SwapCrossTables = Literal["moved", "kept_on_gpu"]
 AppendOrder = Literal["token_by_token", "slots_first"]
-Eviction = Literal["lru", "release_order"]
+Eviction = Literal["lru", "release_order", "free_list"]
 Duplicates = Literal["first_stays", "latest_replaces"]
 Groups = Literal["many_sequences", "one_sequence"]
 Lookup = Literal["every_block", "stop_at_first_miss"]
@@ -54,6 +55,7 @@ class Policy:
     revival_access: RevivalAccess = "kept"
     access_time: AccessTime = "immediate"
     computed_list: ComputedList = "recomputed"
+    computed_list_swap: ComputedListSwap = "starts_over"
     swap_worst_case: SwapWorstCase = "distinct_blocks"
     swap_never: SwapNever = "with_watermark"
     swap_out_answer: SwapOutAnswer = "status"
@@ -317,6 +319,23 @@ OPTIONS: dict[str, Option] = {
             ),
         ),
         Option(
+            "computed_list_swap",
+            _values(ComputedListSwap),
+            "what a swap does to a sequence's kept computed list"
+            " (`computed_list=cached_per_sequence`)",
+            {
+                "starts_over": "pagedkv: a swap renames every block, so the list starts over",
+                "kept": "vLLM 0.6.3: its tracker outlives the swap: the list keeps its length"
+                " and its stop, at the blocks now in those entries, so a list that stopped at a"
+                " gap stays stopped (conservative; vLLM keeps the ids themselves, so a swap"
+                " that renamed one of them would diverge)",
+            },
+            rule=(
+                "reference/block_manager.py: swap_out",
+                "reference/block_manager.py: _carried_computed_lists",
+            ),
+        ),
+        Option(
             "swap_worst_case",
             _values(SwapWorstCase),
             "the blocks `can_swap_in` / `can_swap_out` count",
@@ -381,15 +400,21 @@ OPTIONS: dict[str, Option] = {
         Option(
             "eviction",
             _values(Eviction),
-            "which cached block an allocation evicts when no block is free",
+            "which block nobody holds an allocation takes (a cached one is evicted)",
             {
-                "lru": "pagedkv (and vLLM 0.6.3): the eviction order of block_pool.md §4",
-                "release_order": "append-only (vLLM v1's free queue, nano-vllm's free list):"
-                " the one given back first, whatever its accesses; a sequence gives its blocks"
-                " back tail first",
+                "lru": "pagedkv (and vLLM 0.6.3): a free block, else the first cached block in"
+                " the eviction order of block_pool.md §4",
+                "release_order": "append-only (vLLM v1's free queue, the nano-vllm fork's free"
+                " list): a free block, else the cached one given back first, whatever its"
+                " accesses; a sequence gives its blocks back tail first",
+                "free_list": "upstream nano-vllm: one first-in first-out list of every block"
+                " nobody holds, cached or not: a block never taken before if any is left, else"
+                " the one given back first, even while a block without contents waits behind"
+                " it; a sequence gives its blocks back tail first",
             },
             rule=(
                 "reference/allocation.py: allowed_choices",
+                "reference/allocation.py: _first_in_free_list",
                 "reference/block_pool.py: _release",
                 "reference/block_manager.py: free",
             ),
@@ -556,6 +581,7 @@ PROFILES: dict[str, Policy] = {
         revival_access="reset",
         access_time="at_free",
         computed_list="cached_per_sequence",
+        computed_list_swap="kept",
         swap_worst_case="table_entries",
         swap_never="without_watermark",
         swap_out_answer="ok_or_later",
@@ -598,6 +624,10 @@ PROFILES["nano-vllm"] = replace(
             "reset_prefix_cache",
         }
     ),
+)
+
+PROFILES["nano-vllm-upstream"] = replace(
+    PROFILES["nano-vllm"], keep_freed_cache=True, eviction="free_list"
 )
 
 PROFILE_LEVELS: dict[str, tuple[str, ...]] = {"vllm-v1": ("pool",)}

@@ -237,6 +237,11 @@ class IsomorphicManagerSession:
                 )
             for index, (mine, their) in enumerate(zip(seq.blocks, theirs, strict=True)):
                 out.append((Place("sequence", seq_id, index), device, mine, their))
+        get_null_block = getattr(self.target, "get_null_block", None)
+        mine_null = view.null_block
+        theirs_null = get_null_block() if mine_null is not None and get_null_block else None
+        if mine_null is not None and theirs_null is not None:  # taking it is a choice as well
+            out.append((Place("null", 0, 0), Device.GPU, mine_null, theirs_null))
         for group_id, group in view.groups.items():
             theirs = observed.cross[group_id]
             if len(theirs) != len(group.cross_blocks):
@@ -369,7 +374,7 @@ class IsomorphicManagerSession:
         self, method: str, args: tuple[Any, ...], before: ManagerView, mine: Any, theirs: Any
     ) -> None:
         expected = self._translate(method, args, before, mine, theirs)
-        if _same_rate(expected, theirs):
+        if same_rate(expected, theirs):
             return
         if expected != theirs:
             ids = "" if expected == mine else f" (in target ids {show_value(expected)})"
@@ -431,7 +436,8 @@ class IsomorphicManagerSession:
         return []
 
 
-def _same_rate(mine: Any, theirs: Any) -> bool:
+def same_rate(mine: Any, theirs: Any) -> bool:
+    """Hit rates agree within ``RATE_TOLERANCE``: an engine may average in buckets (vLLM)."""
     both = isinstance(mine, float) and isinstance(theirs, float)
     return both and math.isclose(mine, theirs, rel_tol=RATE_TOLERANCE, abs_tol=RATE_TOLERANCE)
 

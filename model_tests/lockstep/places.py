@@ -26,11 +26,14 @@ class Place:
     """A table entry: block ``index`` of a sequence's table, or of a group's cross table."""
 
     owner: str
-    """``sequence`` or ``group`` (its cross-attention table)."""
+    """``sequence``, ``group`` (its cross-attention table) or ``null`` (the window's null
+    block, where the target names it with ``get_null_block()``)."""
     id: int
     index: int
 
     def __str__(self) -> str:
+        if self.owner == "null":
+            return "the null block"
         if self.owner == "group":
             return f"group {self.id} cross block {self.index}"
         return f"sequence {self.id} block {self.index}"

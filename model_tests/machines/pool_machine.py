@@ -35,13 +35,15 @@ class PoolLockstep(PoolRules, PoolMisuse):
 
     @invariant()
     def same_state(self) -> None:
-        if self.model is not None and self.mode == "exact":
+        if self.model is not None and self.mode == "exact" and not self.ended:
             assert_same_state(self.views.model(), self.views.target(), "pool state")
 
     @invariant()
     def invariants_hold(self) -> None:
         if self.model is None:
             return  # the safety session checks its own after every call
+        if self.ended:
+            return  # the calls that would give back what the machine let go are not made
         held = self._held()
         if self.policy.pool_null_block:
             held[self.model.config.first_id] += 1  # the pool's own null block

@@ -88,6 +88,11 @@ class Switches:
     hash_extra_key: bool = False
     """D6: requests with different extra keys never share a block: each extra key gets its own
     token ids inside nano-vllm, so its hashes differ (nano-vllm hashes tokens only)."""
+    upstream_deallocate: bool = False
+    """Free as upstream nano-vllm does (its repository; it has no published wheel): the fork's
+    one change, dropping a freed block's hash in ``deallocate``, undone. Each block of the table,
+    tail first, loses a holder and at none goes to the end of the free list through the engine's
+    own ``_deallocate_block``, its hash kept: cached, and taken in its turn by the list."""
 
 
 class NanoVllmManager:
@@ -190,10 +195,22 @@ class NanoVllmManager:
     def fork(self, parent_id: int, child_id: int) -> None:
         raise _unsupported("fork")
 
+    def _deallocate_as_upstream(self, seq: NanoSequence) -> None:
+        for block_id in reversed(seq.block_table):
+            block = self._nano.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._nano._deallocate_block(block_id)
+        seq.num_cached_tokens = 0
+        seq.block_table.clear()
+
     def free(self, seq_id: int) -> None:
         seq = self._seq(seq_id)
         gid = self._group_of.pop(seq.seq_id)
-        self._nano.deallocate(seq)
+        if self.switches.upstream_deallocate:
+            self._deallocate_as_upstream(seq)
+        else:
+            self._nano.deallocate(seq)
         del self._seqs[seq.seq_id]
         self._groups[gid].remove(seq.seq_id)
         if not self._groups[gid]:

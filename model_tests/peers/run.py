@@ -7,7 +7,8 @@ safety tier, and print one table.
                                           [--traces DIR] [--known [FILE]]
 
 ``check`` runs ``pagedkv check``'s search (``run_check``) on each peer at its level: under
-its profile (``vllm-v0``, ``vllm-v1``, ``nano-vllm``; ``specs/policy.md``), where the reference
+its profile (``vllm-v0``, ``vllm-v1``, ``nano-vllm``, ``nano-vllm-upstream``;
+``specs/policy.md``), where the reference
 makes the engine's choices, and under ``safety:<profile>`` (``specs/safety.md``), where nothing is
 compared and only hazards count; then, for an engine with known defects, both again with the
 switches that paper over them on, to show what lies behind. The profile names the operations the
@@ -48,6 +49,8 @@ from pagedkv.model_tests.peers.nano_vllm_manager import NanoVllmManager
 from pagedkv.model_tests.peers.nano_vllm_manager import Switches as NanoSwitches
 from pagedkv.model_tests.peers.vllm_v0_manager import Switches as V0ManagerSwitches
 from pagedkv.model_tests.peers.vllm_v0_manager import VllmV0Manager
+from pagedkv.model_tests.peers.vllm_v0_pool import Switches as V0PoolSwitches
+from pagedkv.model_tests.peers.vllm_v0_pool import VllmV0Pool
 from pagedkv.model_tests.peers.vllm_v1_pool import Switches as V1PoolSwitches
 from pagedkv.model_tests.peers.vllm_v1_pool import VllmV1Pool
 from pagedkv.specs.policy import SAFETY, Profile, profile
@@ -69,6 +72,11 @@ class Peer:
     defects: tuple[tuple[str, str], ...] = ()
     """(defect, switch): the switches that paper over the engine's known defects, named as in
     ``specs/peers.md``. A second round runs with them on, to find what lies behind."""
+    always: tuple[str, ...] = ()
+    """Switches on in every round: what makes the adapter this peer (upstream nano-vllm is the
+    fork's wheel with the fork's one change undone)."""
+    known_name: str = ""
+    """The known-differences file, ``known/<known_name or name>.toml``."""
 
     def rounds(self, switched: Sequence[str]) -> list[tuple[str, ...]]:
         """The switch sets to check with: as the engine is, then past its known defects (or
@@ -86,7 +94,8 @@ class Peer:
         if self.switches is None:
             return self.adapter  # type: ignore[no-any-return]
         names = {f.name for f in fields(self.switches)}
-        chosen = replace(self.switches(), **{n: True for n in switched if n in names})
+        on = (*self.always, *switched)
+        chosen = replace(self.switches(), **{n: True for n in on if n in names})
         return functools.partial(self.adapter, switches=chosen)
 
     def profiles(self, overrides: dict[str, str]) -> list[Profile]:
@@ -95,7 +104,7 @@ class Peer:
 
     @property
     def known_file(self) -> Path:
-        return KNOWN / f"{self.name}.toml"
+        return KNOWN / f"{self.known_name or self.name}.toml"
 
 
 PEERS = (
@@ -113,6 +122,15 @@ PEERS = (
             ("D8", "forget_cpu_access"),
         ),
     ),
+    Peer(
+        "vllm-0.6.3-pool",
+        "pool",
+        "vllm-v0",
+        VllmV0Pool,
+        V0PoolSwitches,
+        sources.VLLM_V0,
+        (("D4", "hash_extra_key"),),
+    ),
     Peer("vllm-v1-pool", "pool", "vllm-v1", VllmV1Pool, V1PoolSwitches, sources.VLLM_V1),
     Peer(
         "nano-vllm-manager",
@@ -122,6 +140,17 @@ PEERS = (
         NanoSwitches,
         sources.NANO_VLLM,
         (("D6", "hash_extra_key"),),
+    ),
+    Peer(
+        "nano-vllm-upstream-manager",
+        "manager",
+        "nano-vllm-upstream",
+        NanoVllmManager,
+        NanoSwitches,
+        sources.NANO_VLLM,
+        (("D6", "hash_extra_key"),),
+        always=("upstream_deallocate",),
+        known_name="nano-vllm-manager",
     ),
 )
 

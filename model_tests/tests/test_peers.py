@@ -1,15 +1,20 @@
 """The real peers' adapters (``model_tests/peers/``), over the engines' own files in ``.peers/``.
 
-Skipped when a peer's files are not fetched (``make peers-fetch``); ``make peers`` is the full
-check. Each test pins one behaviour of the engine as the adapter shows it (``specs/peers.md``),
-so an adapter that stopped being faithful, or a loader that stopped loading, fails here.
+Skipped when a peer's files are not fetched (``make peers-fetch``; ``make setup`` fetches them),
+and failed under ``CI=true``: CI must run them. ``make peers`` is the full check. Each test
+pins one behaviour of the engine as the adapter shows it (``specs/peers.md``), so an adapter that
+stopped being faithful, or a loader that stopped loading, fails here.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -22,6 +27,7 @@ from pagedkv.model_tests.peers import sources
 from pagedkv.model_tests.peers.nano_vllm_manager import NanoVllmManager
 from pagedkv.model_tests.peers.run import PEERS, Peer, main
 from pagedkv.model_tests.peers.vllm_v0_manager import Switches, VllmV0Manager
+from pagedkv.model_tests.peers.vllm_v0_pool import VllmV0Pool
 from pagedkv.model_tests.peers.vllm_v1_pool import VllmV1Pool
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.errors import (
@@ -38,10 +44,31 @@ BAD = "not an argument"
 refuses the call before it reads it."""
 
 
-def needs(source: sources.Source) -> pytest.MarkDecorator:
-    return pytest.mark.skipif(
-        not source.fetched, reason=f"{source.name} not fetched (make peers-fetch)"
-    )
+def require(*needed: sources.Source) -> None:
+    """Skip a test whose peer files are not fetched; under ``CI=true`` fail it: CI must run
+    the real peers (``make setup`` fetches them)."""
+    missing = [source.name for source in needed if not source.fetched]
+    if not missing:
+        return
+    reason = f"{', '.join(missing)} not fetched (make peers-fetch)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run the real-peer tests, but {reason}: make setup fetches them")
+    pytest.skip(reason)
+
+
+Test = TypeVar("Test", bound=Callable[..., None])
+
+
+def needs(source: sources.Source) -> Callable[[Test], Test]:
+    def decorate(test: Test) -> Test:
+        @functools.wraps(test)
+        def checked(*args: Any, **kwargs: Any) -> None:
+            require(source)
+            test(*args, **kwargs)
+
+        return cast(Test, checked)
+
+    return decorate
 
 
 @needs(sources.VLLM_V0)
@@ -105,8 +132,7 @@ def test_a_check_of_vllm_v0_under_its_profile_never_asks_what_it_lacks() -> None
 @pytest.mark.parametrize("peer", PEERS, ids=lambda peer: peer.name)
 def test_each_peers_profile_names_what_its_adapter_lacks(peer: Peer) -> None:
     """The operations the profile leaves out are exactly those the adapter refuses outright."""
-    if not peer.source.fetched:
-        pytest.skip(f"{peer.source.name} not fetched (make peers-fetch)")
+    require(peer.source)
     config: Any = (
         ManagerConfig(block_size=2, num_gpu_blocks=4, num_cpu_blocks=2, enable_caching=True)
         if peer.level == "manager"
@@ -121,7 +147,7 @@ def test_each_peers_profile_names_what_its_adapter_lacks(peer: Peer) -> None:
             refused.add(name)
         except Exception:
             pass  # it looked at the (nonsense) arguments: it has the operation
-    assert refused == set(profile(peer.profile).policy.unsupported)
+    assert refused == set(profile(peer.profile).policy.unsupported) & set(OPERATIONS[peer.level])
 
 
 @needs(sources.VLLM_V1)
@@ -163,7 +189,13 @@ def test_the_runner_refuses_a_bad_policy(capsys: pytest.CaptureFixture[str]) -> 
     assert "unknown policy option 'no_such_option'" in capsys.readouterr().err
     assert main(["check", "--policy", "atomic"]) == 2
     assert "--policy takes name=value" in capsys.readouterr().err
-    assert [peer.profile for peer in PEERS] == ["vllm-v0", "vllm-v1", "nano-vllm"]
+    assert [peer.profile for peer in PEERS] == [
+        "vllm-v0",
+        "vllm-v0",
+        "vllm-v1",
+        "nano-vllm",
+        "nano-vllm-upstream",
+    ]
 
 
 @needs(sources.NANO_VLLM)
@@ -189,8 +221,7 @@ def test_nano_vllm_steps_past_its_known_defect(tmp_path: Path) -> None:
 def test_the_runner_refuses_a_bad_known_file(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    if not all(peer.source.fetched for peer in PEERS):
-        pytest.skip("the peers are not fetched (make peers-fetch)")
+    require(*(peer.source for peer in PEERS))
     bad = tmp_path / "bad.toml"
     bad.write_text("[[difference]]\nname = 'x'\n")
     assert main(["check", "--known", str(bad)]) == 2
@@ -328,3 +359,300 @@ def test_vllm_v0_d9_a_full_block_without_a_hash_after_a_window_release() -> None
     message = f"can_swap_out(1): the target raised an untyped {show_error(raised.value)}"
     assert " in is_block_cached (assert block.content_hash is not None)" in message, message
     assert known.classify(Finding("can_swap_out", (("untyped", message),), config)) == "D9"
+
+
+def replayed(config: Any, calls: list[tuple[str, tuple[Any, ...]]], tier: str) -> Any:
+    """The verdict of vLLM 0.6.3's manager on ``calls``, under its profile or its safety tier."""
+    peer = next(p for p in PEERS if p.name == "vllm-0.6.3-manager")
+    chosen = profile(tier + peer.profile)
+    made = trace.trace_of_calls("manager", config, calls, chosen.policy, safety=chosen.safety)
+    return trace.replay(made, peer.factory())
+
+
+@needs(sources.VLLM_V0)
+def test_vllm_v0_takes_its_null_block_from_the_evictor_as_it_chooses() -> None:
+    """The first windowed append takes the null block and then a block for the token, both
+    evicted among equally old blocks: the session adopts the target's null block as a choice,
+    as it adopts the blocks in tables (without that, it said the target put the wrong block)."""
+    config = ManagerConfig(1, 7, 7, 0.0, sliding_window=1, enable_caching=True)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate", (1, [2, 3, 4], [3, 1])),
+        *[
+            ("allocate", (group, [group + 1], [token]))
+            for group, token in ((5, 100), (7, 101), (11, 103), (13, 104))
+        ],
+        ("free", (12,)),
+        ("free", (14,)),
+        ("allocate", (25, [26], [105])),
+        ("allocate", (27, [28], [106])),
+        ("free", (28,)),
+        ("append_slots", (2, [4], 0)),
+    ]
+    verdict = replayed(config, calls, "")
+    assert verdict.status == "pass", verdict.describe()
+
+
+@needs(sources.VLLM_V0)
+def test_vllm_v0_keeps_a_frozen_computed_list_across_a_swap() -> None:
+    """Policy ``computed_list_swap=kept``: vLLM's computed-blocks tracker outlives a swap, so a
+    list that stopped at a gap before it still answers ``[]`` after the swap in."""
+    config = ManagerConfig(4, 7, 6, 0.0, enable_caching=True)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate", (3, [4], [3, 1, 4, 1, 5])),
+        ("get_common_computed_block_ids", ([4],)),
+        ("swap_out", (3,)),
+        ("swap_in", (3,)),
+        ("get_common_computed_block_ids", ([4],)),
+    ]
+    verdict = replayed(config, calls, "")
+    assert verdict.status == "pass", verdict.describe()
+
+
+VLLM_V0_SHAPES: list[tuple[str, str, Any, list[tuple[str, tuple[Any, ...]]]]] = [
+    (  # D13 at the manager level: a hit on a block not yet computed, then one from the evictor
+        "D4-D13",
+        "",
+        ManagerConfig(1, 12, 6, 0.0, enable_caching=True),
+        [
+            ("allocate", (1, [2], [3])),
+            ("append_slots", (2, [1], 0)),
+            ("allocate", (3, [4], [3])),
+            ("free", (2,)),
+            ("allocate", (5, [6], [3, 1, 4])),
+            ("get_common_computed_block_ids", ([6],)),
+        ],
+    ),
+    (  # D1 answered by can_swap_in: NEVER judged against every GPU block
+        "D1",
+        "",
+        ManagerConfig(4, 6, 4, 0.0, sliding_window=1),
+        [
+            ("allocate", (1, [2, 3], [3, 1, 4, 1, 5, 9, 2, 6])),
+            ("swap_out", (1,)),
+            ("can_swap_in", (1, 1)),
+        ],
+    ),
+    (  # D7 promised by can_swap_in: the first windowed append's null block not counted
+        "D7",
+        "safety:",
+        ManagerConfig(1, 4, 1, 0.0, sliding_window=1),
+        [
+            ("allocate", (1, [2], [3])),
+            ("swap_out", (1,)),
+            ("can_swap_in", (1, 3)),
+            ("swap_in", (1,)),
+            ("append_slots", (2, [], 3)),
+        ],
+    ),
+    (  # D9: a fork after a window release meets a freed block object
+        "D9",
+        "safety:",
+        ManagerConfig(3, 12, 4, 0.0, sliding_window=2, enable_caching=True),
+        [
+            ("allocate", (16, [17, 18], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3])),
+            ("append_slots", (17, [5], 0)),
+            ("allocate", (21, [22], [3])),
+            ("free", (22,)),
+            ("fork", (17, 23)),
+        ],
+    ),
+    (  # D9 without caching: naive_block.py's fork
+        "D9",
+        "safety:",
+        ManagerConfig(1, 8, 8, 0.0, sliding_window=1),
+        [
+            ("allocate", (1, [2], [3, 1, 4, 1, 5])),
+            ("append_slots", (2, [9], 0)),
+            ("allocate", (3, [4], [3])),
+            ("free", (4,)),
+            ("fork", (2, 5)),
+        ],
+    ),
+    (  # D4 where the reference evicted the block vLLM hit: only the computed list shows it
+        "D4-D13",
+        "",
+        ManagerConfig(1, 4, 2, 0.0, enable_caching=True),
+        [
+            ("allocate", (1, [2, 3, 4], [3])),
+            ("free", (2,)),
+            ("free", (3,)),
+            ("free", (4,)),
+            ("allocate", (17, [18], [3, 1, 4, 1], ExtraKey(cache_salt="s"))),
+            ("get_common_computed_block_ids", ([18],)),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("defect", "tier", "config", "calls"), VLLM_V0_SHAPES, ids=[s[0] for s in VLLM_V0_SHAPES]
+)
+@needs(sources.VLLM_V0)
+def test_vllm_v0_known_file_matches_each_shape(
+    defect: str, tier: str, config: Any, calls: list[tuple[str, tuple[Any, ...]]]
+) -> None:
+    """Each shape of a defect the searches met (seeds 0-5) is a divergence of vLLM's, and its
+    class in the known-differences file says which defect."""
+    verdict = replayed(config, calls, tier)
+    assert verdict.status == "divergence", verdict.describe()
+    peer = next(p for p in PEERS if p.name == "vllm-0.6.3-manager")
+    known = load_known(peer.known_file, peer.level)
+    assert verdict.step is not None
+    operation = calls[verdict.step - 1][0]
+    assert known.classify(Finding(operation, verdict.parts, config)) == defect, verdict.message
+
+
+def replay_peer(
+    name: str, policy: Any, config: Any, calls: list[tuple[str, tuple[Any, ...]]]
+) -> Any:
+    """The verdict of peer ``name`` on ``calls`` under ``policy`` (the comparison tier)."""
+    peer = next(p for p in PEERS if p.name == name)
+    made = trace.trace_of_calls(peer.level, config, calls, policy)
+    return trace.replay(made, peer.factory())
+
+
+@needs(sources.NANO_VLLM)
+def test_upstream_nano_vllm_keeps_one_free_list() -> None:
+    """Upstream nano-vllm keeps a freed block's hash and takes blocks from one first-in
+    first-out list, cached or not: a cached block given back before a blank one is taken first.
+    Its profile says so; the fork's profile (nothing cached once freed) and release order (a
+    blank block before any cached one) each fail it."""
+    config = ManagerConfig(block_size=2, num_gpu_blocks=3, num_cpu_blocks=1, enable_caching=True)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate", (1, [2], [1, 2])),
+        ("allocate", (3, [4], [5])),
+        ("free", (2,)),
+        ("free", (4,)),
+        ("allocate", (5, [6], [7, 8])),
+        ("allocate", (7, [8], [9, 9])),
+        ("allocate", (9, [10], [1, 2])),
+        ("get_num_cached_tokens", (10,)),
+    ]
+    upstream = profile("nano-vllm-upstream").policy
+    verdict = replay_peer("nano-vllm-upstream-manager", upstream, config, calls)
+    assert verdict.status == "pass", verdict.describe()
+    again = [*calls[:1], ("free", (2,)), *calls[-2:]]  # the prompt again, once it was freed
+    assert replay_peer("nano-vllm-upstream-manager", upstream, config, again).status == "pass"
+    fork_profile = profile("nano-vllm").policy
+    failed = replay_peer("nano-vllm-upstream-manager", fork_profile, config, again)
+    assert (failed.status, failed.step) == ("divergence", 4), failed.describe()
+    release_order = replace(upstream, eviction="release_order")
+    failed = replay_peer("nano-vllm-upstream-manager", release_order, config, calls)
+    assert (failed.status, failed.step) == ("divergence", 6), failed.describe()
+
+
+@needs(sources.VLLM_V0)
+def test_vllm_v0_pool_is_vllm() -> None:
+    """vLLM 0.6.3's allocator: a hit on a cached first block, copy-on-write of a shared block
+    before an append, and the dedup of a block an append fills (copy first, then dedup)."""
+    pool = VllmV0Pool(PoolConfig(num_blocks=4, block_size=2, first_id=3))
+    first = pool.allocate_immutable(Prefix(), [1, 2])
+    assert pool.allocate_immutable(Prefix(), [1, 2]) == first  # a hit
+    pool.free(first)
+    mutable = pool.allocate_mutable()
+    pool.append_tokens(mutable, Prefix(), [1])
+    pool.fork([mutable])
+    copied = pool.append_tokens(mutable, Prefix(), [2])  # shared: copied, then filled: dedup
+    assert copied == first and pool.clear_copy_on_writes() == [(mutable, 5)]
+    with pytest.raises(UnsupportedError):
+        pool.reset_prefix_cache()
+
+
+@needs(sources.VLLM_V0)
+def test_vllm_v0_pool_copy_on_write_out_of_blocks_ends_the_run() -> None:
+    """vLLM's ``cow_block_if_not_appendable`` gives back the source id before it finds no block:
+    a later ``free`` of the source asserts. Under ``atomic=false`` the pool-level session ends
+    the run at the failed call (before, the run went on to that ``free``)."""
+    config = PoolConfig(num_blocks=1, block_size=1)
+    pool = VllmV0Pool(config)
+    block = pool.allocate_mutable()
+    pool.fork([block])
+    with pytest.raises(OutOfBlocksError):
+        pool.cow_if_not_appendable(block)
+    with pytest.raises(AssertionError):
+        pool.free(block)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate_mutable", ()),
+        ("fork", ([0],)),
+        ("cow_if_not_appendable", (0,)),
+        ("free", (0,)),
+    ]
+    verdict = replay_peer("vllm-0.6.3-pool", profile("vllm-v0").policy, config, calls)
+    assert verdict.status == "pass", verdict.describe()
+    atomic = replace(profile("vllm-v0").policy, atomic=True)
+    failed = replay_peer("vllm-0.6.3-pool", atomic, config, calls)
+    assert (failed.status, failed.step, failed.kind) == ("divergence", 4, "untyped"), (
+        failed.describe()
+    )
+
+
+VLLM_V0_POOL_SHAPES: list[tuple[str, str, list[tuple[str, tuple[Any, ...]]]]] = [
+    (  # D4 under the profile: a first block under an extra key hits another key's block
+        "D4",
+        "",
+        [
+            ("allocate_immutable", (Prefix(), [0])),
+            ("allocate_immutable", (Prefix(extra_key=ExtraKey(lora_id=1)), [0])),
+        ],
+    ),
+    (  # D4 under the safety tier: one block held under two extra keys
+        "D4",
+        "safety:",
+        [
+            ("allocate_immutable", (Prefix(), [0])),
+            ("allocate_immutable", (Prefix(extra_key=ExtraKey(lora_id=1)), [0])),
+        ],
+    ),
+    (  # D13: a computed block past one that is not, answered as the computed prefix
+        "D13",
+        "",
+        [
+            ("allocate_mutable", ()),
+            ("allocate_immutable", (Prefix(), [0])),
+            ("allocate_immutable", (Prefix().extend([0]), [1])),
+            ("free", (2,)),
+            ("allocate_immutable", (Prefix().extend([0]), [1])),
+            ("allocate_immutable", (Prefix().extend([0]).extend([1]), [1])),
+            ("common_computed_prefix", ([[0, 2, 3]],)),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("defect", "tier", "calls"), VLLM_V0_POOL_SHAPES, ids=[s[0] + s[1] for s in VLLM_V0_POOL_SHAPES]
+)
+@needs(sources.VLLM_V0)
+def test_vllm_v0_pool_known_file_matches_each_shape(
+    defect: str, tier: str, calls: list[tuple[str, tuple[Any, ...]]]
+) -> None:
+    config = PoolConfig(num_blocks=7, block_size=1)
+    peer = next(p for p in PEERS if p.name == "vllm-0.6.3-pool")
+    chosen = profile(tier + peer.profile)
+    made = trace.trace_of_calls("pool", config, calls, chosen.policy, safety=chosen.safety)
+    verdict = trace.replay(made, peer.factory())
+    assert verdict.status == "divergence", verdict.describe()
+    known = load_known(peer.known_file, peer.level)
+    assert verdict.step is not None
+    operation = calls[verdict.step - 1][0]
+    assert known.classify(Finding(operation, verdict.parts, config)) == defect, verdict.message
+
+
+@needs(sources.NANO_VLLM)
+def test_upstream_nano_vllm_d6_shows_as_cached_tokens() -> None:
+    """D6 where the reference evicted the very block upstream nano-vllm took as a hit under
+    another extra key: the tables agree up to renaming, the cached token count differs, and the
+    known-differences file classes it D6 (found at seed 0 with 2000 calls)."""
+    config = ManagerConfig(block_size=4, num_gpu_blocks=10, num_cpu_blocks=1, enable_caching=True)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate", (1, [2], [3, 1, 4, 1, 5, 9])),
+        ("free", (2,)),
+        *[("allocate", (3 + 2 * i, [4 + 2 * i], [100 + i] * 3)) for i in range(7)],
+        ("allocate", (17, [18], [3, 1, 4, 1, 5, 9, 2, 6, 5], ExtraKey(lora_id=2))),
+        ("get_num_cached_tokens", (18,)),
+    ]
+    peer = next(p for p in PEERS if p.name == "nano-vllm-upstream-manager")
+    verdict = replay_peer(peer.name, profile(peer.profile).policy, config, calls)
+    assert (verdict.status, verdict.step) == ("divergence", 11), verdict.describe()
+    known = load_known(peer.known_file, peer.level)
+    assert known.classify(Finding("get_num_cached_tokens", verdict.parts, config)) == "D6"

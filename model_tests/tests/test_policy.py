@@ -464,9 +464,10 @@ def test_keep_freed_cache() -> None:
 def test_eviction() -> None:
     """Two cached blocks given back, the first accessed later: LRU evicts the older access,
     release order the first given back. A sequence gives its blocks back tail first, so its tail
-    is evicted first under release order too."""
+    is evicted first under release order too. A cached block given back before a blank one:
+    the blank one is taken, or under one free list the cached one, first in line."""
 
-    def scenario(policy: Policy) -> tuple[int, list[int], bool]:
+    def scenario(policy: Policy) -> tuple[int, list[int], bool, int]:
         p = pool(policy, num_blocks=2)
         later = p.allocate_immutable(ROOT, [1])
         earlier = p.allocate_immutable(ROOT, [2])
@@ -479,11 +480,17 @@ def test_eviction() -> None:
         m.free(1)
         m.allocate(2, [2], [9])
         head_cached = m.view().gpu.cached.get(ROOT.child_hash([1])) == 0
-        return p.allocate_mutable(), m.get_block_table(2), head_cached
+        line = pool(policy, num_blocks=2)
+        cached = line.allocate_immutable(ROOT, [3])
+        blank = line.allocate_mutable()
+        line.free(cached)
+        line.free(blank)
+        return p.allocate_mutable(), m.get_block_table(2), head_cached, line.allocate_mutable()
 
     assert under_each_value("eviction", scenario) == {
-        "lru": (1, [1], True),
-        "release_order": (0, [1], True),
+        "lru": (1, [1], True, 1),
+        "release_order": (0, [1], True, 1),
+        "free_list": (0, [1], True, 0),
     }
 
 
@@ -614,6 +621,34 @@ def test_computed_list() -> None:
     assert under_each_value("computed_list", scenario) == {
         "recomputed": ([], [0, 1], [0, 1], ([1, 2], [])),
         "cached_per_sequence": ([], [], [0, 1], ([1, 2], [])),
+    }
+
+
+def test_computed_list_swap() -> None:
+    """A kept list that stopped at a gap (asked before anything was computed), then a swap out
+    and in: the list starts over and finds the block the swap in took back computed, or stays
+    stopped and empty (vLLM's tracker outlives the swap); a list that had grown keeps its
+    length, over the blocks the entries now hold."""
+
+    def scenario(policy: Policy) -> tuple[list[int], list[int], list[int]]:
+        kept = replace(PROFILES["vllm-v0"], computed_list_swap=policy.computed_list_swap)
+        m = manager(kept, block_size=4, enable_caching=True, num_gpu_blocks=7, num_cpu_blocks=6)
+        m.allocate(3, [4], [3, 1, 4, 1, 5])
+        before = m.get_common_computed_block_ids([4])
+        m.swap_out(3)
+        m.swap_in(3)
+        grown = manager(kept, enable_caching=True, num_gpu_blocks=8, num_cpu_blocks=8)
+        grown.allocate(1, [1], [1, 2, 3])
+        grown.mark_blocks_as_computed(1)
+        found = grown.get_common_computed_block_ids([1])
+        grown.swap_out(1)
+        grown.swap_in(1)
+        assert grown.get_common_computed_block_ids([1]) == found
+        return before, m.get_common_computed_block_ids([4]), found
+
+    assert under_each_value("computed_list_swap", scenario) == {
+        "starts_over": ([], [0], [0, 1]),
+        "kept": ([], [], [0, 1]),
     }
 
 
