@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from pagedkv.model_tests.lockstep.calls import Divergence, run_call, shared_error
+from pagedkv.model_tests.lockstep.calls import Divergence, exact_answer, run_call, shared_error
 from pagedkv.model_tests.lockstep.capture import RecordedCall
 from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
 from pagedkv.model_tests.lockstep.show import show_call, show_value
 from pagedkv.model_tests.machines.manager_machine import held_references, mapping_problems
-from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.exec_target import close_target
 from pagedkv.model_tests.oracle.watchdog import watched
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
@@ -101,7 +101,8 @@ class Lockstep:
         theirs, their_error = run_call(self.target, call)
         if error is not None or their_error is not None:
             return shared_error(show_call(method, args), (result, error), (theirs, their_error))
-        if result != theirs:
+        theirs = exact_answer("manager", method, show_call(method, args), theirs)
+        if codec.exact_result("manager", method, result) != theirs:
             raise Divergence(
                 f"{show_call(method, args)}: the reference returned {show_value(result)},"
                 f" the target {show_value(theirs)}"
