@@ -88,8 +88,14 @@ class Lockstep:
         self.model = ReferenceBlockSpaceManager(config)
         self.target = factory(config)
         self.exact = exact
-        self.session = None if exact else IsomorphicManagerSession(self.model, self.target)
+        self.session: IsomorphicManagerSession | None = None
         self.calls: list[RecordedCall] = []
+
+    def begin(self) -> None:
+        """The isomorphic session, which reads the new target's tables and free counts at once:
+        a divergence already (a free count that is not an ``int``)."""
+        if not self.exact:
+            self.session = IsomorphicManagerSession(self.model, self.target)
 
     def call(self, call: ManagerCall[T]) -> T | PagedKVError:
         """The model's outcome (result or error); a Divergence if the target's differs."""
@@ -350,6 +356,7 @@ def soak(
         next_check = CHECKPOINT
         episode_end = min(steps, result.steps + EPISODE)
         try:
+            side.begin()
             while result.steps + len(side.calls) < episode_end:
                 walk.step()
                 if len(side.calls) >= next_check:
@@ -379,6 +386,7 @@ def diverges(
     """Why replaying ``calls`` diverges (comparing the whole state after every call), or None."""
     side = Lockstep(factory, config, exact)
     try:
+        side.begin()
         for method, args in calls:
             side.call(call_named("manager", method, args))
             side.check_state(f"after {method}")
