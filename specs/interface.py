@@ -2,7 +2,10 @@
 pool, the block space manager and the defragmenter.
 
 See ``specs/block_pool.md``, ``specs/block_manager.md`` and ``specs/defragmenter.md`` for each
-operation's pre-conditions, post-conditions and errors.
+operation's pre-conditions, post-conditions and errors. Results are of exactly the annotated
+types (``int`` itself, not a float, a numpy scalar or a subclass), and a returned list never
+turns into another answer: a query's may follow the state it describes, an action's never
+changes (``specs/block_manager.md`` §5.3, ``specs/oracle.md`` §1).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@ kind of its result.
 
 This table is the one place the protocols are listed. ``specs/interface.py`` writes the same
 operations as typed Protocols (a test holds the two, and every implementation, to the same names
-and parameters); the oracle's codec turns each kind into JSON; the lockstep sessions read the
-kinds to know which arguments and results are block ids; ``specs/oracle.md`` shows the table.
+and parameters); the codec (``specs/wire.py``) turns each kind into JSON; the lockstep sessions
+read the kinds to know which arguments and results are block ids; ``specs/oracle.md`` shows the
+table.
 
 Kinds (JSON in brackets, see ``specs/oracle.md`` §3):
 

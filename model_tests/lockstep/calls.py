@@ -13,8 +13,10 @@ from typing import Any, Literal, Protocol, TypeVar, cast, get_args
 from hypothesis import currently_in_test_context, event
 
 from pagedkv.model_tests.lockstep.show import show_error, show_value
+from pagedkv.specs import wire
 from pagedkv.specs.call import Call
 from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.operations import Level
 
 T = TypeVar("T")
 
@@ -38,6 +40,8 @@ DivergenceKind = Literal[
     "placement",
     "pairs",
     "kv",
+    "type",
+    "answer",
 ]
 """What a divergence is about. Against the reference: a result that differs; an error on one
 side only (or another class); an error that is not of ``pagedkv.specs.errors``; a failed call that
@@ -45,7 +49,10 @@ changed state; a pool block or lookup, read through the optional ``block()`` / `
 that differs after a call; block tables that disagree (or cannot be read); a choice the spec
 does not allow; a free count; a ``can_*`` answer that a call acting on it broke. Under the
 safety tier (``specs/safety.md``), the rule broken: S1 aliasing, S2 accounting, S3 placement, S4
-copy and swap pairs, S5 KV data (S6 is ``untyped`` or ``atomicity``, S7 ``promise``)."""
+copy and swap pairs, S5 KV data (S6 is ``untyped`` or ``atomicity``, S7 ``promise``). Under
+every mode (``answers.py``): an answer that is not the protocol's exact value (``type``: a float, a
+numpy scalar, a mock where an ``int`` is due), and one that later turned into another answer
+(``answer``: a list reused for the next one)."""
 
 KINDS: tuple[DivergenceKind, ...] = get_args(DivergenceKind)
 
@@ -76,13 +83,28 @@ def comparable(side: Viewable) -> object:
     return side.view().comparable()
 
 
-def call_both(model: Viewable, impl: Viewable, call: Call[Any, T]) -> T | PagedKVError:
+def exact_answer(level: Level, method: str, shown: str, answer: object) -> Any:
+    """A target's ``answer`` to ``method`` as the protocol's exact value (``specs/wire.py``: what
+    an ``exec:`` target's answer would be, in builtin types, a copy of it); a value that only
+    compares like one (a float, ``numpy.int64``, ``unittest.mock.ANY``, an ``int`` subclass) is a
+    divergence of kind ``type`` that names its type. ``shown`` is the call as a report writes
+    it."""
+    try:
+        return wire.exact_result(level, method, answer)
+    except wire.NotExact as error:
+        raise Divergence(f"{shown}: the target returned {error.phrase}", "type") from None
+
+
+def call_both(
+    model: Viewable, impl: Viewable, call: Call[Any, T], level: Level
+) -> T | PagedKVError:
     """Run ``call`` on both; return the model's result, or the (shared) error it raised.
 
     Exact mode: the two sides are in the same state when a call starts (the machines check it
     after every step), so after an error it is enough that the implementation's state still
     equals the model's, and that the model kept its frozen state (the reference replaces it
-    only when an operation succeeds). No state is copied on the way in."""
+    only when an operation succeeds). No state is copied on the way in. Both results are
+    compared as the protocol's exact values (``exact_answer``): the reference's must be one."""
     method = call.name
     model_before = getattr(model, "state", None)
     model_result, model_error = run_call(model, call)
@@ -104,10 +126,10 @@ def call_both(model: Viewable, impl: Viewable, call: Call[Any, T]) -> T | PagedK
         if currently_in_test_context():  # the explorer calls it outside Hypothesis
             event(f"error: {type(model_error).__name__} from {method}")
         return model_error
-    if model_result != impl_result:
-        raise Divergence(
-            f"{method}: model returned {model_result!r}, implementation {impl_result!r}"
-        )
+    model_value = wire.exact_result(level, method, model_result)
+    impl_value = exact_answer(level, method, method, impl_result)
+    if model_value != impl_value:
+        raise Divergence(f"{method}: model returned {model_value!r}, implementation {impl_value!r}")
     return cast(T, model_result)
 
 

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
+from pagedkv.model_tests.lockstep.answers import Answers
 from pagedkv.model_tests.lockstep.bijection import Bijection
 from pagedkv.model_tests.lockstep.calls import (
     Divergence,
@@ -65,7 +66,7 @@ class ExactManagerSession:
         self.ledger = Ledger(self.model.config)
 
     def call(self, call: ManagerCall[T]) -> T | PagedKVError:
-        outcome = call_both(self.model, self.target, call)
+        outcome = call_both(self.model, self.target, call, "manager")
         if not isinstance(outcome, PagedKVError):
             self.ledger.record(call.name, call.args)
         self.steps.append(Step(call.name, call.args, outcome))
@@ -78,6 +79,7 @@ class ExactManagerSession:
 
 
 MAX_ATTEMPTS = 6
+READ_AGAIN = "after pagedkv read the target's tables and free counts"
 RATE_TOLERANCE = 1e-9
 """Hit rates are compared within this (relative and absolute) tolerance: an engine may compute
 ``hits / queries`` another way (vLLM 0.6.3 in buckets of 1000 queries) and land an ulp away."""
@@ -95,6 +97,7 @@ class IsomorphicManagerSession:
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.model.config)
+        self.answers = Answers(self.target, "manager")
         self.seen = self.observe(self.model.view())
 
     # --- looking at the target -----------------------------------------------------------------
@@ -106,9 +109,11 @@ class IsomorphicManagerSession:
 
     def call(self, call: ManagerCall[T]) -> T | PagedKVError:
         method, args = call.name, call.args
+        shown = show_call(method, args)
         saved = self.model.state
         before = self.model.view()
         target_result, target_error = run_call(self.target, call)
+        target_result = self.answers.take(call, shown, target_result, target_error is not None)
         prefer: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
         previous = self._positions(before, self.seen)
         held_before = self._holders(previous)
@@ -137,6 +142,7 @@ class IsomorphicManagerSession:
         self._align(before, slots, previous, released, bind=True)
         self._compare_result(method, args, before, model_result, target_result)
         self._compare_counts(method, args, after, observed)
+        self.answers.recheck(READ_AGAIN)
         self._forget_freed(after)
         self.seen = observed
         self.ledger.record(method, args)

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pagedkv.model_tests.lockstep.calls import Divergence
-from pagedkv.model_tests.lockstep.show import show_error
+from pagedkv.model_tests.lockstep.calls import Divergence, exact_answer
+from pagedkv.model_tests.lockstep.show import show_call, show_error
 from pagedkv.specs.types import BlockId, Device
 
 
@@ -20,24 +20,33 @@ class Observation:
 
 
 def observe(target: Any, seq_ids: Iterable[int], group_ids: Iterable[int]) -> Observation:
-    """Read the target through the protocol; a target that cannot answer for a live sequence or
-    group diverges."""
+    """Read the target through the protocol, each answer as its exact value at once (a table
+    read later could be another one by then); a target that cannot answer for a live sequence
+    or group diverges."""
     tables: dict[int, list[BlockId]] = {}
     cross: dict[int, list[BlockId]] = {}
     try:
         for seq_id in seq_ids:
-            tables[seq_id] = list(target.get_block_table(seq_id))
+            tables[seq_id] = _read("get_block_table", target.get_block_table, seq_id)
         for group_id in group_ids:
-            cross[group_id] = list(target.get_cross_block_table(group_id))
+            cross[group_id] = _read("get_cross_block_table", target.get_cross_block_table, group_id)
         free = {
-            Device.GPU: target.get_num_free_gpu_blocks(),
-            Device.CPU: target.get_num_free_cpu_blocks(),
+            Device.GPU: _read("get_num_free_gpu_blocks", target.get_num_free_gpu_blocks),
+            Device.CPU: _read("get_num_free_cpu_blocks", target.get_num_free_cpu_blocks),
         }
+    except Divergence:
+        raise
     except Exception as error:
         raise Divergence(
             f"the target cannot show its tables and free counts: {show_error(error)}", "table"
         ) from error
     return Observation(tables, cross, free)
+
+
+def _read(operation: str, method: Any, *args: Any) -> Any:
+    """``method(*args)``'s answer as the exact value of ``operation``'s result
+    (``calls.exact_answer``)."""
+    return exact_answer("manager", operation, show_call(operation, args), method(*args))
 
 
 def differences(before: Observation, after: Observation) -> list[str]:

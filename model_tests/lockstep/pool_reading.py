@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pagedkv.model_tests.lockstep.calls import TargetStopped
+from pagedkv.model_tests.lockstep.calls import TargetStopped, exact_answer
 from pagedkv.model_tests.lockstep.show import show_value
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.pool_view import BlockView, PoolView
@@ -52,8 +52,11 @@ def offers(target: Any, method: str) -> bool:
 def read_pool(target: Any, blocks: Iterable[BlockId], hashes: Iterable[BlockHash]) -> PoolReading:
     """The free count, and ``block()`` / ``lookup`` where ``target`` offers them."""
     has_block, has_lookup = offers(target, "block"), offers(target, "lookup")
+    free = _ask(lambda: target.num_free_blocks)
+    if free[0] == "is":  # as its exact value: an answer equal to every other hides a change
+        free = ("is", exact_answer("pool", "num_free_blocks", "num_free_blocks()", free[1]))
     return PoolReading(
-        _ask(lambda: target.num_free_blocks),
+        free,
         {b: _ask(lambda: target.block, b) for b in sorted(set(blocks))} if has_block else {},
         {h: _ask(lambda: target.lookup, h) for h in sorted(set(hashes))} if has_lookup else {},
     )

@@ -26,7 +26,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
-from pagedkv.model_tests.lockstep.calls import Divergence, DivergenceKind, run_call
+from pagedkv.model_tests.lockstep.answers import Answers
+from pagedkv.model_tests.lockstep.calls import (
+    Divergence,
+    DivergenceKind,
+    exact_answer,
+    run_call,
+)
 from pagedkv.model_tests.lockstep.pool_reading import (
     PoolReading,
     changes,
@@ -78,6 +84,7 @@ class PoolSafetySession:
         self.carried: dict[BlockId, Holding] = {}
         """What a copy into each block carries, for the blocks a holder moved into since the last
         ``clear_copy_on_writes`` (the holder's contents just before the move)."""
+        self.answers = Answers(self.target, "pool")
 
     def null_block(self) -> BlockId | None:
         get = getattr(self.target, "get_null_block", None)
@@ -85,8 +92,10 @@ class PoolSafetySession:
 
     def call(self, call: PoolCall[T]) -> T | PagedKVError:
         method, args = call.name, call.args
+        shown = show_call(method, args)
         reading = self._read(method, args)
         result, error = run_call(self.target, call)
+        result = self.answers.take(call, shown, result, error is not None)
         if error is not None:
             if not isinstance(error, PagedKVError):
                 raise Divergence(
@@ -113,6 +122,7 @@ class PoolSafetySession:
                 f"{shown}: " + "; ".join(message for _, message in findings),
                 parts=[(kind, f"{shown}: {message}") for kind, message in findings],
             )
+        self.answers.recheck("after pagedkv read the target's free count")
         self.steps.append(Step(method, args, result))
         return cast(T, result)
 
@@ -254,7 +264,9 @@ class PoolSafetySession:
         null = self.null_block()
         held = len(self.holders) + (1 if null is not None and null not in self.holders else 0)
         expected = self.config.num_blocks - held
-        free = self.target.num_free_blocks()
+        free = exact_answer(
+            "pool", "num_free_blocks", "num_free_blocks()", self.target.num_free_blocks()
+        )
         if free != expected:
             what = "a block is leaked" if free < expected else "a held block is counted free"
             found.append(

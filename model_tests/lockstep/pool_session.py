@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
+from pagedkv.model_tests.lockstep.answers import Answers
 from pagedkv.model_tests.lockstep.bijection import Bijection, Conflict
-from pagedkv.model_tests.lockstep.calls import Divergence, run_call, shared_error
+from pagedkv.model_tests.lockstep.calls import Divergence, exact_answer, run_call, shared_error
 from pagedkv.model_tests.lockstep.manager_session import same_rate
 from pagedkv.model_tests.lockstep.pool_reading import (
     PoolReading,
@@ -47,12 +48,19 @@ class IsomorphicPoolSession:
     """A call failed midway under a non-atomic policy (``atomic=false``): what the target holds
     is undefined, and the run stops."""
 
+    def __post_init__(self) -> None:
+        self.answers = Answers(self.target, "pool")
+
     def call(self, call: PoolCall[T]) -> T | PagedKVError:
         method, args = call.name, call.args
-        target_args = self._translate_args(method, args)
+        shown = show_call(method, args)
+        target_call = replace(call, args=self._translate_args(method, args))
         before = self.model.view()
         reading = self._read(method, args, before)
-        target_result, target_error = run_call(self.target, replace(call, args=target_args))
+        target_result, target_error = run_call(self.target, target_call)
+        target_result = self.answers.take(
+            target_call, shown, target_result, target_error is not None
+        )
         kwargs: dict[str, Any] = {}
         if method in ALLOCATING and target_error is None:
             kwargs["choice"] = self._choice(target_result)
@@ -97,6 +105,7 @@ class IsomorphicPoolSession:
                 " model (the model's value -> the target's): " + "; ".join(differ),
                 "block",
             )
+        self.answers.recheck("after pagedkv read the target's free count and blocks")
         self.steps.append(Step(method, args, model_result))
         return cast(T, model_result)
 
@@ -145,7 +154,10 @@ class IsomorphicPoolSession:
                 f"{show_call(method, args)}: the model returned {show_value(mine)}{ids},"
                 f" the target {show_value(theirs)}"
             )
-        mine_free, their_free = self.model.num_free_blocks(), self.target.num_free_blocks()
+        mine_free = self.model.num_free_blocks()
+        their_free = exact_answer(
+            "pool", "num_free_blocks", "num_free_blocks()", self.target.num_free_blocks()
+        )
         if mine_free != their_free:
             raise Divergence(
                 free_count_differs(show_call(method, args), "", mine_free, their_free),

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
+from pagedkv.model_tests.lockstep.answers import Answers
 from pagedkv.model_tests.lockstep.calls import Divergence, DivergenceKind, run_call
 from pagedkv.model_tests.lockstep.ledger import GroupRecord, Ledger
 from pagedkv.model_tests.lockstep.observation import Observation, differences, observe
@@ -103,6 +104,7 @@ class SafetySession:
         self.kv: KVAccess = access() if callable(access) else SimulatedKV(self.config.block_size)
         self.pending_prefill: set[int] = set()
         self.promises = Promises()
+        self.answers = Answers(self.target, "manager")
         self.seen = self.observe()
 
     # --- what the target shows --------------------------------------------------------------------
@@ -127,7 +129,9 @@ class SafetySession:
         if not prefill_next:
             self._prefill(list(self.pending_prefill), skip_blocks=0)
         before = self.seen
+        shown = show_call(method, args)
         result, error = run_call(self.target, call)
+        result = self.answers.take(call, shown, result, error is not None)
         broken = self.promises.after(
             method, args, result if error is None else error, self.ledger.members
         )
@@ -143,6 +147,7 @@ class SafetySession:
         findings = self.findings()
         if findings:
             raise _finding(method, args, findings)
+        self.answers.recheck("after pagedkv read the target's tables and free counts")
         self.steps.append(Step(method, args, result))
         return cast(T, result)
 

@@ -127,7 +127,7 @@ class Explorer:
         kind, *args = step
 
         def both(call: ManagerCall[T]) -> T | PagedKVError:
-            return call_both(self.model, target, call)
+            return call_both(self.model, target, call, "manager")
 
         if kind == "allocate":
             group_id, seq_ids, prompt = args
@@ -242,7 +242,7 @@ class Explorer:
         for group_id in sorted(view.groups):
             queries.append(calls.get_cross_block_table(group_id))
         for query in queries:
-            call_both(self.model, target, query)
+            call_both(self.model, target, query, "manager")
 
     # --- breadth first ---------------------------------------------------------------------
 

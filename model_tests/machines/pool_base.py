@@ -114,7 +114,7 @@ class PoolMachineBase(LockstepMachine):
         self.views.changed()
         if self.session is None:
             assert self.model is not None
-            return call_both(self.model, self.target, call)
+            return call_both(self.model, self.target, call, "pool")
         self.pending = (method, call.args)
         outcome = self.session.call(call)
         self.pending = None

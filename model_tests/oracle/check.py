@@ -418,12 +418,7 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
     declined = _declined_lines(result.declined)
     known = [] if result.stepped is None else result.stepped.lines()
     if result.passed:
-        agrees = (
-            "holds to the safety tier" if result.profile.safety else "agrees with the reference"
-        )
-        verdict = f"PASS: {result.runs} runs, {result.calls} calls; the target {agrees}"
-        if result.stepped is not None and result.stepped.total:
-            verdict += f"; {result.stepped.summary()}"
+        verdict = _pass_verdict(result)
         if declined:
             verdict += f" (and {len(result.declined)} configurations it declines)"
         return Report(True, title, verdict, notes=declined, known=known)
@@ -453,6 +448,8 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
         steps = f"{count} step{'' if count == 1 else 's'}"
         if not count and result.hung:
             how = "does not answer in time (hangs) while it is created for this configuration"
+        elif not count and isinstance(result.failure, Divergence):
+            how = "diverges as soon as it is created for this configuration (read before any call)"
         elif not count:
             how = "fails while it is created for this configuration"
         elif result.hung:
@@ -492,6 +489,25 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
             " deterministic?)"
         )
     return report
+
+
+def _pass_verdict(result: CheckResult) -> str:
+    """``PASS: ...; the target agrees with the reference``, only when no run ended on a known
+    difference; else the verdict word itself says how many runs stepped past one, and nothing
+    claims agreement: those runs ended where the target diverged (``specs/oracle.md`` §9)."""
+    done = f"{counted(result.runs, 'run')}, {counted(result.calls, 'call')}"
+    stepped = result.stepped
+    if stepped is None or not stepped.total:
+        agrees = (
+            "holds to the safety tier" if result.profile.safety else "agrees with the reference"
+        )
+        return f"PASS: {done}; the target {agrees}"
+    found = "break of the safety tier" if result.profile.safety else "divergence"
+    past = f"{counted(stepped.total, 'run')} past known differences"
+    return (
+        f"PASS with {past}: {done}; every {found} found is of a class the file names"
+        f" ({stepped.classes()})"
+    )
 
 
 def _kind_lines(result: CheckResult) -> list[str]:

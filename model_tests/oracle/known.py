@@ -30,6 +30,18 @@ from pagedkv.model_tests.oracle.codec import Level
 
 OTHER_KINDS = ("configuration", "check")
 ALL_KINDS = (*KINDS, *OTHER_KINDS)
+SAFETY_ONLY: frozenset[str] = frozenset({"aliasing", "accounting", "placement", "pairs", "kv"})
+"""Kinds only the safety tier reports (the rule it broke)."""
+REFERENCE_ONLY: frozenset[str] = frozenset({"result", "error", "block", "choice", "count"})
+"""Kinds only a comparison with the reference reports."""
+TIERS: dict[str, frozenset[str]] = {
+    "against the reference": frozenset(KINDS) - SAFETY_ONLY,
+    "under the safety tier": frozenset(KINDS) - REFERENCE_ONLY,
+}
+"""Every kind a check of each mode can end on: what a catch-all would cover."""
+PROBES = ("z", "0", "-", " ")
+"""Messages nothing real looks like: a ``message`` that matches each of them narrows nothing
+(``.``, ``.*``, ``^``, ``\\W|\\w``)."""
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ENTRY_KEYS = ("name", "about", "operation", "kind", "message", "config")
 MAX_FILE_BYTES = 1 << 20
@@ -194,7 +206,47 @@ def parse(
         _difference(entry, level, f"{where}: difference {number}")
         for number, entry in enumerate(entries, 1)
     )
+    _refuse_catch_all(differences, level, where)
     return KnownDifferences(declared, differences, where)
+
+
+def _refuse_catch_all(differences: tuple[Difference, ...], level: Level, where: str) -> None:
+    """A file whose entries, one or several together, match every operation and every kind (of
+    a check against the reference, or under the safety tier) with no message that narrows them
+    would step past any divergence: a broken allocator would PASS. It is refused, before any
+    search (``specs/oracle.md`` §9). A configuration narrows nothing here: every run has one."""
+    operations = frozenset(codec.OPS[level])
+    broad = [
+        (number, d)
+        for number, d in enumerate(differences, 1)
+        if d.message is None or all(d.message.search(probe) for probe in PROBES)
+    ]
+    for tier, kinds in TIERS.items():
+        every = {(op, kind) for op in operations for kind in kinds}
+        for number, d in broad:
+            if every <= {(op, kind) for op in d.operations for kind in d.kinds}:
+                raise KnownError(
+                    f"{where}: difference {number} ({d.name}) matches every operation and every"
+                    f" kind {tier}{_unnarrowed(d)}: it would step past any divergence, so a"
+                    " broken allocator would pass; name the operations and kinds it is about,"
+                    " or a message that tells it apart"
+                )
+        covered = {(op, kind) for _, d in broad for op in d.operations for kind in d.kinds}
+        if every <= covered:
+            names = ", ".join(f"{number} ({d.name})" for number, d in broad)
+            raise KnownError(
+                f"{where}: differences {names} together match every operation and every kind"
+                f" {tier}: they would step past any divergence, so a broken allocator would"
+                " pass; name the operations and kinds each is about, or a message that tells"
+                " it apart"
+            )
+
+
+def _unnarrowed(difference: Difference) -> str:
+    """How a broad entry's message fails to narrow it, if it has one."""
+    if difference.message is None:
+        return ""
+    return f" (its message {difference.message.pattern!r} matches any text)"
 
 
 def _difference(entry: object, level: Level, where: str) -> Difference:

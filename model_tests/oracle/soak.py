@@ -28,12 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from pagedkv.model_tests.lockstep.calls import Divergence, TargetStopped, run_call, shared_error
+from pagedkv.model_tests.lockstep.calls import (
+    Divergence,
+    TargetStopped,
+    exact_answer,
+    run_call,
+    shared_error,
+)
 from pagedkv.model_tests.lockstep.capture import RecordedCall
 from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
 from pagedkv.model_tests.lockstep.show import show_call, show_value
 from pagedkv.model_tests.machines.manager_machine import held_references, mapping_problems
-from pagedkv.model_tests.oracle import trace
+from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.exec_target import close_target
 from pagedkv.model_tests.oracle.watchdog import watched
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
@@ -90,8 +96,14 @@ class Lockstep:
         self.model = ReferenceBlockSpaceManager(config)
         self.target = factory(config)
         self.exact = exact
-        self.session = None if exact else IsomorphicManagerSession(self.model, self.target)
+        self.session: IsomorphicManagerSession | None = None
         self.calls: list[RecordedCall] = []
+
+    def begin(self) -> None:
+        """The isomorphic session, which reads the new target's tables and free counts at once:
+        a divergence already (a free count that is not an ``int``)."""
+        if not self.exact:
+            self.session = IsomorphicManagerSession(self.model, self.target)
 
     def call(self, call: ManagerCall[T]) -> T | PagedKVError:
         """The model's outcome (result or error); a Divergence if the target's differs."""
@@ -103,7 +115,8 @@ class Lockstep:
         theirs, their_error = run_call(self.target, call)
         if error is not None or their_error is not None:
             return shared_error(show_call(method, args), (result, error), (theirs, their_error))
-        if result != theirs:
+        theirs = exact_answer("manager", method, show_call(method, args), theirs)
+        if codec.exact_result("manager", method, result) != theirs:
             raise Divergence(
                 f"{show_call(method, args)}: the reference returned {show_value(result)},"
                 f" the target {show_value(theirs)}"
@@ -355,6 +368,7 @@ def soak(
         next_check = CHECKPOINT
         episode_end = min(steps, result.steps + EPISODE)
         try:
+            side.begin()
             while result.steps + len(side.calls) < episode_end:
                 walk.step()
                 if len(side.calls) >= next_check:
@@ -387,6 +401,7 @@ def diverges(
     """Why replaying ``calls`` diverges (comparing the whole state after every call), or None."""
     side = Lockstep(factory, config, exact)
     try:
+        side.begin()
         for method, args in calls:
             side.call(call_named("manager", method, args))
             side.check_state(f"after {method}")

@@ -125,8 +125,13 @@ class Stepping:
     def summary(self) -> str:
         """``12 runs ended on known differences: D4 (9), D1 (3)``."""
         total = self.total
-        classes = ", ".join(f"{name} ({runs})" for name, runs in self._by_runs())
-        return f"{total} run{'' if total == 1 else 's'} ended on known differences: {classes}"
+        return (
+            f"{total} run{'' if total == 1 else 's'} ended on known differences: {self.classes()}"
+        )
+
+    def classes(self) -> str:
+        """``D4 (9), D1 (3)``: the runs that ended on each class."""
+        return ", ".join(f"{name} ({runs})" for name, runs in self._by_runs())
 
     def short(self) -> str:
         """``D4x9 D1x3``, or ``-``."""

@@ -1,0 +1,469 @@
+"""The protocol's values on the wire: every argument and result of both levels as JSON, for traces
+and for ``exec:`` targets (``specs/oracle.md`` §3), and the exact reading of an answer a Python
+target returned, through the same kinds (§1, "Values, not objects").
+
+The operations, their parameters and the kinds of their arguments and results are the table of
+``specs/operations.py``; ``encode_args`` / ``decode_args`` and ``encode_result`` /
+``decode_result`` go through it, so an unknown operation, a wrong number of arguments or a
+malformed value is a ``CodecError`` naming the operation and the parameter.
+
+Kinds and their JSON:
+
+- ``int``, ``count``, ``seq``, ``group``, ``block``: a JSON integer. ``bool``: ``true`` /
+  ``false``. ``float``: a JSON number, or ``{"float": "nan" | "inf" | "-inf"}`` (strict JSON has
+  no such numbers).
+- ``tokens`` / ``seqs`` / ``blocks``: a list of integers; ``tokens?``: also ``null``. ``chains``:
+  a list of lists of integers. ``pairs``: a list of ``[source, destination]``.
+- ``device``: ``"gpu"`` / ``"cpu"``; ``device?``: also ``null``. ``status``: ``"ok"`` / ``"later"``
+  / ``"never"``. ``none``: ``null``.
+- ``extra_key``: ``{"lora_id": int | null, "cache_salt": str | null}``.
+- ``prefix``: ``{"hash": "<hex>", "num_tokens": n, "extra_key": {...}}``.
+
+A live Python value has a kind's form only when it *is* that value, not when it merely compares
+like one: ``type(x) is int`` (not a ``bool``, a float, ``numpy.int64``, ``unittest.mock.ANY`` or a
+subclass of ``int`` with an ``__eq__`` of its own), the enum's own members, and lists or tuples
+read from their own storage (a subclass's methods are not called), item by item. So
+``encode_result`` refuses what a program could never send as JSON, and ``exact_result`` (a
+result encoded and read back) is what a session compares: the same value, in the same builtin
+types, as an ``exec:`` target's answer would be, and a copy that the target cannot change later.
+
+Callers may pass deliberately ill-typed arguments (the machines check that they are refused, e.g.
+the string ``"gpu"`` where a ``Device`` belongs). Such a value is written ``{"raw": <json>}`` and
+read back as that plain JSON value, so it reaches the target exactly as the caller passed it.
+Errors are ``{"error": "<class name in pagedkv.specs.errors>", "message": "..."}``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, fields
+from typing import Any, cast
+
+from pagedkv.specs import errors as error_module
+from pagedkv.specs import operations
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.operations import Operation
+from pagedkv.specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, PoolConfig
+
+JSON = Any
+Level = operations.Level
+LEVELS = operations.LEVELS
+OPS = operations.OPERATIONS
+ERRORS = operations.ERRORS
+
+
+class CodecError(ValueError):
+    """A value that does not fit its operation's table, or an unknown operation."""
+
+
+class NotExact(CodecError):
+    """A live value that is not of its kind's exact type; ``phrase`` says what it is instead
+    (``numpy.int64, not int``; ``float at [1][0], not int``)."""
+
+    def __init__(self, phrase: str, where: str = "value") -> None:
+        super().__init__(f"{where}: {phrase}")
+        self.phrase = phrase
+
+
+def level_of(text: object) -> Level:
+    try:
+        return operations.level_of(text)
+    except ValueError as error:
+        raise CodecError(str(error)) from None
+
+
+def op_spec(level: Level, op: object) -> Operation:
+    table = OPS[level]
+    if not isinstance(op, str) or op not in table:
+        raise CodecError(f"unknown {level} operation {op!r} (known: {', '.join(sorted(table))})")
+    return table[op]
+
+
+# --- kinds: the exact value of a live one ---------------------------------------------------------
+
+_JSON_KIND = {"count": "int", "seq": "int", "group": "int", "block": "int"}
+_JSON_KIND |= {"seqs": "ids", "blocks": "ids"}
+"""Kinds of the operation table that share a JSON form: ids and counts are integers."""
+
+_KINDS = frozenset(
+    {"int", "bool", "float", "tokens", "ids", "chains", "pairs", "device", "status", "none"}
+    | {"extra_key", "prefix"}
+)
+
+_EXACT_TYPES: dict[str, type] = {"int": int, "bool": bool, "device": Device, "status": AllocStatus}
+
+
+def _base(kind: str) -> str:
+    """The JSON form of ``kind``, without its ``?``."""
+    bare = kind.rstrip("?")
+    return _JSON_KIND.get(bare, bare)
+
+
+def type_name(value: object) -> str:
+    """``int``, ``numpy.int64``, ``unittest.mock._ANY``: a value's own class, as a reader finds
+    it (``type``, which no object can disguise, unlike ``__class__``)."""
+    cls = type(value)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+
+
+def _not(value: object, at: str, wanted: str) -> NotExact:
+    return NotExact(f"{type_name(value)}{f' at {at}' if at else ''}, not {wanted}")
+
+
+def _items(value: object, at: str) -> list[Any]:
+    """What a list or tuple holds, read from its own storage: a subclass's ``__iter__`` or
+    ``__getitem__`` is not called."""
+    if issubclass(type(value), list):
+        return list.copy(cast(list[Any], value))
+    if issubclass(type(value), tuple):
+        return list(tuple.__getitem__(cast(tuple[Any, ...], value), slice(None)))
+    raise _not(value, at, "a list")
+
+
+def _exact_key(value: object, at: str) -> ExtraKey:
+    if type(value) is not ExtraKey:
+        raise _not(value, at, "ExtraKey")
+    lora, salt = value.lora_id, value.cache_salt
+    if lora is not None and type(lora) is not int:
+        raise _not(lora, f"{at}.lora_id", "int or None")
+    if salt is not None and type(salt) is not str:
+        raise _not(salt, f"{at}.cache_salt", "str or None")
+    return value
+
+
+def exact_value(kind: str, value: object, at: str = "") -> Any:
+    """``value`` as the exact value of ``kind`` (a plain copy of a list, pairs as tuples), or
+    ``NotExact`` naming what it is (``at``: where inside the value it is, ``[2]``)."""
+    if kind.endswith("?") and value is None:
+        return None
+    base = _base(kind)
+    if base in _EXACT_TYPES:
+        if type(value) is not _EXACT_TYPES[base]:
+            raise _not(value, at, _EXACT_TYPES[base].__name__)
+        return value
+    if base == "float":
+        if type(value) is not float and type(value) is not int:
+            raise _not(value, at, "float")
+        return value
+    if base == "none":
+        if value is not None:
+            raise _not(value, at, "None")
+        return None
+    if base in ("tokens", "ids"):
+        return [exact_value("int", v, f"{at}[{i}]") for i, v in enumerate(_items(value, at))]
+    if base == "chains":
+        return [exact_value("ids", c, f"{at}[{i}]") for i, c in enumerate(_items(value, at))]
+    if base == "pairs":
+        pairs = []
+        for i, pair in enumerate(_items(value, at)):
+            both = _items(pair, f"{at}[{i}]")
+            if len(both) != 2:
+                raise NotExact(f"{len(both)} items at {at}[{i}], not a (source, destination) pair")
+            pairs.append(
+                (
+                    exact_value("int", both[0], f"{at}[{i}][0]"),
+                    exact_value("int", both[1], f"{at}[{i}][1]"),
+                )
+            )
+        return pairs
+    if base == "extra_key":
+        return _exact_key(value, at)
+    if base == "prefix":
+        if type(value) is not Prefix:
+            raise _not(value, at, "Prefix")
+        if type(value.hash) is not bytes:
+            raise _not(value.hash, f"{at}.hash", "bytes")
+        exact_value("int", value.num_tokens, f"{at}.num_tokens")
+        _exact_key(value.extra_key, f"{at}.extra_key")
+        return value
+    raise CodecError(f"unknown kind {kind!r}")
+
+
+def fits(kind: str, value: object) -> bool:
+    """Whether ``value`` is exactly of ``kind`` (else an argument is written raw)."""
+    if _base(kind) not in _KINDS:
+        raise CodecError(f"unknown kind {kind!r}")
+    try:
+        exact_value(kind, value)
+    except NotExact:
+        return False
+    return True
+
+
+# --- kinds: JSON ----------------------------------------------------------------------------------
+
+
+def _float_json(value: float | int) -> JSON:
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    return value
+
+
+def _key_json(key: ExtraKey) -> JSON:
+    return {"lora_id": key.lora_id, "cache_salt": key.cache_salt}
+
+
+def plain_json(value: object, where: str) -> JSON:
+    """A plain JSON value (for ``raw``), or a CodecError."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise CodecError(f"{where}: cannot write the non-finite {value!r} as plain JSON")
+        return value
+    if isinstance(value, list | tuple):
+        return [plain_json(v, where) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: plain_json(v, where) for k, v in value.items()}
+    raise CodecError(f"{where}: {value!r} has no JSON form")
+
+
+def _json_of(kind: str, value: Any) -> JSON:
+    """The JSON of an exact value of ``kind``."""
+    if value is None:
+        return None
+    base = _base(kind)
+    if base in {"int", "bool", "tokens", "ids"}:
+        return value
+    if base == "float":
+        return _float_json(value)
+    if base in {"chains", "pairs"}:
+        return [list(v) for v in value]
+    if base in {"device", "status"}:
+        return value.value
+    if base == "extra_key":
+        return _key_json(value)
+    return {
+        "hash": value.hash.hex(),
+        "num_tokens": value.num_tokens,
+        "extra_key": _key_json(value.extra_key),
+    }
+
+
+def encode_value(kind: str, value: object, where: str = "value") -> JSON:
+    """``value``'s JSON; one not exactly of ``kind`` is written ``{"raw": ...}``."""
+    if _base(kind) not in _KINDS:
+        raise CodecError(f"unknown kind {kind!r}")
+    try:
+        exact = exact_value(kind, value)
+    except NotExact:
+        return {"raw": plain_json(value, where)}
+    return _json_of(kind, exact)
+
+
+def _fail(where: str, expected: str, got: JSON) -> CodecError:
+    return CodecError(f"{where}: expected {expected}, got {short(got)}")
+
+
+def short(value: JSON) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int(value: JSON, where: str) -> int:
+    if not _is_int(value):
+        raise _fail(where, "an integer", value)
+    assert isinstance(value, int)
+    return value
+
+
+def _int_list(value: JSON, where: str, what: str) -> list[int]:
+    if not isinstance(value, list) or not all(_is_int(v) for v in value):
+        raise _fail(where, f"a list of {what}", value)
+    return list(value)
+
+
+def _decode_key(value: JSON, where: str) -> ExtraKey:
+    if not isinstance(value, dict) or set(value) - {"lora_id", "cache_salt"}:
+        raise _fail(where, 'an extra key {"lora_id": ..., "cache_salt": ...}', value)
+    lora, salt = value.get("lora_id"), value.get("cache_salt")
+    if lora is not None and not _is_int(lora):
+        raise _fail(f"{where}.lora_id", "an integer or null", lora)
+    if salt is not None and not isinstance(salt, str):
+        raise _fail(f"{where}.cache_salt", "a string or null", salt)
+    return ExtraKey(lora_id=lora, cache_salt=salt)
+
+
+def decode_value(kind: str, value: JSON, where: str = "value", *, allow_raw: bool = True) -> Any:
+    if isinstance(value, dict) and set(value) == {"raw"}:
+        if not allow_raw:
+            raise _fail(where, f"a {kind} (raw values are for arguments only)", value)
+        return value["raw"]
+    if kind.endswith("?") and value is None:
+        return None
+    base = _base(kind)
+    if base == "int":
+        return _int(value, where)
+    if base == "bool":
+        if not isinstance(value, bool):
+            raise _fail(where, "true or false", value)
+        return value
+    if base == "float":
+        if isinstance(value, dict) and set(value) == {"float"}:
+            special = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+            if value["float"] not in special:
+                raise _fail(where, 'a number or {"float": "nan"|"inf"|"-inf"}', value)
+            return special[value["float"]]
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise _fail(where, "a number", value)
+        return value
+    if base == "tokens":
+        return _int_list(value, where, "token ids")
+    if base == "ids":
+        return _int_list(value, where, "integers")
+    if base == "chains":
+        if not isinstance(value, list):
+            raise _fail(where, "a list of chains (lists of block ids)", value)
+        return [_int_list(c, f"{where}[{i}]", "block ids") for i, c in enumerate(value)]
+    if base == "pairs":
+        if not isinstance(value, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(_is_int(x) for x in p) for p in value
+        ):
+            raise _fail(where, "a list of [source, destination] pairs", value)
+        return [(p[0], p[1]) for p in value]
+    if base == "device":
+        if value not in ("gpu", "cpu"):
+            raise _fail(where, '"gpu" or "cpu"', value)
+        return Device(value)
+    if base == "status":
+        if value not in ("ok", "later", "never"):
+            raise _fail(where, '"ok", "later" or "never"', value)
+        return AllocStatus(value)
+    if base == "none":
+        if value is not None:
+            raise _fail(where, "null", value)
+        return None
+    if base == "extra_key":
+        return _decode_key(value, where)
+    if base == "prefix":
+        if not isinstance(value, dict) or set(value) != {"hash", "num_tokens", "extra_key"}:
+            raise _fail(where, 'a prefix {"hash", "num_tokens", "extra_key"}', value)
+        try:
+            digest = bytes.fromhex(value["hash"])
+        except (TypeError, ValueError):
+            raise _fail(f"{where}.hash", "a hex string", value["hash"]) from None
+        return Prefix(
+            digest,
+            _int(value["num_tokens"], f"{where}.num_tokens"),
+            _decode_key(value["extra_key"], f"{where}.extra_key"),
+        )
+    raise CodecError(f"unknown kind {kind!r}")
+
+
+# --- operations -----------------------------------------------------------------------------------
+
+
+def _check_arity(level: Level, op: str, spec: Operation, count: int) -> None:
+    if not spec.min_args <= count <= len(spec.params):
+        wanted = (
+            str(len(spec.params))
+            if spec.min_args == len(spec.params)
+            else f"{spec.min_args} to {len(spec.params)}"
+        )
+        names = ", ".join(p.name for p in spec.params) or "none"
+        raise CodecError(f"{level} operation {op} takes {wanted} arguments ({names}), got {count}")
+
+
+def encode_args(level: Level, op: str, args: Sequence[object]) -> list[JSON]:
+    spec = op_spec(level, op)
+    _check_arity(level, op, spec, len(args))
+    return [
+        encode_value(p.kind, a, f"{op} argument {p.name}")
+        for p, a in zip(spec.params, args, strict=False)
+    ]
+
+
+def decode_args(level: Level, op: str, args: JSON) -> tuple[Any, ...]:
+    spec = op_spec(level, op)
+    if not isinstance(args, list):
+        raise _fail(f"{op} arguments", "a list", args)
+    _check_arity(level, op, spec, len(args))
+    return tuple(
+        decode_value(p.kind, a, f"{op} argument {p.name}")
+        for p, a in zip(spec.params, args, strict=False)
+    )
+
+
+def encode_result(level: Level, op: str, result: object) -> JSON:
+    """A result's JSON; ``NotExact`` if it is not exactly of the operation's result kind."""
+    kind = op_spec(level, op).result
+    try:
+        return _json_of(kind, exact_value(kind, result))
+    except NotExact as error:
+        raise NotExact(error.phrase, f"{op} result") from None
+
+
+def decode_result(level: Level, op: str, value: JSON) -> Any:
+    return decode_value(op_spec(level, op).result, value, f"{op} result", allow_raw=False)
+
+
+def exact_result(level: Level, op: str, result: object) -> Any:
+    """What a Python target's answer is as the protocol's value: encoded and read back, as an
+    ``exec:`` target's answer would be (builtin types, a copy); ``NotExact`` otherwise."""
+    return decode_result(level, op, encode_result(level, op, result))
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+
+def error_class(name: object) -> type[PagedKVError]:
+    found = getattr(error_module, name, None) if isinstance(name, str) else None
+    if not (isinstance(found, type) and issubclass(found, PagedKVError)):
+        raise CodecError(f"{short(name)} is not an error class of pagedkv.specs.errors")
+    return found
+
+
+def encode_error(error: BaseException) -> JSON:
+    return {"error": type(error).__name__, "message": str(error)}
+
+
+def decode_error(value: JSON) -> PagedKVError:
+    if not isinstance(value, dict) or "error" not in value:
+        raise _fail("error", '{"error": "<class>", "message": "..."}', value)
+    message = value.get("message", "")
+    return error_class(value["error"])(message if isinstance(message, str) else repr(message))
+
+
+# --- configurations -------------------------------------------------------------------------------
+
+ConfigType = ManagerConfig | PoolConfig
+CONFIG_TYPES: dict[Level, type[ManagerConfig] | type[PoolConfig]] = {
+    "manager": ManagerConfig,
+    "pool": PoolConfig,
+}
+
+
+def encode_config(config: ConfigType) -> JSON:
+    """The configuration's fields as given (bad configurations included: they are checked)."""
+    return {f.name: plain_json(getattr(config, f.name), "config") for f in fields(config)}
+
+
+def decode_config(level: Level, value: JSON) -> Any:
+    cls = CONFIG_TYPES[level]
+    if not isinstance(value, Mapping):
+        raise _fail(f"{level} config", "an object", value)
+    names = [f.name for f in fields(cls)]
+    unknown = sorted(set(value) - set(names))
+    if unknown:
+        raise CodecError(f"{level} config: unknown field(s) {', '.join(unknown)}")
+    required = [f.name for f in fields(cls) if f.default is MISSING]
+    missing = [n for n in required if n not in value]
+    if missing:
+        raise CodecError(f"{level} config: missing field(s) {', '.join(missing)}")
+    return cls(**value)
+
+
+def config_level(config: object) -> Level:
+    if isinstance(config, ManagerConfig):
+        return "manager"
+    if isinstance(config, PoolConfig):
+        return "pool"
+    raise CodecError(f"{config!r} is neither a ManagerConfig nor a PoolConfig")
