@@ -1,0 +1,44 @@
+"""The mutants that change nothing a caller can observe, each with the argument why.
+
+Keyed by (file, the mutated line's text stripped, the mutation), so that an entry survives edits
+elsewhere in its file; an entry whose line is edited stops matching and its mutant is reported as
+a gap until it is read again. Each entry was read and argued by hand from a survivor of a run
+(``make mutate``); ``test_mutate.py`` checks that every entry still names a mutant.
+"""
+
+from __future__ import annotations
+
+_STAMPS = "stamps need only differ and rise; `pop` tells entries apart by identity"
+_COMPACTION = (
+    "when the evictor's heap is rebuilt bounds its memory only: the live entries, and so the"
+    " eviction order, stay the same"
+)
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("optimized/evictor.py", "self._next_stamp += 1", "1 -> 2"): _STAMPS,
+    ("optimized/evictor.py", "self._next_stamp += 1", "delete the augmented assignment"): _STAMPS,
+    ("optimized/evictor.py", "self._compact_if_stale()", "delete the call"): _COMPACTION,
+    (
+        "optimized/evictor.py",
+        "if len(self._heap) - live > 2 * live + _SLACK:",
+        "2 -> 3",
+    ): _COMPACTION,
+    (
+        "optimized/evictor.py",
+        "if len(self._heap) - live > 2 * live + _SLACK:",
+        "Add -> Sub",
+    ): _COMPACTION,
+    (
+        "optimized/evictor.py",
+        "if len(self._heap) - live > 2 * live + _SLACK:",
+        "Mult -> FloorDiv",
+    ): _COMPACTION,
+    ("optimized/evictor.py", "_SLACK = 32", "32 -> 33"): _COMPACTION,
+    (
+        "reference/swap.py",
+        "if view.content_hash is not None and view.prefix is not None:",
+        "And -> Or",
+    ): ("a block view's prefix is set exactly when its hash is (I3), so either test is both"),
+    ("optimized/free_list.py", "heapq.heapify(self._heap)", "delete the call"): (
+        "every pool builds its free list from config.block_ids, a rising range: already a heap"
+    ),
+}
