@@ -114,27 +114,39 @@ def check_controls(
     return control_refusal(done[mutant] for mutant, _ in work)
 
 
+def _equivalent_survivor(outcome: Outcome) -> bool:
+    return (
+        not outcome.killed
+        and outcome.mutant is not None
+        and equivalence(outcome.mutant) is not None
+    )
+
+
 def score(results: Sequence[Outcome]) -> float:
-    mutants = [r for r in results if r.mutant is not None]
-    counted = [r for r in mutants if r.killed or equivalence(r.mutant) is None]  # type: ignore[arg-type]
+    """Percent killed of the mutants that are not equivalent survivors."""
+    counted = [r for r in results if r.mutant is not None and not _equivalent_survivor(r)]
     return 100.0 * sum(r.killed for r in counted) / len(counted) if counted else 100.0
 
 
 def report(results: Sequence[Outcome]) -> int:
+    """The table per file, the survivors classified; 0 at ``GOAL`` or above."""
     print(f"\n{'file':<30} {'mutants':>7} {'killed':>6} {'equiv.':>6} {'gaps':>5} {'score':>7}")
     for file in dict.fromkeys(r.mutant.file for r in results if r.mutant):
         mine = [r for r in results if r.mutant and r.mutant.file == file]
         killed = sum(r.killed for r in mine)
-        equivalent = sum(not r.killed and equivalence(r.mutant) is not None for r in mine)  # type: ignore[arg-type]
+        equivalent = sum(map(_equivalent_survivor, mine))
         gaps = len(mine) - killed - equivalent
         print(
             f"{file:<30} {len(mine):>7} {killed:>6} {equivalent:>6} {gaps:>5} {score(mine):>6.1f}%"
         )
     total = score(results)
-    seconds = [r.seconds for r in results]
+    killed = sum(r.killed for r in results)
+    equivalent = sum(map(_equivalent_survivor, results))
+    gaps = len(results) - killed - equivalent
     print(
-        f"{'all':<30} {len(results):>7} {'':>6} {'':>6} {'':>5} {total:>6.1f}%"
-        f"   (median {statistics.median(seconds):.1f} s a mutant, goal {GOAL:.0f} %)"
+        f"{'all':<30} {len(results):>7} {killed:>6} {equivalent:>6} {gaps:>5} {total:>6.1f}%"
+        f"   (goal {GOAL:.0f} %; median {statistics.median(r.seconds for r in results):.0f} s"
+        " a mutant)"
     )
     survivors = [r for r in results if r.mutant and not r.killed]
     print("\nsurvivors:" if survivors else "\nsurvivors: none")
@@ -143,9 +155,9 @@ def report(results: Sequence[Outcome]) -> int:
         reason = equivalence(r.mutant)
         verdict = f"equivalent: {reason}" if reason else f"GAP ({r.status}) {r.detail}".rstrip()
         print(f"  {r.mutant.name}\n      {r.mutant.source}\n      {verdict}")
-    wrong = [r for r in results if r.mutant and r.killed and equivalence(r.mutant)]
-    for r in wrong:
-        print(f"KILLED though EQUIVALENT calls it equivalent: {r.mutant and r.mutant.name}")
+    wrong = [r.mutant for r in results if r.killed and r.mutant and equivalence(r.mutant)]
+    for mutant in wrong:
+        print(f"KILLED though EQUIVALENT calls it equivalent: {mutant.name}")
     return 0 if total >= GOAL and not wrong else 1
 
 
@@ -194,8 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sets = list(dict.fromkeys(killers_for(file) for file in args.files))
     slowest = 0.0
     for outcome in mutant_runner.run([(None, k) for k in sets], args.jobs, BASELINE_TIMEOUT):
-        print(f"baseline: the killers {outcome.status} ({outcome.seconds:.0f} s)")
-        if outcome.status != "survived":
+        passed = outcome.status == "survived"
+        print(f"baseline: the killers {'pass' if passed else 'FAIL'} ({outcome.seconds:.0f} s)")
+        if not passed:
             print(f"refused, no score: the killers fail on the real code {outcome.detail}")
             return 2
         slowest = max(slowest, outcome.seconds)
