@@ -42,6 +42,7 @@ from pagedkv.model_tests.formal.mutation_equivalents import EQUIVALENT
 
 _TESTS = "pagedkv/model_tests/tests/"
 KILLERS = (
+    _TESTS + "test_adapter_declarations.py",
     _TESTS + "test_pool_examples.py",
     _TESTS + "test_manager_examples.py",
     _TESTS + "test_operations.py",
@@ -174,9 +175,27 @@ def _chosen(args: argparse.Namespace) -> list[Mutant]:
     return chosen
 
 
-def _outcome_from_json(line: str) -> Outcome:
-    fields = json.loads(line)
-    return Outcome(Mutant(**fields.pop("mutant")), **fields)
+def read_results(paths: Sequence[Path]) -> dict[Mutant, Outcome]:
+    """The outcomes ``--results`` wrote; a later file's outcome for a mutant wins."""
+    merged: dict[Mutant, Outcome] = {}
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            fields = json.loads(line)
+            mutant = Mutant(**fields.pop("mutant"))
+            merged[mutant] = Outcome(mutant, **fields)
+    return merged
+
+
+def gaps_of(path: Path) -> list[Mutant]:
+    """The non-equivalent survivors of a results file, checked against the files as they are now
+    (a mutant whose line moved or changed must be run afresh, not by its old number)."""
+    gaps = [o.mutant for o in read_results([path]).values() if o.mutant and not o.killed]
+    gaps = [m for m in gaps if equivalence(m) is None]
+    for mutant in gaps:
+        if mutant not in mutants_of(mutant.file):
+            raise SystemExit(f"{mutant.name} is no longer mutant {mutant.index} of its file")
+    print(f"{path}: {len(gaps)} gaps to run again")
+    return gaps
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -190,18 +209,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--results", type=Path, help="append each outcome here (JSON lines)")
     parser.add_argument("--rescore", nargs="+", type=Path, help="score earlier --results files")
+    parser.add_argument(
+        "--rerun-gaps",
+        type=Path,
+        metavar="RESULTS",
+        help="run only the mutants an earlier --results file left as gaps (after adding killers)",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1 or (args.timeout is not None and args.timeout <= 0) or args.sample < 0:
         parser.error("--jobs and --timeout must be positive, --sample not negative")
     if args.rescore:
-        merged: dict[tuple[str, str, str], Outcome] = {}
-        for path in args.rescore:
-            for line in path.read_text(encoding="utf-8").splitlines():
-                outcome = _outcome_from_json(line)
-                assert outcome.mutant is not None
-                m = outcome.mutant
-                merged[(m.file, m.source, m.description)] = outcome
-        return report(list(merged.values()))
+        return report(list(read_results(args.rescore).values()))
+    chosen = _chosen(args) if args.rerun_gaps is None else gaps_of(args.rerun_gaps)
 
     sets = list(dict.fromkeys(killers_for(file) for file in args.files))
     slowest = 0.0
@@ -222,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         must = "survived" if control.must_survive else "killed"
         print(f"control: {control.mutant().name}: {must}, as it must")
     results = []
-    work = [(m, killers_for(m.file)) for m in _chosen(args)]
+    work = [(m, killers_for(m.file)) for m in chosen]
     for outcome in mutant_runner.run(work, args.jobs, args.timeout):
         assert outcome.mutant is not None
         results.append(outcome)
