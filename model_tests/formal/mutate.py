@@ -43,6 +43,7 @@ from pagedkv.model_tests.formal.mutation_equivalents import EQUIVALENT
 _TESTS = "pagedkv/model_tests/tests/"
 KILLERS = (
     _TESTS + "test_adapter_declarations.py",
+    _TESTS + "test_fast_paths.py",
     _TESTS + "test_pool_examples.py",
     _TESTS + "test_manager_examples.py",
     _TESTS + "test_operations.py",

@@ -46,4 +46,11 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "for (_, d), contents in zip(pairs, gathered, strict=True):",
         "True -> False",
     ): "gathered is built with one entry per pair: zip's strict check can never fire",
+    **{
+        ("optimized/block_ids.py", "if length < len(blocks) // 2:", mutation): (
+            "both branches return blocks[:length] as BlockIds; the threshold only picks the one"
+            " that copies less"
+        )
+        for mutation in ("2 -> 3", "FloorDiv -> Mult", "Lt -> LtE")
+    },
 }
