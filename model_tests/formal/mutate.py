@@ -9,9 +9,9 @@ pickling, or kills by accident, kills it) and two mutants that remove the out-of
 one per folder, must be killed (a tool that imports the real module before the mutant kills
 neither). If one misbehaves the tool prints one line saying which and exits 2 with no score.
 
-The score is killed over non-equivalent mutants, overall and per file; a survivor is a gap
-unless ``mutation_equivalents.EQUIVALENT`` argues it cannot be observed. Exit 0 at ``GOAL`` or
-above, 1 below.
+The score (``specs/mutation.md``) is killed over non-equivalent mutants, overall and per file; a
+survivor is a gap unless ``mutation_equivalents.EQUIVALENT`` argues it cannot be observed. Exit 0
+at ``GOAL`` or above, 1 below.
 
 Why our own tool and not mutmut 3 or cosmic-ray: mutmut 3 mutates only inside functions (not
 module constants such as the evictor's ``_SLACK``, nor class bodies), and runs a copy of the
