@@ -7,6 +7,7 @@ holder, so the lockstep machines cannot see this line; a gap found by ``make mut
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs.content_hash import Prefix
@@ -29,3 +30,18 @@ def test_a_waiting_holder_that_is_evicted_leaves_the_line_and_only_it() -> None:
     assert pool.allocate_mutable() == first  # the index passes to the next in line
     assert pool.lookup(content) == third
     assert pool.block(third).content_hash == content
+
+
+def test_the_index_passes_down_the_line_in_order() -> None:
+    pool = ReferenceBlockPool(
+        PoolConfig(num_blocks=4, block_size=1), replace(PAGEDKV, promotion="keep")
+    )
+    holders = [pool.allocate_mutable() for _ in range(4)]
+    for block in holders:
+        pool.append_tokens(block, Prefix(), [1])
+    content = Prefix().child_hash([1])
+    for leaving, next_in_line in pairwise(holders):
+        assert pool.lookup(content) == leaving
+        pool.free(leaving)
+        assert pool.allocate_mutable() == leaving
+        assert pool.lookup(content) == next_in_line
