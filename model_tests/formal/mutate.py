@@ -44,7 +44,7 @@ _TESTS = "pagedkv/model_tests/tests/"
 KILLERS = (
     _TESTS + "test_adapter_declarations.py",
     _TESTS + "test_fast_paths.py",
-    _TESTS + "test_duplicate_holders.py",
+    _TESTS + "test_hash_index.py",
     _TESTS + "test_policy.py",
     _TESTS + "test_pool_examples.py",
     _TESTS + "test_manager_examples.py",
