@@ -53,4 +53,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         )
         for mutation in ("2 -> 3", "FloorDiv -> Mult", "Lt -> LtE")
     },
+    ("reference/pool_state.py", "release_clock: int = 0", "0 -> 1"): (
+        "release times are only compared with each other (the earliest given back is evicted"
+        " first, allocation.py) and the clock only rises: where it starts changes no order; no"
+        " view shows it"
+    ),
 }
