@@ -16,7 +16,7 @@ def test_one_token_past_the_bound_is_seen_at_every_position(bad: int) -> None:
     for length in range(1, 40):
         assert plain_tokens([MAX_TOKEN] * length)
         for position in range(length):
-            tokens = [MAX_TOKEN] * length
+            tokens: list[object] = [MAX_TOKEN] * length
             tokens[position] = bad
             assert not plain_tokens(tokens), (length, position)
             assert not plain_tokens(tuple(tokens)), (length, position)
