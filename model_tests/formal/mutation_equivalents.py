@@ -58,4 +58,13 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         " first, allocation.py) and the clock only rises: where it starts changes no order; no"
         " view shows it"
     ),
+    (
+        "reference/defragmenter.py",
+        "if len(pairs) == config.max_pairs or free_id > used_id:",
+        "Gt -> GtE",
+    ): "a free id is never a used id (free_ids leaves out every id with a ref count)",
+    ("reference/defragmenter.py", "break", "break -> continue"): (
+        "once the condition holds it holds for every later pair (used ids fall, free ids rise;"
+        " pairs no longer grows), so the loop appends nothing more either way"
+    ),
 }
