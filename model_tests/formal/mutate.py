@@ -135,21 +135,22 @@ def score(results: Sequence[Outcome]) -> float:
 
 def report(results: Sequence[Outcome]) -> int:
     """The table per file, the survivors classified; 0 at ``GOAL`` or above."""
-    print(f"\n{'file':<30} {'mutants':>7} {'killed':>6} {'equiv.':>6} {'gaps':>5} {'score':>7}")
+    print(f"\n{'file':<30} {'run/all':>9} {'killed':>6} {'equiv.':>6} {'gaps':>5} {'score':>7}")
     for file in dict.fromkeys(r.mutant.file for r in results if r.mutant):
         mine = [r for r in results if r.mutant and r.mutant.file == file]
         killed = sum(r.killed for r in mine)
         equivalent = sum(map(_equivalent_survivor, mine))
         gaps = len(mine) - killed - equivalent
         print(
-            f"{file:<30} {len(mine):>7} {killed:>6} {equivalent:>6} {gaps:>5} {score(mine):>6.1f}%"
+            f"{file:<30} {f'{len(mine)}/{len(mutants_of(file))}':>9} {killed:>6} {equivalent:>6}"
+            f" {gaps:>5} {score(mine):>6.1f}%"
         )
     total = score(results)
     killed = sum(r.killed for r in results)
     equivalent = sum(map(_equivalent_survivor, results))
     gaps = len(results) - killed - equivalent
     print(
-        f"{'all':<30} {len(results):>7} {killed:>6} {equivalent:>6} {gaps:>5} {total:>6.1f}%"
+        f"{'all':<30} {len(results):>9} {killed:>6} {equivalent:>6} {gaps:>5} {total:>6.1f}%"
         f"   (goal {GOAL:.0f} %; median {statistics.median(r.seconds for r in results):.0f} s"
         " a mutant)"
     )
@@ -204,7 +205,9 @@ def gaps_of(path: Path) -> list[Mutant]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="mutation score of reference/ and optimized/")
-    parser.add_argument("files", nargs="*", default=list(files_to_mutate()))
+    parser.add_argument(
+        "files", nargs="*", help="mutate these (default: every file, or none with --rerun-gaps)"
+    )
     parser.add_argument("--sample", type=int, default=0, help="mutants per file (0: all)")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--jobs", type=int, default=2)
@@ -224,9 +227,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--jobs and --timeout must be positive, --sample not negative")
     if args.rescore:
         return report(list(read_results(args.rescore).values()))
-    chosen = _chosen(args) if args.rerun_gaps is None else gaps_of(args.rerun_gaps)
+    if not args.files and args.rerun_gaps is None:
+        args.files = list(files_to_mutate())
+    chosen = (gaps_of(args.rerun_gaps) if args.rerun_gaps else []) + _chosen(args)
 
-    sets = list(dict.fromkeys(killers_for(file) for file in args.files))
+    sets = list(dict.fromkeys(killers_for(m.file) for m in chosen))
     slowest = 0.0
     for outcome in mutant_runner.run([(None, k) for k in sets], args.jobs, BASELINE_TIMEOUT):
         passed = outcome.status == "survived"
