@@ -203,27 +203,44 @@ def run(
     pending = list(reversed(jobs))
     running: dict[int, tuple[Mutant | None, float, Path]] = {}
     with tempfile.TemporaryDirectory(prefix="pagedkv-mutate-") as logs:
-        while pending or running:
-            while pending and len(running) < workers:
-                mutant, killers = pending.pop()
-                log = Path(logs) / f"{len(pending)}.log"
-                sys.stdout.flush()
-                pid = os.fork()
-                if pid == 0:
-                    os.chdir(ROOT)
-                    _child(mutant, killers, log, setup)
-                running[pid] = (mutant, time.monotonic(), log)
-            pid, wait_status = os.waitpid(-1, os.WNOHANG)
-            now = time.monotonic()
-            if pid:
-                mutant, started, log = running.pop(pid)
-                status = _status(wait_status)
-                yield Outcome(mutant, status, now - started, _detail(log, status))
-                continue
-            for pid, (mutant, started, _log) in list(running.items()):
-                if now - started > timeout:
-                    os.killpg(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                    del running[pid]
-                    yield Outcome(mutant, "timeout", now - started, "")
-            time.sleep(0.05)
+        try:
+            yield from _serve(pending, running, Path(logs), workers, timeout, setup)
+        finally:  # stopped early (an error, ^C, SIGTERM): no child outlives the server
+            for pid in running:
+                os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+
+
+def _serve(
+    pending: list[tuple[Mutant | None, Sequence[str]]],
+    running: dict[int, tuple[Mutant | None, float, Path]],
+    logs: Path,
+    workers: int,
+    timeout: float,
+    setup: Child,
+) -> Iterator[Outcome]:
+    """The loop of ``run``: fork while there is room, collect, kill what ran too long."""
+    while pending or running:
+        while pending and len(running) < workers:
+            mutant, killers = pending.pop()
+            log = logs / f"{len(pending)}.log"
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:
+                os.chdir(ROOT)
+                _child(mutant, killers, log, setup)
+            running[pid] = (mutant, time.monotonic(), log)
+        pid, wait_status = os.waitpid(-1, os.WNOHANG)
+        now = time.monotonic()
+        if pid:
+            mutant, started, log = running.pop(pid)
+            status = _status(wait_status)
+            yield Outcome(mutant, status, now - started, _detail(log, status))
+            continue
+        for pid, (mutant, started, _log) in list(running.items()):
+            if now - started > timeout:
+                os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                del running[pid]
+                yield Outcome(mutant, "timeout", now - started, "")
+        time.sleep(0.05)

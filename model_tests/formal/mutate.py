@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import statistics
 import sys
 from collections.abc import Iterable, Sequence
@@ -223,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run only the mutants an earlier --results file left as gaps (after adding killers)",
     )
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the runner then stops its children
     if args.jobs < 1 or (args.timeout is not None and args.timeout <= 0) or args.sample < 0:
         parser.error("--jobs and --timeout must be positive, --sample not negative")
     if args.rescore:
