@@ -47,6 +47,7 @@ KILLERS = (
     _TESTS + "test_fast_paths.py",
     _TESTS + "test_hash_index.py",
     _TESTS + "test_pool_null_block.py",
+    _TESTS + "test_evictor.py",
     _TESTS + "test_policy.py",
     _TESTS + "test_pool_examples.py",
     _TESTS + "test_manager_examples.py",

@@ -67,4 +67,19 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "once the condition holds it holds for every later pair (used ids fall, free ids rise;"
         " pairs no longer grows), so the loop appends nothing more either way"
     ),
+    ("optimized/evictor.py", "self._next_stamp = 0", "0 -> 1"): _STAMPS,
+    ("optimized/evictor.py", "self._next_stamp += 1", "Add= -> Sub="): (
+        "falling stamps are still unique, and entries that share everything before the stamp are"
+        " one block's stale and live entries, which `pop` tells apart by identity"
+    ),
+    ("optimized/evictor.py", "if len(self._heap) - live > 2 * live + _SLACK:", "Sub -> Add"): (
+        _COMPACTION
+    ),
+    ("optimized/evictor.py", "if len(self._heap) - live > 2 * live + _SLACK:", "Gt -> GtE"): (
+        _COMPACTION
+    ),
+    ("optimized/evictor.py", "self._heap.clear()", "delete the call"): (
+        "with `_live` emptied every entry left in the heap is stale: `pop` skips it and the next"
+        " rebuild drops it"
+    ),
 }
