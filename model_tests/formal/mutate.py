@@ -147,13 +147,17 @@ def report(results: Sequence[Outcome]) -> int:
             f"{file:<30} {f'{len(mine)}/{len(mutants_of(file))}':>9} {killed:>6} {equivalent:>6}"
             f" {gaps:>5} {score(mine):>6.1f}%"
         )
+    run = {r.mutant.file for r in results if r.mutant}
+    for file in files_to_mutate():
+        if file not in run and mutants_of(file):
+            print(f"{file:<30} {f'0/{len(mutants_of(file))}':>9}   not run: no score for it")
     total = score(results)
     killed = sum(r.killed for r in results)
     equivalent = sum(map(_equivalent_survivor, results))
     gaps = len(results) - killed - equivalent
     print(
         f"{'all':<30} {len(results):>9} {killed:>6} {equivalent:>6} {gaps:>5} {total:>6.1f}%"
-        f"   (goal {GOAL:.0f} %; median {statistics.median(r.seconds for r in results):.0f} s"
+        f"   (of the mutants run; goal {GOAL:.0f} %; median {statistics.median(r.seconds for r in results):.0f} s"
         " a mutant)"
     )
     survivors = [r for r in results if r.mutant and not r.killed]
