@@ -155,10 +155,10 @@ def report(results: Sequence[Outcome]) -> int:
     killed = sum(r.killed for r in results)
     equivalent = sum(map(_equivalent_survivor, results))
     gaps = len(results) - killed - equivalent
+    median = statistics.median(r.seconds for r in results)
     print(
         f"{'all':<30} {len(results):>9} {killed:>6} {equivalent:>6} {gaps:>5} {total:>6.1f}%"
-        f"   (of the mutants run; goal {GOAL:.0f} %; median {statistics.median(r.seconds for r in results):.0f} s"
-        " a mutant)"
+        f"   (of the mutants run; goal {GOAL:.0f} %; median {median:.0f} s a mutant)"
     )
     survivors = [r for r in results if r.mutant and not r.killed]
     print("\nsurvivors:" if survivors else "\nsurvivors: none")
