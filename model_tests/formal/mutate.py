@@ -197,15 +197,15 @@ def read_results(paths: Sequence[Path]) -> dict[Mutant, Outcome]:
     return merged
 
 
-def gaps_of(path: Path) -> list[Mutant]:
-    """The non-equivalent survivors of a results file, checked against the files as they are now
+def gaps_of(paths: Sequence[Path]) -> list[Mutant]:
+    """The non-equivalent survivors of results files, checked against the files as they are now
     (a mutant whose line moved or changed must be run afresh, not by its old number)."""
-    gaps = [o.mutant for o in read_results([path]).values() if o.mutant and not o.killed]
+    gaps = [o.mutant for o in read_results(paths).values() if o.mutant and not o.killed]
     gaps = [m for m in gaps if equivalence(m) is None]
     for mutant in gaps:
         if mutant not in mutants_of(mutant.file):
             raise SystemExit(f"{mutant.name} is no longer mutant {mutant.index} of its file")
-    print(f"{path}: {len(gaps)} gaps to run again")
+    print(f"{', '.join(map(str, paths))}: {len(gaps)} gaps to run again")
     return gaps
 
 
@@ -224,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rescore", nargs="+", type=Path, help="score earlier --results files")
     parser.add_argument(
         "--rerun-gaps",
+        nargs="+",
         type=Path,
         metavar="RESULTS",
         help="run only the mutants an earlier --results file left as gaps (after adding killers)",
