@@ -27,11 +27,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "if len(self._heap) - live > 2 * live + _SLACK:",
         "Add -> Sub",
     ): _COMPACTION,
-    (
-        "optimized/evictor.py",
-        "if len(self._heap) - live > 2 * live + _SLACK:",
-        "Mult -> FloorDiv",
-    ): _COMPACTION,
     ("optimized/evictor.py", "_SLACK = 32", "32 -> 33"): _COMPACTION,
     (
         "reference/swap.py",
