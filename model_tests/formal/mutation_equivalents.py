@@ -1,0 +1,80 @@
+"""The mutants that change nothing a caller can observe, each with the argument why.
+
+Keyed by (file, the mutated line's text stripped, the mutation), so that an entry survives edits
+elsewhere in its file; an entry whose line is edited stops matching and its mutant is reported as
+a gap until it is read again. Each entry was read and argued by hand from a survivor of a run
+(``make mutate``); ``test_mutate.py`` checks that every entry still names a mutant.
+"""
+
+from __future__ import annotations
+
+_STAMPS = "stamps need only differ and rise; `pop` tells entries apart by identity"
+_COMPACTION = (
+    "when the evictor's heap is rebuilt bounds its memory only: the live entries, and so the"
+    " eviction order, stay the same"
+)
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("optimized/evictor.py", "self._next_stamp += 1", "1 -> 2"): _STAMPS,
+    ("optimized/evictor.py", "self._next_stamp += 1", "delete the augmented assignment"): _STAMPS,
+    ("optimized/evictor.py", "self._compact_if_stale()", "delete the call"): _COMPACTION,
+    (
+        "optimized/evictor.py",
+        "if len(self._heap) - live > 2 * live + _SLACK:",
+        "2 -> 3",
+    ): _COMPACTION,
+    (
+        "optimized/evictor.py",
+        "if len(self._heap) - live > 2 * live + _SLACK:",
+        "Add -> Sub",
+    ): _COMPACTION,
+    ("optimized/evictor.py", "_SLACK = 32", "32 -> 33"): _COMPACTION,
+    (
+        "reference/swap.py",
+        "if view.content_hash is not None and view.prefix is not None:",
+        "And -> Or",
+    ): ("a block view's prefix is set exactly when its hash is (I3), so either test is both"),
+    ("optimized/free_list.py", "heapq.heapify(self._heap)", "delete the call"): (
+        "every pool builds its free list from config.block_ids, a rising range: already a heap"
+    ),
+    (
+        "reference/kv_model.py",
+        "for (_, d), contents in zip(pairs, gathered, strict=True):",
+        "True -> False",
+    ): "gathered is built with one entry per pair: zip's strict check can never fire",
+    **{
+        ("optimized/block_ids.py", "if length < len(blocks) // 2:", mutation): (
+            "both branches return blocks[:length] as BlockIds; the threshold only picks the one"
+            " that copies less"
+        )
+        for mutation in ("2 -> 3", "FloorDiv -> Mult", "Lt -> LtE")
+    },
+    ("reference/pool_state.py", "release_clock: int = 0", "0 -> 1"): (
+        "release times are only compared with each other (the earliest given back is evicted"
+        " first, allocation.py) and the clock only rises: where it starts changes no order; no"
+        " view shows it"
+    ),
+    (
+        "reference/defragmenter.py",
+        "if len(pairs) == config.max_pairs or free_id > used_id:",
+        "Gt -> GtE",
+    ): "a free id is never a used id (free_ids leaves out every id with a ref count)",
+    ("reference/defragmenter.py", "break", "break -> continue"): (
+        "once the condition holds it holds for every later pair (used ids fall, free ids rise;"
+        " pairs no longer grows), so the loop appends nothing more either way"
+    ),
+    ("optimized/evictor.py", "self._next_stamp = 0", "0 -> 1"): _STAMPS,
+    ("optimized/evictor.py", "self._next_stamp += 1", "Add= -> Sub="): (
+        "falling stamps are still unique, and entries that share everything before the stamp are"
+        " one block's stale and live entries, which `pop` tells apart by identity"
+    ),
+    ("optimized/evictor.py", "if len(self._heap) - live > 2 * live + _SLACK:", "Sub -> Add"): (
+        _COMPACTION
+    ),
+    ("optimized/evictor.py", "if len(self._heap) - live > 2 * live + _SLACK:", "Gt -> GtE"): (
+        _COMPACTION
+    ),
+    ("optimized/evictor.py", "self._heap.clear()", "delete the call"): (
+        "with `_live` emptied every entry left in the heap is stale: `pop` skips it and the next"
+        " rebuild drops it"
+    ),
+}
