@@ -5,8 +5,8 @@ crosshair`` can fail where the product is wrong. Test-only code; the runner is p
    although a free one is left (``take_block``'s first postcondition, over the plugin's pools);
 2. a false postcondition over the reference itself: that a single block ranks first for eviction
    (ties are allowed, ``first_to_evict``);
-3. a diffbehavior pair whose twin differs on an edge case: eviction that breaks a tie in rank by
-   the highest id instead of the lowest (``own_eviction_pick``).
+3. a diffbehavior pair whose twin differs on an edge case: the allocation that would take the
+   pool's last block fails.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from pagedkv.model_tests.formal.pairs import Events, Ranks, reference_eviction_order
+from pagedkv.model_tests.formal.pairs import reference_allocation_order
 from pagedkv.reference.allocation import allowed_choices, first_to_evict  # noqa: F401
 from pagedkv.reference.pool_state import PoolState, evictable_ids, free_ids, with_block
 from pagedkv.specs.pool_view import BLANK, BlockView
@@ -40,12 +40,8 @@ def claimed_unique_first(views: Mapping[BlockId, BlockView]) -> frozenset[BlockI
     return first_to_evict(views)
 
 
-def highest_id_eviction_order(ranks: Ranks, events: Events) -> list[int] | None:
-    """``reference_eviction_order`` with the ids mirrored (block ``b`` is ``n - 1 - b``), so
-    that ties in rank go to the highest id: the same order wherever no two blocks tie."""
-
-    def mirror(block: int) -> int:
-        return len(ranks) - 1 - block if 0 <= block < len(ranks) else block
-
-    order = reference_eviction_order(ranks[::-1], [(mirror(b), time) for b, time in events])
-    return None if order is None else [mirror(block) for block in order]
+def last_block_refused_allocation_order(num_blocks: int, events: list[int]) -> list[int] | None:
+    """``reference_allocation_order`` with an off-by-one in the bound of the ids handed out:
+    an allocation that would take the pool's last block fails (``-1``) instead."""
+    order = reference_allocation_order(num_blocks, events)
+    return None if order is None else [-1 if b == num_blocks - 1 else b for b in order]
