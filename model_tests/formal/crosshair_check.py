@@ -1,11 +1,13 @@
 """``make crosshair``: CrossHair over the PEP 316 contracts of ``specs/`` and ``reference/``, and
 ``crosshair diffbehavior`` over each pair of ``pagedkv.model_tests.formal.pairs``.
 
-Prints every condition with its outcome (confirmed over all paths, not refuted within the
-per-condition timeout, or refuted with CrossHair's counterexample) and every pair with CrossHair's
-verdict; exits 1 on any counterexample, on any difference, or when a target yields no condition at
-all (a check that ran nothing must not pass). CrossHair counts its timeouts in CPU time, so a
-loaded machine takes longer in wall time but checks as much.
+Prints every postcondition with its outcome: proven (all paths exhausted), not refuted within
+the per-condition timeout, refuted (with CrossHair's counterexample), unchecked (CrossHair never
+met the precondition, or never reported the condition) or excluded (with the reason in
+``EXCLUDED``); and every pair with CrossHair's verdict. Exits 1 on any refuted or unchecked
+condition, any difference, any CrossHair crash, and when a target yields no condition at all (a
+check that ran nothing must not pass). CrossHair counts its timeouts in CPU time, so a loaded
+machine takes longer in wall time but checks as much.
 
     python -m pagedkv.model_tests.formal.crosshair_check [--timeout S] [--pair-timeout S] [--jobs N]
 """
