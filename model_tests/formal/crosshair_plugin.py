@@ -59,6 +59,8 @@ def symbolic_pool_state(factory: SymbolicFactory, most: int = MAX_BLOCKS) -> Any
     """A pool as ``block_pool`` keeps one (the invariants of ``specs/invariants.md`` I1-I3):
     block ids ``first_id ..`` of its config, free blocks exactly ``BLANK``, the hash index
     naming each cached block under its own hash, release times for the evictable blocks."""
+    from dataclasses import replace
+
     import immutables
     from crosshair import IgnoreAttempt, ResumedTracing
 
@@ -85,20 +87,23 @@ def symbolic_pool_state(factory: SymbolicFactory, most: int = MAX_BLOCKS) -> Any
     for block in range(most):
         held = factory(bool, f"_held_{block}")
         hashed = factory(bool, f"_hashed_{block}")
+        release_times.append(factory(int, f"_released_{block}"))
+        with ResumedTracing():  # type: ignore[no-untyped-call]
+            if not hashed:
+                views.append(replace(BLANK, ref_count=1) if held else BLANK)
+                continue
+        # only a cached block's access time and length rank it; a path whose values are out
+        # of range is dropped, so the fewer such values, the fewer paths wasted
         last_accessed = factory(float, f"_last_accessed_{block}")
         num_tokens = factory(int, f"_prefix_tokens_{block}")
-        release_times.append(factory(int, f"_released_{block}"))
         with ResumedTracing():  # type: ignore[no-untyped-call]
             if not (NEVER_ACCESSED <= last_accessed < float("inf") and num_tokens >= 0):
                 raise IgnoreAttempt
-            if not (hashed or held):
-                views.append(BLANK)
-                continue
             views.append(
                 BlockView(
                     ref_count=1 if held else 0,
-                    content_hash=bytes([block + 1]) * 32 if hashed else None,
-                    prefix=Prefix(ROOT, num_tokens) if hashed else None,
+                    content_hash=bytes([block + 1]) * 32,
+                    prefix=Prefix(ROOT, num_tokens),
                     computed=factory(bool, f"_computed_{block}"),
                     last_accessed=last_accessed,
                 )
