@@ -8,9 +8,10 @@ not its contents). A ``PoolState`` built field by field that way almost never me
 preconditions of the pool's functions (the block ids of its config, a hash index that agrees
 with the blocks): ``take_block`` was "unable to meet precondition" on every run. So a state is
 built the way the pool keeps one: a pool of one to ``MAX_BLOCKS`` blocks, each free (exactly
-``BLANK``), held, or cached, with symbolic ref counts, access times and hashed-token counts, the
-hash index derived from the cached blocks. CrossHair runs a plugin file on its own, so the
-imports a creator needs are made when it runs (the module's globals are gone by then).
+``BLANK``), held once, or cached (held or evictable, with a symbolic access time and number of
+hashed tokens), the hash index derived from the cached blocks, under any profile's policy.
+CrossHair runs a plugin file on its own: what a creator needs comes in as default arguments or
+imports made when it runs (the module's globals are gone by then).
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import immutables
 from crosshair import SymbolicFactory, register_type
 
 from pagedkv.reference.pool_state import PoolState
+from pagedkv.specs.content_hash import ROOT, Prefix
 from pagedkv.specs.policy import PROFILES, Policy
+from pagedkv.specs.pool_view import BLANK, BlockView
+from pagedkv.specs.types import NEVER_ACCESSED, BlockHash, PoolConfig
 
 MAX_BLOCKS = 3
 """The largest pool a symbolic ``PoolState`` has: every path stays short."""
@@ -55,20 +59,30 @@ def symbolic_policy(
     return policies[-1]
 
 
-def symbolic_pool_state(factory: SymbolicFactory, most: int = MAX_BLOCKS) -> Any:
+def symbolic_pool_state(
+    factory: SymbolicFactory,
+    most: int = MAX_BLOCKS,
+    blank: BlockView = BLANK,
+    root: BlockHash = ROOT,
+    never_accessed: float = NEVER_ACCESSED,
+    kinds: tuple[type[PoolState], type[PoolConfig], type[BlockView], type[Prefix], type[Policy]] = (
+        PoolState,
+        PoolConfig,
+        BlockView,
+        Prefix,
+        Policy,
+    ),
+) -> Any:
     """A pool as ``block_pool`` keeps one (the invariants of ``specs/invariants.md`` I1-I3):
     block ids ``first_id ..`` of its config, free blocks exactly ``BLANK``, the hash index
-    naming each cached block under its own hash, release times for the evictable blocks."""
+    naming each cached block under its own hash, release times for the evictable blocks. (The
+    project's names come in as default arguments: the module's globals are gone when this runs.)"""
     from dataclasses import replace
 
     import immutables
     from crosshair import IgnoreAttempt, ResumedTracing
 
-    from pagedkv.reference.pool_state import PoolState
-    from pagedkv.specs.content_hash import ROOT, Prefix
-    from pagedkv.specs.policy import Policy
-    from pagedkv.specs.pool_view import BLANK, BlockView
-    from pagedkv.specs.types import NEVER_ACCESSED, PoolConfig
+    state_type, config_type, view_type, prefix_type, policy_type = kinds
 
     def one_of(name: str, choices: range) -> int:
         """A concrete int among ``choices``, one path per value (a Map needs concrete keys)."""
@@ -81,7 +95,7 @@ def symbolic_pool_state(factory: SymbolicFactory, most: int = MAX_BLOCKS) -> Any
 
     # The search varies the choices made last most often: the policy first, then each block's
     # state, and the pool's size (which of those blocks it has) last.
-    policy = factory(Policy, "_policy")
+    policy = factory(policy_type, "_policy")
     views: list[BlockView] = []
     release_times: list[int] = []
     for block in range(most):
@@ -90,31 +104,31 @@ def symbolic_pool_state(factory: SymbolicFactory, most: int = MAX_BLOCKS) -> Any
         release_times.append(factory(int, f"_released_{block}"))
         with ResumedTracing():  # type: ignore[no-untyped-call]
             if not hashed:
-                views.append(replace(BLANK, ref_count=1) if held else BLANK)
+                views.append(replace(blank, ref_count=1) if held else blank)
                 continue
         # only a cached block's access time and length rank it; a path whose values are out
         # of range is dropped, so the fewer such values, the fewer paths wasted
         last_accessed = factory(float, f"_last_accessed_{block}")
         num_tokens = factory(int, f"_prefix_tokens_{block}")
         with ResumedTracing():  # type: ignore[no-untyped-call]
-            if not (NEVER_ACCESSED <= last_accessed < float("inf") and num_tokens >= 0):
+            if not (never_accessed <= last_accessed < float("inf") and num_tokens >= 0):
                 raise IgnoreAttempt
             views.append(
-                BlockView(
+                view_type(
                     ref_count=1 if held else 0,
                     content_hash=bytes([block + 1]) * 32,
-                    prefix=Prefix(ROOT, num_tokens),
+                    prefix=prefix_type(root, num_tokens),
                     computed=factory(bool, f"_computed_{block}"),
                     last_accessed=last_accessed,
                 )
             )
     with ResumedTracing():  # type: ignore[no-untyped-call]
         num_blocks = 1 + sum(1 for n in range(1, most) if factory(bool, f"_more_than_{n}"))
-    config = PoolConfig(num_blocks, one_of("_block_size", range(1, 3)), factory(bool, "_caching"))
+    config = config_type(num_blocks, one_of("_block_size", range(1, 3)), factory(bool, "_caching"))
     blocks = dict(enumerate(views[:num_blocks]))
     cached = {view.content_hash: b for b, view in blocks.items() if view.content_hash is not None}
     evictable = [b for b, view in blocks.items() if view.content_hash and not view.ref_count]
-    return PoolState(
+    return state_type(
         config,
         immutables.Map(blocks),
         immutables.Map(cached),

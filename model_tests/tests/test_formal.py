@@ -20,12 +20,18 @@ tokens = st.lists(st.integers(0, MAX_TOKEN), max_size=4)
 
 
 def test_crosshair_short_pass(capsys: pytest.CaptureFixture[str]) -> None:
-    """Every contract and every pair, about a second per condition: nothing refuted."""
+    """Every contract and every pair, about a second per condition: nothing refuted, nothing
+    crashed, no pair differs. A second is too little to meet every precondition each time
+    (``make crosshair``, at 20 s, must meet them all), so here, and only here, a condition left
+    unchecked for that reason does not fail."""
     code = crosshair_check.main(["--timeout", "1", "--pair-timeout", "5"])
     report = capsys.readouterr().out
-    assert code == 0, report
-    assert " 0 refuted" in report
+    assert " 0 refuted" in report and "crashed" not in report, report
+    assert "no condition was checked" not in report, report
     assert report.count(" same ") == len(crosshair_check.PAIRS), report
+    unchecked = report.count("    unchecked ")
+    assert code == 0 or unchecked == report.count("Unable to meet precondition") > 0, report
+    assert unchecked <= 5, report
 
 
 PLANTED_TARGET = str(
