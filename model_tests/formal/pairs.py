@@ -9,6 +9,8 @@ either helper runs, so the search spends its time on inputs that matter.
 
 from __future__ import annotations
 
+import math
+
 from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.optimized.block_table import BlockTable, SequenceGroup, num_out_of_window
 from pagedkv.optimized.evictor import Evictor
@@ -51,9 +53,12 @@ def optimized_window_release(
 
 # --- the order in which cached blocks are evicted ----------------------------------------------
 
-Ranks = list[tuple[int, int]]
-"""Block ``i`` is evictable with last access ``ranks[i][0]`` and ``ranks[i][1]`` hashed tokens."""
-Events = list[tuple[int, int]]
+Ranks = list[tuple[float, int]]
+"""Block ``i`` is evictable with last access ``ranks[i][0]`` and ``ranks[i][1]`` hashed tokens.
+Times are floats, as the pool keeps them: given ints that the helpers convert with ``float``,
+CrossHair never made two ranks equal (the ties that ``own_eviction_pick`` breaks) and spent its
+search on ``OverflowError``, raised alike on both sides."""
+Events = list[tuple[int, float]]
 """``(block, time)``: the block is accessed again at ``time`` (re-ranked), or with a negative
 ``time`` held again (it leaves the evictor)."""
 
@@ -62,7 +67,8 @@ def _eviction_inputs(ranks: Ranks, events: Events) -> bool:
     return (
         len(ranks) <= MAX_BLOCKS
         and len(events) <= MAX_BLOCKS
-        and all(time >= NEVER_ACCESSED and hashed >= 0 for time, hashed in ranks)
+        and all(NEVER_ACCESSED <= time < math.inf and hashed >= 0 for time, hashed in ranks)
+        and all(-math.inf < time < math.inf for _, time in events)
     )
 
 
@@ -72,12 +78,12 @@ def reference_eviction_order(ranks: Ranks, events: Events) -> list[int] | None:
     if not _eviction_inputs(ranks, events):
         return None
     views = {
-        block: BlockView(last_accessed=float(time), prefix=Prefix(num_tokens=hashed))
+        block: BlockView(last_accessed=time, prefix=Prefix(num_tokens=hashed))
         for block, (time, hashed) in enumerate(ranks)
     }
     for block, time in events:
         if block in views and time >= 0:
-            views[block] = BlockView(last_accessed=float(time), prefix=views[block].prefix)
+            views[block] = BlockView(last_accessed=time, prefix=views[block].prefix)
         elif block in views:
             del views[block]
     order = []
@@ -95,10 +101,10 @@ def optimized_eviction_order(ranks: Ranks, events: Events) -> list[int] | None:
         return None
     evictor = Evictor()
     for block, (time, hashed) in enumerate(ranks):
-        evictor.add(block, float(time), hashed)
+        evictor.add(block, time, hashed)
     for block, time in events:
         if block in evictor and time >= 0:
-            evictor.add(block, float(time), ranks[block][1])
+            evictor.add(block, time, ranks[block][1])
         elif block in evictor:
             evictor.remove(block)
     order = []
