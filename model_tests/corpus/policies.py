@@ -68,6 +68,7 @@ OTHER_CHOICES: tuple[OtherChoice, ...] = (
     OtherChoice("revival_access", "reset", "pool"),
     OtherChoice("access_time", "at_free"),
     OtherChoice("computed_list", "cached_per_sequence"),
+    OtherChoice("computed_list_swap", "starts_over", "manager", "vllm-v0"),
     OtherChoice("swap_worst_case", "table_entries"),
     OtherChoice("swap_never", "without_watermark"),
     OtherChoice("swap_out_answer", "ok_or_later"),
