@@ -206,16 +206,21 @@ def test_swap_pairs() -> None:
 
 def test_swap_worst_case() -> None:
     """Two tables over one full and one partial block, three CPU blocks: two distinct blocks
-    fit; two table entries plus a chunk per table (four) never do."""
+    fit; two table entries plus a chunk per table (four) never do. One table of two full blocks
+    and one CPU block: no chunk, but each full entry the CPU does not hold costs one, so never
+    under either count (a full block counted as partial, free, was a gap found by ``make
+    mutate``)."""
 
-    def scenario(policy: Policy) -> AllocStatus:
+    def scenario(policy: Policy) -> tuple[AllocStatus, AllocStatus]:
         m = manager(policy, block_size=2, num_cpu_blocks=3)
         m.allocate(1, [1, 2], [1, 2, 3])
-        return m.can_swap_out(1)
+        full = manager(policy, block_size=2, num_cpu_blocks=1)
+        full.allocate(1, [1], [1, 2, 3, 4])
+        return m.can_swap_out(1), full.can_swap_out(1)
 
     assert under_each_value("swap_worst_case", scenario) == {
-        "distinct_blocks": AllocStatus.OK,
-        "table_entries": AllocStatus.NEVER,
+        "distinct_blocks": (AllocStatus.OK, AllocStatus.NEVER),
+        "table_entries": (AllocStatus.NEVER, AllocStatus.NEVER),
     }
 
 
