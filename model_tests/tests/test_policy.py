@@ -120,17 +120,27 @@ def test_window_release() -> None:
 def test_append_worst_case() -> None:
     """One partial, unshared block and no free block: (nothing appended, one token appended)
     fits under pagedkv's count as (yes, no: the block may need a copy), under vLLM's as (no, no:
-    a partial block always counts), under nano-vllm's as (yes, yes: no block is added)."""
+    a partial block always counts), under nano-vllm's as (yes, yes: no block is added). With one
+    block free, four new tokens, or four lookahead slots, need two new blocks under every count
+    (nano-vllm's adds the tokens and the slots: a sum that subtracted either was a gap found by
+    ``make mutate``)."""
 
-    def scenario(policy: Policy) -> tuple[bool, bool]:
+    def scenario(policy: Policy) -> tuple[bool, bool, bool, bool]:
         m = manager(policy, block_size=2, num_gpu_blocks=1)
         m.allocate(1, [1], [1])
-        return m.can_append_slots(1, 0, 0), m.can_append_slots(1, 1, 0)
+        roomy = manager(policy, block_size=2, num_gpu_blocks=2)
+        roomy.allocate(1, [1], [1])
+        return (
+            m.can_append_slots(1, 0, 0),
+            m.can_append_slots(1, 1, 0),
+            roomy.can_append_slots(1, 4, 0),
+            roomy.can_append_slots(1, 0, 4),
+        )
 
     assert under_each_value("append_worst_case", scenario) == {
-        "touched_blocks": (True, False),
-        "token_chunks": (False, False),
-        "new_blocks": (True, True),
+        "touched_blocks": (True, False, False, False),
+        "token_chunks": (False, False, False, False),
+        "new_blocks": (True, True, False, False),
     }
 
 
