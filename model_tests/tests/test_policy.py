@@ -686,18 +686,28 @@ def test_common_prefix() -> None:
 
 def test_cached_tokens() -> None:
     """A computed prompt, then a second prompt sharing two of its blocks: the first counts its
-    three computed tokens, or none (it had no hits when allocated); the second two either way."""
+    three computed tokens, or none (it had no hits when allocated); the second two either way.
+    With blocks of two tokens the hits are counted in tokens: two hit blocks are four (a count
+    divided by the block size instead was a gap found by ``make mutate``)."""
 
-    def scenario(policy: Policy) -> tuple[int, int]:
+    def scenario(policy: Policy) -> tuple[int, int, int]:
         m = manager(policy, enable_caching=True, num_gpu_blocks=8)
         m.allocate(1, [1], [1, 2, 3])
         m.mark_blocks_as_computed(1)
         m.allocate(2, [2], [1, 2, 4])
-        return m.get_num_cached_tokens(1), m.get_num_cached_tokens(2)
+        pairs = manager(policy, enable_caching=True, block_size=2, num_gpu_blocks=8)
+        pairs.allocate(1, [1], [1, 2, 3, 4, 5])
+        pairs.mark_blocks_as_computed(1)
+        pairs.allocate(2, [2], [1, 2, 3, 4, 6])
+        return (
+            m.get_num_cached_tokens(1),
+            m.get_num_cached_tokens(2),
+            pairs.get_num_cached_tokens(2),
+        )
 
     assert under_each_value("cached_tokens", scenario) == {
-        "computed_marks": (3, 2),
-        "hits_at_allocate": (0, 2),
+        "computed_marks": (3, 2, 4),
+        "hits_at_allocate": (0, 2, 4),
     }
 
 
