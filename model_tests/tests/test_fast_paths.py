@@ -1,14 +1,19 @@
 """The optimized manager's shortcuts take the plain rule's answer at every position: the packed
 check of a prompt's tokens (``optimized/tokens.py``) reads the top byte of each token, not of
 some. Sampled inputs rarely put the one bad token where a wrong stride skips it (a gap found by
-``make mutate``, ``specs/mutation.md``), so every position is tried here."""
+``make mutate``, ``specs/mutation.md``), so every position is tried here. Its append counts
+skip the full check for a plain int, and anything else is still refused."""
 
 from __future__ import annotations
 
 import pytest
 
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.optimized.tokens import plain_tokens
-from pagedkv.specs.types import MAX_TOKEN
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.specs.errors import InvalidArgumentError
+from pagedkv.specs.interface import BlockSpaceManager
+from pagedkv.specs.types import MAX_TOKEN, ManagerConfig
 
 
 @pytest.mark.parametrize("bad", [MAX_TOKEN + 1, 2**64 - 1])
@@ -20,3 +25,18 @@ def test_one_token_past_the_bound_is_seen_at_every_position(bad: int) -> None:
             tokens[position] = bad
             assert not plain_tokens(tokens), (length, position)
             assert not plain_tokens(tuple(tokens)), (length, position)
+
+
+@pytest.mark.parametrize("factory", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])
+@pytest.mark.parametrize("bad", [1.5, True, "1", -1, None])
+@pytest.mark.parametrize("argument", ["num_new_tokens", "num_lookahead_slots"])
+def test_append_counts_that_skip_the_fast_type_check_are_still_refused(
+    factory: type[BlockSpaceManager], bad: object, argument: str
+) -> None:
+    """``can_append_slots`` takes a plain non-negative int without the full check: anything else
+    (a float, a bool, a string) must still reach ``check_count`` and be refused."""
+    manager = factory(ManagerConfig(block_size=2, num_gpu_blocks=4, num_cpu_blocks=4))
+    manager.allocate(1, [1], [1, 2, 3])
+    with pytest.raises(InvalidArgumentError, match=argument):
+        manager.can_append_slots(1, **{argument: bad})
+    assert manager.can_append_slots(1, **{argument: 1})
