@@ -2,13 +2,15 @@
 check of a prompt's tokens (``optimized/tokens.py``) reads the top byte of each token, not of
 some. Sampled inputs rarely put the one bad token where a wrong stride skips it (a gap found by
 ``make mutate``, ``specs/mutation.md``), so every position is tried here. Its append counts
-skip the full check for a plain int, and anything else is still refused."""
+skip the full check for a plain int, and anything else is still refused; the common prefix of
+chains is found by a binary search, which must agree with a plain scan."""
 
 from __future__ import annotations
 
 import pytest
 
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.optimized.block_pool import common_length
 from pagedkv.optimized.tokens import plain_tokens
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs.errors import InvalidArgumentError
@@ -40,3 +42,23 @@ def test_append_counts_that_skip_the_fast_type_check_are_still_refused(
     with pytest.raises(InvalidArgumentError, match=argument):
         manager.can_append_slots(1, **{argument: bad})
     assert manager.can_append_slots(1, **{argument: 1})
+
+
+def plain_common_length(chains: list[list[int]], limit: int) -> int:
+    length = 0
+    while length < limit and all(chain[length] == chains[0][length] for chain in chains):
+        length += 1
+    return length
+
+
+def test_the_binary_search_for_a_common_prefix_agrees_with_the_plain_scan() -> None:
+    """Every split point of two and three chains, the first position included (a search that
+    assumed the first block common was a gap found by ``make mutate``)."""
+    for length in range(1, 12):
+        base = list(range(length))
+        for split in range(length + 1):
+            other = base[:split] + [b + 100 for b in base[split:]]
+            for chains in ([base, other], [base, base, other], [other, base]):
+                for limit in range(length + 1):
+                    expected = plain_common_length(chains, limit)
+                    assert common_length(chains, limit) == expected, (chains, limit)
