@@ -409,6 +409,16 @@ def test_swap_blocks_in_place_matches_reference(
     assert torch.equal(bits(store.tensors()[-1][15]), bits(before[-1][0]))
 
 
+def test_swap_blocks_in_place_on_a_store_of_one_tensor() -> None:
+    """One MLA layer is one cache tensor: the exchange buffer is shaped from the only row view
+    (shaping it from a second one was a gap found by ``make mutate``)."""
+    store = make_store(6, mla=True, layers=1, seed=3)
+    assert len(store.tensors()) == 1
+    before = snapshot(store)
+    swap_blocks_in_place(store, [(0, 5), (1, 2)])
+    assert_same(store.tensors(), ref_exchange(before, [(0, 5), (1, 2)]))
+
+
 @pytest.mark.parametrize("form", ["list", "tensor"])
 @pytest.mark.parametrize("num_pairs", [0, 1, 3, 4, 5, 8, 9, 16, 17, 20])
 def test_swap_blocks_in_place_padding_touches_only_listed_pairs(num_pairs: int, form: str) -> None:
