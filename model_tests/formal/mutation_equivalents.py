@@ -73,6 +73,16 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("optimized/evictor.py", "if len(self._heap) - live > 2 * live + _SLACK:", "Gt -> GtE"): (
         _COMPACTION
     ),
+    (
+        "reference/block_pool.py",
+        "if not state.config.enable_caching or not checked:",
+        "Or -> And",
+    ): (
+        "either early return gives []: without caching no block is ever computed (mark_computed"
+        " returns first, and hits and dedups, which mark under promoted_batch, need the cache),"
+        " so every run is empty; with no chains there are no runs; either way no column is"
+        " common"
+    ),
     ("optimized/evictor.py", "self._heap.clear()", "delete the call"): (
         "with `_live` emptied every entry left in the heap is stale: `pop` skips it and the next"
         " rebuild drops it"
