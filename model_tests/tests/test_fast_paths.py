@@ -7,6 +7,8 @@ chains is found by a binary search, which must agree with a plain scan."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
@@ -33,14 +35,14 @@ def test_one_token_past_the_bound_is_seen_at_every_position(bad: int) -> None:
 @pytest.mark.parametrize("bad", [1.5, True, "1", -1, None])
 @pytest.mark.parametrize("argument", ["num_new_tokens", "num_lookahead_slots"])
 def test_append_counts_that_skip_the_fast_type_check_are_still_refused(
-    factory: type[BlockSpaceManager], bad: object, argument: str
+    factory: Callable[[ManagerConfig], BlockSpaceManager], bad: object, argument: str
 ) -> None:
     """``can_append_slots`` takes a plain non-negative int without the full check: anything else
     (a float, a bool, a string) must still reach ``check_count`` and be refused."""
     manager = factory(ManagerConfig(block_size=2, num_gpu_blocks=4, num_cpu_blocks=4))
     manager.allocate(1, [1], [1, 2, 3])
     with pytest.raises(InvalidArgumentError, match=argument):
-        manager.can_append_slots(1, **{argument: bad})
+        manager.can_append_slots(1, **{argument: bad})  # type: ignore[arg-type]
     assert manager.can_append_slots(1, **{argument: 1})
 
 
