@@ -8,6 +8,8 @@ a gap until it is read again. Each entry was read and argued by hand from a surv
 
 from __future__ import annotations
 
+import torch
+
 _STAMPS = "stamps need only differ and rise; `pop` tells entries apart by identity"
 _COMPACTION = (
     "when the evictor's heap is rebuilt bounds its memory only: the live entries, and so the"
@@ -88,3 +90,17 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         " rebuild drops it"
     ),
 }
+
+HOST_ONLY: dict[tuple[str, str, str], str] = {
+    ("optimized/kernels.py", f"_wait_for({end}.device)", "delete the call"): (
+        "on a machine with no accelerator no store lives on another device, so swap_blocks never"
+        " copies between devices and never reaches the wait (and _wait_for is a no-op for host"
+        " devices); on CUDA test_kernels.py's"
+        " test_swap_blocks_returns_only_when_the_host_side_is_done must kill it"
+    )
+    for end in ("dst", "src")
+}
+"""Mutants that only an accelerator can observe: equivalent where there is none, and counted
+(killed or a gap) where there is one, so a run on a GPU machine holds them to their test."""
+if torch.accelerator.current_accelerator() is None:
+    EQUIVALENT.update(HOST_ONLY)

@@ -682,3 +682,28 @@ def test_kernels_on_an_accelerator_and_across_devices() -> None:
     exchange = [(0, 9), (2, 3), (4, 5)]
     swap_blocks_in_place(device, exchange)
     assert_same(device.tensors(), ref_exchange(expected, exchange))
+
+
+@pytest.mark.skipif(
+    ACCELERATOR is None or ACCELERATOR.type != "cuda", reason="needs a CUDA device to hold back"
+)
+def test_swap_blocks_returns_only_when_the_host_side_is_done() -> None:
+    """The promise of ``swap_blocks``: on return the host side may be reused (to the device) or
+    read (from it). The device's stream is held back by a sleep kernel, so the copies queue
+    behind it: a call that returned without waiting (a gap found by ``make mutate``, which a
+    host-only machine cannot see) would let the host buffer change before the copy reads it, and
+    be read before the copy writes it."""
+    assert ACCELERATOR is not None
+    hold_back = 1 << 28  # GPU clock cycles: a tenth of a second or more
+    host = make_store(4, seed=30)
+    device = make_store(4, seed=31, device=ACCELERATOR)
+    expected_device = ref_swap(snapshot(host), snapshot(device), [(0, 1)])
+    torch.cuda._sleep(hold_back)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    swap_blocks(host, device, [(0, 1)])
+    for cache in host.tensors():
+        cache.zero_()  # reuse the host side at once
+    assert_same(device.tensors(), expected_device)
+    expected_host = ref_swap(expected_device, snapshot(host), [(1, 2)])
+    torch.cuda._sleep(hold_back)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    swap_blocks(device, host, [(1, 2)])
+    assert_same(host.tensors(), expected_host)  # read the host side at once
