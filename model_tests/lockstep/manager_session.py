@@ -98,6 +98,8 @@ class IsomorphicManagerSession:
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.model.config)
         self.answers = Answers(self.target, "manager")
+        hook = getattr(self.target, "get_null_block", None)  # optional (specs/oracle.md §2)
+        self.their_null_block = hook if callable(hook) else None
         self.seen = self.observe(self.model.view())
 
     # --- looking at the target -----------------------------------------------------------------
@@ -243,9 +245,10 @@ class IsomorphicManagerSession:
                 )
             for index, (mine, their) in enumerate(zip(seq.blocks, theirs, strict=True)):
                 out.append((Place("sequence", seq_id, index), device, mine, their))
-        get_null_block = getattr(self.target, "get_null_block", None)
         mine_null = view.null_block
-        theirs_null = get_null_block() if mine_null is not None and get_null_block else None
+        theirs_null = (
+            self.their_null_block() if mine_null is not None and self.their_null_block else None
+        )
         if mine_null is not None and theirs_null is not None:  # taking it is a choice as well
             out.append((Place("null", 0, 0), Device.GPU, mine_null, theirs_null))
         for group_id, group in view.groups.items():
