@@ -53,3 +53,12 @@ class SequenceStateError(PagedKVError):
 
 class UnsupportedError(PagedKVError):
     """A feature combination the spec refuses (prefix caching for an encoder-decoder table)."""
+
+
+class UnknownRequestError(PagedKVError):
+    """A request id the request-level manager holds no blocks for, where one must be known."""
+
+
+class RequestStateError(PagedKVError):
+    """A request whose counts contradict the call or the manager (more computed tokens than
+    tokens, a hit offered to a request that already holds blocks, ...)."""

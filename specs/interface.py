@@ -1,7 +1,8 @@
 """The interfaces both implementations satisfy (the mutable face of the reference): the block
-pool, the block space manager and the defragmenter.
+pool, the block space manager, the request-level manager and the defragmenter.
 
-See ``specs/block_pool.md``, ``specs/block_manager.md`` and ``specs/defragmenter.md`` for each
+See ``specs/block_pool.md``, ``specs/block_manager.md``, ``specs/request_level.md`` and
+``specs/defragmenter.md`` for each
 operation's pre-conditions, post-conditions and errors. Results are of exactly the annotated
 types (``int`` itself, not a float, a numpy scalar or a subclass), and a returned list never
 turns into another answer: a query's may follow the state it describes, an action's never
@@ -17,6 +18,8 @@ from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.defrag_view import DefragmenterView
 from pagedkv.specs.manager_view import ManagerView
 from pagedkv.specs.pool_view import BlockView, PoolView
+from pagedkv.specs.request_types import GroupBlocks, KVEvent, Request, RequestConfig, RequestId
+from pagedkv.specs.request_view import RequestManagerView
 from pagedkv.specs.types import (
     NO_EXTRA_KEY,
     AllocStatus,
@@ -147,6 +150,52 @@ class BlockSpaceManager(Protocol):
 
 class BlockSpaceManagerFactory(Protocol):
     def __call__(self, config: ManagerConfig) -> BlockSpaceManager: ...
+
+
+class RequestKVManager(Protocol):
+    """What a v1-style scheduler asks of the KV cache per request (vLLM v1's ``KVCacheManager``
+    call for call, over plain values): see ``specs/request_level.md``. The caller owns each
+    ``Request`` and passes it as it stands; the manager owns the blocks."""
+
+    @property
+    def config(self) -> RequestConfig: ...
+
+    def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
+        """The longest cached prefix every group can serve, in full blocks, at most
+        ``request.num_tokens - 1`` tokens: its blocks per group and its length in tokens. Changes
+        nothing (the hit is taken by ``allocate_slots``)."""
+        ...
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: GroupBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+    ) -> GroupBlocks | None:
+        """Slots for ``num_new_tokens`` (committed and draft) plus lookahead after the request's
+        computed tokens and a hit just found; the new blocks per group, or ``None`` when they do
+        not fit (then only blocks that left a sliding window may have been released)."""
+        ...
+
+    def free(self, request_id: RequestId) -> None: ...
+
+    def get_block_ids(self, request_id: RequestId) -> GroupBlocks: ...
+
+    def num_free_blocks(self) -> int: ...
+
+    def usage(self) -> float: ...
+
+    def reset_prefix_cache(self) -> bool: ...
+
+    def take_events(self) -> list[KVEvent]: ...
+
+    def view(self) -> RequestManagerView: ...
+
+
+class RequestKVManagerFactory(Protocol):
+    def __call__(self, config: RequestConfig) -> RequestKVManager: ...
 
 
 class Defragmenter(Protocol):
