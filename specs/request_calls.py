@@ -1,7 +1,6 @@
-"""The request-level manager's operations as typed calls (``specs/call.py``): one constructor per
-operation of ``specs/operations.py``, with the parameters of its ``RequestKVManager`` method in
-``specs/interface.py``, so that mypy checks every call a machine makes. The call records every
-argument, defaults included."""
+"""The request level's operations as typed calls (``specs/call.py``): one constructor per
+``RequestKVManager`` method of ``specs/interface.py``, with its parameters, so that mypy checks
+every call a machine makes. The call records every argument, defaults included."""
 
 from __future__ import annotations
 
@@ -74,5 +73,5 @@ REQUEST_CALLS: dict[str, Callable[..., RequestCall[Any]]] = {
         take_events,
     )
 }
-"""Each constructor under its operation's name, in the table's order: where a call comes as
-data (a trace, a soak's drawn step), ``REQUEST_CALLS[name](*args)`` builds it."""
+"""Each constructor under its operation's name, in the protocol's order: where a call comes as
+data (a trace read from JSON), ``REQUEST_CALLS[name](*args)`` builds it."""
