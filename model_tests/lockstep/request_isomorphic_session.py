@@ -166,11 +166,14 @@ class IsomorphicRequestSession:
         after: RequestManagerView,
         observed: RequestReading,
     ) -> None:
-        """Bind each new position's blocks; every other position must keep its pair."""
+        """Bind the blocks both sides took blank for a new position in this call; every other
+        position must keep its pair. Blank blocks are interchangeable, so blocks both sides took
+        in one call may pair up otherwise than before (both evicted the same cached blocks in
+        another order: their contents are gone on both sides)."""
         model_before = _placed(before)
         target_before = self.seen.placed()
         pairs = self._pairs(after, observed)
-        held_after = {m for _, m, _ in pairs}
+        fresh: list[Pair] = []
         for where, mine, theirs in pairs:
             if self.ids.to_target.get(mine) == theirs:
                 continue
@@ -182,16 +185,17 @@ class IsomorphicRequestSession:
             old_key = _key(before, mine)
             if old_key is not None and _key(after, mine) == old_key:
                 raise Divergence(self._not_the_hit(shown, where, mine, theirs), "table")
+            fresh.append((where, mine, theirs))
+        taken = {mine for _, mine, _ in fresh}
+        held_after = {mine for _, mine, _ in pairs}
+        for where, mine, theirs in fresh:
             stands_for = self.ids.to_model.get(theirs)
-            if stands_for is None or self._blank(stands_for, before, after, held_after):
-                self.ids.rebind(mine, theirs)
+            if stands_for is None or stands_for in taken:
+                continue
+            if self._blank(stands_for, before, after, held_after):
                 continue
             kept = _key(after, stands_for)
-            if (
-                kept is not None
-                and kept == _key(before, stands_for)
-                and stands_for not in held_after
-            ):
+            if kept is not None and kept == _key(before, stands_for):
                 raise Divergence(
                     f"{shown}: at {where} the target took its block {theirs}, which holds the"
                     f" model's cached block {stands_for} ({_show_key(kept)}), where the model"
@@ -201,6 +205,21 @@ class IsomorphicRequestSession:
                     "choice",
                 )
             raise Divergence(self._misplaced(shown, where, mine, theirs, after), "table")
+        for _, mine, theirs in fresh:
+            self.ids.unbind_model(mine)
+            stale = self.ids.to_model.get(theirs)
+            if stale is not None:
+                self.ids.unbind_model(stale)
+        for where, mine, theirs in fresh:
+            if (
+                self.ids.to_target.get(mine, theirs) != theirs
+                or self.ids.to_model.get(theirs, mine) != mine
+            ):
+                raise Divergence(self._misplaced(shown, where, mine, theirs, after), "table")
+            self.ids.bind(mine, theirs)
+        for where, mine, theirs in pairs:
+            if self.ids.to_target.get(mine) != theirs:
+                raise Divergence(self._misplaced(shown, where, mine, theirs, after), "table")
 
     def _blank(
         self,
