@@ -44,6 +44,8 @@ from pagedkv.specs.request_hashes import block_identifiers, request_block_hashes
 from pagedkv.specs.request_types import (
     NULL_BLOCK,
     AttentionKind,
+    BlockStored,
+    KVEvent,
     Request,
     RequestConfig,
 )
@@ -78,6 +80,9 @@ class RequestSafetySession:
         """The requests the target holds tables for, as last passed."""
         self.kv: dict[tuple[BlockId, int], SlotContent] = {}
         self.keys: Counter[CachedKey] = Counter()
+        self.committed: set[bytes] = set()
+        """The chained hash of every full block of committed tokens any request was passed
+        with: all a manager may cache."""
         self.seen = read_target(self.target, ())
 
     @property
@@ -95,6 +100,8 @@ class RequestSafetySession:
             return self._failed(method, args, shown, error)
         findings: list[Finding] = []
         request = args[0] if args and type(args[0]) is Request else None
+        if request is not None and method == "allocate_slots":
+            self.committed.update(request_block_hashes(request, self.block_size))
         if method == "get_computed_blocks" and request is not None:
             findings += self._hit(request, result[0], result[1], "the hit it answers")
         if method == "allocate_slots" and request is not None:
@@ -113,6 +120,7 @@ class RequestSafetySession:
             )
         if method == "take_events":
             findings += [("accounting", problem) for problem in fold_events(self.keys, result)]
+            findings += self._stored_committed(result)
         if method == "usage":
             findings += self._usage(cast(float, result), now.free)
         findings += self._tables(now)
@@ -368,6 +376,25 @@ class RequestSafetySession:
                     )
                 )
         return findings
+
+    def _stored_committed(self, events: list[KVEvent]) -> list[Finding]:
+        """Only blocks of committed tokens are cached: every stored hash is one of a full block
+        of committed tokens some request was passed with (a draft or lookahead token cached
+        makes a chain no request committed)."""
+        for event in events:
+            if isinstance(event, BlockStored):
+                for digest in event.block_hashes:
+                    if digest not in self.committed:
+                        return [
+                            (
+                                "kv",
+                                f"BlockStored of group {event.group} hash {digest.hex()[:8]}…"
+                                f" (tokens {list(event.token_ids)}): no request was passed"
+                                " a full block of committed tokens that hashes so (a draft or"
+                                " lookahead token cached?)",
+                            )
+                        ]
+        return []
 
     # --- after every call ----------------------------------------------------------------------
 
