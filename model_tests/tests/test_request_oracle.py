@@ -295,3 +295,13 @@ def test_a_known_file_names_a_group_layout() -> None:
     wrong = {**entry, "config": {"groups": "mixed"}}
     with pytest.raises(KnownError, match="a group layout"):
         parse({"difference": [wrong]}, "request")
+
+
+def test_the_pytest_fixture_checks_the_request_level(tmp_path: Path) -> None:
+    from pagedkv.model_tests.oracle.pytest_plugin import OracleFailure, run_oracle
+
+    assert run_oracle("reference", level="request", steps=300, seed=0).passed
+    with pytest.raises(OracleFailure, match="request level"):
+        run_oracle(
+            planted.no_hit_cap, level="request", steps=4000, seed=0, trace_out=tmp_path / "t.jsonl"
+        )
