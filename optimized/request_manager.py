@@ -139,7 +139,7 @@ class RequestManager:
     def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
         kept = self._kept_hashes(request)
         unchanged = kept.unchanged(request) if kept is not None else 0
-        check_request(request, unchanged_tokens=unchanged)
+        check_request(self._config, request, unchanged_tokens=unchanged)
         hashes = self._hashes_of(request, unchanged).hashes
         if not self._caching:
             return [[] for _ in range(self._num_groups)], 0
@@ -215,7 +215,7 @@ class RequestManager:
             num_new_computed_tokens,
             new_computed_blocks,
             num_lookahead_tokens,
-            known=self._is_known(request),
+            is_known=self._requests.__contains__,
             cached_as=self._cached_as,
             unchanged_tokens=unchanged,
             block_hashes=(lambda checked: self._hashes_of(checked, unchanged).hashes)
@@ -425,13 +425,6 @@ class RequestManager:
         return True
 
     # --- hashes and what the checks read -----------------------------------------------------
-
-    def _is_known(self, request: object) -> bool:
-        return (
-            isinstance(request, Request)
-            and isinstance(request.request_id, str)
-            and request.request_id in self._requests
-        )
 
     def _cached_as(self, block: BlockId, key: CachedKey) -> bool:
         return (

@@ -141,10 +141,10 @@ def _check_multimodal(item: object, num_prompt_tokens: int) -> None:
         raise InvalidArgumentError(f"a multimodal identifier is a UTF-8 str, got {identifier!r}")
 
 
-def check_request(request: object, *, unchanged_tokens: int = 0) -> Request:
-    """A request as the scheduler owns it: a str id, at least one token, a prompt of 1 to all of
-    them, ``0 <= num_computed_tokens <= num_tokens``, a valid extra key, multimodal inputs
-    inside the prompt.
+def check_request(config: RequestConfig, request: object, *, unchanged_tokens: int = 0) -> Request:
+    """A request as the scheduler owns it: a str id, at least one token and no more than
+    ``max_model_len``, a prompt of 1 to all of them, ``0 <= num_computed_tokens <= num_tokens``,
+    a valid extra key, multimodal inputs inside the prompt.
 
     ``unchanged_tokens``: how many leading tokens the caller checked before and knows to be
     unchanged since (an implementation that keeps a request's tokens between calls); only the
@@ -165,6 +165,12 @@ def check_request(request: object, *, unchanged_tokens: int = 0) -> Request:
     else:
         check_tokens(request.tokens)
     num_tokens = len(request.tokens)
+    limit = config.max_model_len
+    if limit is not None and num_tokens > limit:
+        raise InvalidArgumentError(
+            f"request {request.request_id!r} has {num_tokens} tokens, more than max_model_len"
+            f" {limit}"
+        )
     prompt = request.num_prompt_tokens
     if not _is_int(prompt) or not 1 <= prompt <= num_tokens:
         raise InvalidArgumentError(
@@ -293,7 +299,7 @@ def check_allocate_slots(
     new_computed_blocks: object,
     num_lookahead_tokens: object,
     *,
-    known: bool,
+    is_known: Callable[[RequestId], bool],
     cached_as: CachedAs,
     unchanged_tokens: int = 0,
     block_hashes: BlockHashesOf | None = None,
@@ -302,12 +308,13 @@ def check_allocate_slots(
     nothing needs new tokens; the hit's shape; a hit only for a request that holds no blocks
     (and such a request has computed nothing yet); the hit a whole number of blocks, one list
     per group of exactly that many blocks; each of its blocks cached where it claims to be.
-    ``known``: whether the manager holds blocks for this request; ``unchanged_tokens`` as for
-    ``check_request``, ``block_hashes`` as for ``check_hit_blocks``.
+    ``is_known(request_id)``: whether the manager holds blocks for that request;
+    ``unchanged_tokens`` as for ``check_request``, ``block_hashes`` as for ``check_hit_blocks``.
 
     raises: InvalidArgumentError, ForeignBlockError, RequestStateError
     """
-    checked = check_request(request, unchanged_tokens=unchanged_tokens)
+    checked = check_request(config, request, unchanged_tokens=unchanged_tokens)
+    known = is_known(checked.request_id)
     new = check_count("num_new_tokens", num_new_tokens)
     adopted = check_count("num_new_computed_tokens", num_new_computed_tokens)
     lookahead = check_count("num_lookahead_tokens", num_lookahead_tokens)
