@@ -12,6 +12,8 @@ from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.policy import PAGEDKV
 from pagedkv.specs.request_types import GroupBlocks, Request, RequestConfig
 
+HERE = "pagedkv.model_tests.tests.request_planted"
+
 
 def no_hit_cap(config: RequestConfig) -> ReferenceRequestKVManager:
     """Hits every full block, the last token's included (``request_hit_cap=n``)."""

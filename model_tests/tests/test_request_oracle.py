@@ -36,7 +36,7 @@ from pagedkv.specs.request_types import (
 )
 from pagedkv.specs.types import ExtraKey
 
-HERE = "pagedkv.model_tests.tests.request_planted"
+HERE = planted.HERE
 PEER = [sys.executable, "-m", "pagedkv.model_tests.oracle.example_peer", "--impl", "reference"]
 WINDOW = KVGroup(AttentionKind.SLIDING_WINDOW, 4)
 HYBRID = RequestConfig(num_blocks=12, block_size=2, groups=(KVGroup(), WINDOW))
