@@ -34,7 +34,7 @@ from pagedkv.model_tests.lockstep.request_reading import (
     RequestReading,
     fold_events,
     read_target,
-    reading_changes,
+    unchanged_by_failure,
 )
 from pagedkv.model_tests.lockstep.show import show_call, show_error
 from pagedkv.model_tests.lockstep.step import Step
@@ -139,13 +139,7 @@ class RequestSafetySession:
                 f"{shown} raised {show_error(error)}, not an error of pagedkv.specs.errors",
                 "untyped",
             )
-        changed = reading_changes(self.seen, read_target(self.target, self.requests))
-        if changed:
-            raise Divergence(
-                f"{shown} raised {type(error).__name__} but changed the target (a failed call"
-                " must change nothing): " + "; ".join(changed),
-                "atomicity",
-            )
+        unchanged_by_failure(shown, error, self.seen, read_target(self.target, self.requests))
         self.steps.append(Step(method, args, error))
         return error
 

@@ -11,13 +11,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pagedkv.model_tests.machines.manager_machine import Contract
+from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle import targets, trace
 from pagedkv.model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.known import KnownDifferences
 from pagedkv.model_tests.oracle.known import load as load_known
 from pagedkv.model_tests.oracle.record import Corpus, record_level
-from pagedkv.model_tests.oracle.request_layouts import LAYOUTS, GroupKind
+from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.targets import Factory
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
 from pagedkv.specs.policy import profile as named_profile

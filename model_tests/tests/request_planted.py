@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from pagedkv.model_tests.tests.false_pass_targets import AgreeableInt
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.policy import PAGEDKV
 from pagedkv.specs.request_types import GroupBlocks, Request, RequestConfig
@@ -51,18 +52,6 @@ class DraftsCached(ReferenceRequestKVManager):
             new_computed_blocks,
             num_lookahead_tokens,
         )
-
-
-class AgreeableInt(int):
-    """An int whose comparisons say yes to anything."""
-
-    def __eq__(self, other: object) -> bool:
-        return True
-
-    def __ne__(self, other: object) -> bool:
-        return False
-
-    __hash__ = int.__hash__
 
 
 class FreeCountAgreesWrongly(ReferenceRequestKVManager):

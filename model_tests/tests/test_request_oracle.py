@@ -20,6 +20,7 @@ from pagedkv.model_tests.lockstep.request_safety_session import RequestSafetySes
 from pagedkv.model_tests.oracle import api, trace
 from pagedkv.model_tests.oracle.known import KnownError, parse
 from pagedkv.model_tests.tests import request_planted as planted
+from pagedkv.model_tests.tests.false_pass_targets import AgreeableInt
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs import request_calls as calls
 from pagedkv.specs import wire
@@ -79,7 +80,7 @@ def test_request_level_values_travel_as_json_and_back() -> None:
         ("allocate_slots", [(1, 2.0)], "float at [0][1], not int"),
         ("take_events", [BlockRemoved(("ab",), 0)], "str at [0].block_hashes[0], not bytes"),  # type: ignore[arg-type]
         ("take_events", [object()], "object at [0], not BlockStored"),
-        ("get_block_ids", [[planted.AgreeableInt(1)]], "AgreeableInt at [0][0], not int"),
+        ("get_block_ids", [[AgreeableInt(1)]], "AgreeableInt at [0][0], not int"),
     ],
 )
 def test_an_answer_not_exactly_of_its_kind_is_named(
@@ -261,7 +262,8 @@ def test_an_exec_program_is_checked_through_the_stdio_protocol(tmp_path: Path) -
         ("FreeCountIsNumpy", "num_free_blocks(): the target returned numpy.int64, not int"),
         (
             "FreeCountAgreesWrongly",
-            f"num_free_blocks(): the target returned {HERE}.AgreeableInt, not int",
+            "num_free_blocks(): the target returned"
+            " pagedkv.model_tests.tests.false_pass_targets.AgreeableInt, not int",
         ),
     ],
 )
