@@ -91,6 +91,12 @@ class IsomorphicRequestSession:
             unchanged_by_failure(shown, error, self.seen, self._read(before))
             self.steps.append(Step(method, args, error))
             return error
+        if method == "allocate_slots" and (model_result is None) != (target_result is None):
+            raise Divergence(
+                f"{shown}: the model returned {show_value(model_result)}, the target"
+                f" {show_value(target_result)}"
+                + (" (the blocks do not fit)" if model_result is None else "")
+            )
         after = self.model.view()
         observed = self._read(after)
         self._align(shown, before, after, observed)
@@ -181,8 +187,19 @@ class IsomorphicRequestSession:
                 raise Divergence(self._not_the_hit(shown, where, mine, theirs), "table")
             fresh.append((where, mine, theirs))
         taken = {mine for _, mine, _ in fresh}
+        taken_by_target = {theirs for _, _, theirs in fresh}
         held_after = {mine for _, mine, _ in pairs}
         for where, mine, theirs in fresh:
+            evicted = _key(before, mine)
+            kept = self.ids.to_target.get(mine)
+            if evicted is not None and kept is not None and kept not in taken_by_target:
+                raise Divergence(
+                    f"{shown}: at {where} the model evicted its cached block {mine}"
+                    f" ({_show_key(evicted)}: no blank block was left), the target took its block"
+                    f" {theirs} and kept that content in its block {kept}: it holds a blank"
+                    " block the model does not (a key it dropped or never cached)",
+                    "choice",
+                )
             stands_for = self.ids.to_model.get(theirs)
             if stands_for is None or stands_for in taken:
                 continue

@@ -167,7 +167,7 @@ def test_a_block_the_reference_keeps_cached_taken_by_the_target_is_a_choice() ->
         ReferenceRequestKVManager(config), planted.head_first(config)
     )
     serve(session, (1, 2, 3, 4, 5))  # two cached blocks go back: tail first, or head first
-    with pytest.raises(Divergence, match="keeps that block cached") as caught:
+    with pytest.raises(Divergence, match="evicted its cached block 2") as caught:
         serve(session, (7, 7, 7, 7, 7, 7))  # two blank blocks, then the first cached one
     assert caught.value.kind == "choice"
 

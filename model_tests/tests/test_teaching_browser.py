@@ -161,7 +161,7 @@ def test_a_request_level_divergence_opens_and_steps_to_its_mark(
     marked = browser.find_element(By.CSS_SELECTOR, "section.step.current")
     assert "diverges" in (marked.get_attribute("class") or "")
     finding = marked.find_element(By.CSS_SELECTOR, ".finding")
-    assert "keeps that block cached" in finding.text
+    assert "evicted its cached block 2" in finding.text
     assert "request 'b' group 0" in marked.text
     screenshot = tmp_path / "request-divergence.png"
     assert browser.save_screenshot(str(screenshot))
