@@ -19,8 +19,10 @@ from pagedkv.model_tests.lockstep.request_isomorphic_session import IsomorphicRe
 from pagedkv.model_tests.lockstep.request_safety_session import RequestSafetySession
 from pagedkv.model_tests.oracle import api, trace
 from pagedkv.model_tests.oracle.known import KnownError, parse
+from pagedkv.model_tests.oracle.record import record_level
 from pagedkv.model_tests.tests import request_planted as planted
 from pagedkv.model_tests.tests.false_pass_targets import AgreeableInt
+from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs import request_calls as calls
 from pagedkv.specs import wire
@@ -297,6 +299,16 @@ def test_a_known_file_names_a_group_layout() -> None:
     wrong = {**entry, "config": {"groups": "mixed"}}
     with pytest.raises(KnownError, match="a group layout"):
         parse({"difference": [wrong]}, "request")
+
+
+def test_record_then_replay_a_request_corpus(tmp_path: Path) -> None:
+    corpus = record_level("request", tmp_path, runs=8, seed=0)
+    assert corpus.complete, corpus.summary()
+    loaded = [trace.read(path) for path in corpus.files]
+    assert {op for one in loaded for op in one.operations()} == set(wire.OPS["request"])
+    assert set().union(*(one.errors() for one in loaded)) == set(wire.ERRORS["request"])
+    for one in loaded:
+        assert trace.replay(one, RequestManager).ok
 
 
 def test_the_pytest_fixture_checks_the_request_level(tmp_path: Path) -> None:
