@@ -17,6 +17,7 @@ One concern a file: ``request_base.py`` (state, the session, the KV contents),
 from __future__ import annotations
 
 import sys
+from typing import ClassVar
 
 from hypothesis import note, settings
 from hypothesis.errors import HypothesisException
@@ -24,14 +25,19 @@ from hypothesis.errors import HypothesisException
 from pagedkv.model_tests.machines.request_base import RequestMode
 from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.machines.request_misuse import MisuseRules
-from pagedkv.model_tests.machines.request_replay import replay_program
+from pagedkv.model_tests.machines.request_replay import RecordedCall, replay_program
 from pagedkv.model_tests.machines.request_scheduler import SchedulerRules
 from pagedkv.specs.interface import RequestKVManagerFactory
+from pagedkv.specs.request_types import RequestConfig
 
 
 class RequestLockstep(SchedulerRules, MisuseRules):
     """Subclass and set ``make_target`` (and ``make_model``, ``mode``, ``group_kind``), or call
     ``request_lockstep_case``."""
+
+    failing_run: ClassVar[tuple[RequestConfig, list[RecordedCall]] | None] = None
+    """The configuration and calls of the latest failing run (the shrunk one, once Hypothesis
+    is done: it runs that one last)."""
 
     def teardown(self) -> None:
         """After a failure, the run's calls as a program (a note: Hypothesis prints it with the
@@ -44,6 +50,7 @@ class RequestLockstep(SchedulerRules, MisuseRules):
         calls = [(step.method, step.args) for step in session.steps]
         if self.pending is not None:
             calls.append(self.pending)
+        type(self).failing_run = (self.config, calls)
         note(f"The run's calls ({len(calls)}), replayable:\n" + replay_program(self.config, calls))
 
 
