@@ -41,7 +41,8 @@ class RequestLockstep(SchedulerRules, MisuseRules):
 
     def teardown(self) -> None:
         """After a failure, the run's calls as a program (a note: Hypothesis prints it with the
-        shrunk failing example only)."""
+        shrunk failing example only); the run's scores to Hypothesis's target phase."""
+        self.hand_over_scores()
         session = getattr(self, "session", None)
         error = sys.exc_info()[1]  # Hypothesis calls teardown in a finally
         failed = isinstance(error, Exception) and not isinstance(error, HypothesisException)
@@ -54,8 +55,8 @@ class RequestLockstep(SchedulerRules, MisuseRules):
         note(f"The run's calls ({len(calls)}), replayable:\n" + replay_program(self.config, calls))
 
 
-SHARE_OF_PROFILE = 5
-"""A request machine's test runs a fifth of the profile's examples (at least 20): one run
+SHARE_OF_PROFILE = 8
+"""A request machine's test runs an eighth of the profile's examples (at least 20): one run
 here makes many more calls than a manager machine's, and each test stays near half a minute
 under ``dev``."""
 

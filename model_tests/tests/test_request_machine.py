@@ -53,7 +53,7 @@ def found_failure(machine: type[RequestLockstep]) -> BaseException:
         database=None,
         report_multiple_bugs=False,
     )
-    with pytest.raises(Exception) as found, shrinking_for(SHRINK_SECONDS):  # noqa: B017
+    with pytest.raises(Exception) as found, shrinking_for(SHRINK_SECONDS):
         run_state_machine_as_test(machine, settings=budget)
     return found.value
 
