@@ -10,6 +10,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from pagedkv.model_tests.lockstep.calls import Divergence
 from pagedkv.model_tests.machines.hypothesis_internals import shrinking_for
+from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.machines.request_machine import (
     RequestLockstep,
     request_lockstep_case,
@@ -69,7 +70,7 @@ def test_exact_mode_catches_a_planted_manager(planted: RequestKVManagerFactory) 
 
 @pytest.mark.parametrize("planted", PLANTED_SAFETY, ids=lambda p: p.__name__)
 def test_the_invariants_alone_catch_a_planted_manager(planted: RequestKVManagerFactory) -> None:
-    kind = "window" if planted is ReleasesInsideWindow else "hybrid"
+    kind: GroupKind = "window" if planted is ReleasesInsideWindow else "hybrid"
     machine = request_lockstep_case(planted, group_kind=kind, mode="alone")
     error = found_failure(machine)
     assert isinstance(error, Divergence), error
