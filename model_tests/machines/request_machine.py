@@ -49,10 +49,12 @@ class RequestLockstep(SchedulerRules, MisuseRules):
         if not failed or session is None:
             return
         calls = [(step.method, step.args) for step in session.steps]
+        outcomes = [step.outcome for step in session.steps]
         if self.pending is not None:
             calls.append(self.pending)
         type(self).failing_run = (self.config, calls)
-        note(f"The run's calls ({len(calls)}), replayable:\n" + replay_program(self.config, calls))
+        program = replay_program(self.config, calls, outcomes)
+        note(f"The run's calls ({len(calls)}), replayable:\n{program}")
 
 
 SHARE_OF_PROFILE = 8

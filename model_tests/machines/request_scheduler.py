@@ -246,16 +246,24 @@ class SchedulerRules(RequestInvariants):
         return answer
 
     def _run_model(self, work: list[Work], data: st.DataObject) -> None:
-        """Write each scheduled token's KV, then advance: the computed count by the accepted
+        """Write each scheduled token's KV through the tables ``get_block_ids`` answers (as
+        the engine builds its model input), then advance: the computed count by the accepted
         tokens; a finished prefill or a decode commits its accepted drafts and a bonus token."""
         view = self.kv_view()
         for item in work:
             request = item.request
+            tables = self.succeeded(calls.get_block_ids(request.request_id))
+            held = [list(blocks) for blocks in view.requests[request.request_id].blocks]
+            if tables != held:
+                raise Divergence(
+                    f"get_block_ids({request.request_id!r}) answered {tables}, the view holds"
+                    f" {held}",
+                    "table",
+                )
             found = self.contents_of(request, item.drafts)
             start = request.num_computed_tokens
             positions = range(start, start + item.num_new_tokens)
-            table = view.requests[request.request_id].blocks
-            problems = self.kv.write(table, found.cells, positions)
+            problems = self.kv.write(tables, found.cells, positions)
             if problems:
                 raise Divergence(
                     f"{request.request_id!r} has no slot: " + "; ".join(problems), "placement"

@@ -10,7 +10,6 @@ from dataclasses import replace
 from pagedkv.reference import request_manager as ops
 from pagedkv.reference.free_queue import touch
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
-from pagedkv.reference.request_state import is_known
 from pagedkv.specs.policy import PAGEDKV
 from pagedkv.specs.request_types import GroupBlocks, Request, RequestConfig, RequestId
 
@@ -64,16 +63,17 @@ class ReleasesInsideWindow(ReferenceRequestKVManager):
         new_computed_blocks: GroupBlocks | None = None,
         num_lookahead_tokens: int = 0,
     ) -> GroupBlocks | None:
-        if is_known(self.state, request.request_id):
-            early = request.num_computed_tokens + self.config.block_size
-            self.state = ops.release_window(self.state, request.request_id, early)
-        return super().allocate_slots(
+        answer = super().allocate_slots(
             request,
             num_new_tokens,
             num_new_computed_tokens,
             new_computed_blocks,
             num_lookahead_tokens,
         )
+        if answer is not None:
+            early = request.num_computed_tokens + self.config.block_size
+            self.state = ops.release_window(self.state, request.request_id, early)
+        return answer
 
 
 class FreeForgetsLastGroup(ReferenceRequestKVManager):

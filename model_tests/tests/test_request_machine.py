@@ -89,6 +89,7 @@ def test_the_printed_program_replays_the_divergence() -> None:
     planted = replay_calls(hit_without_cap, config, calls)
     reference = replay_calls(ReferenceRequestKVManager, config, calls)
     assert planted != reference
-    program = replay_program(config, calls)
-    namespace: dict[str, object] = {"make_manager": hit_without_cap}
+    outcomes = replay_calls(ReferenceRequestKVManager, config, calls)
+    program = replay_program(config, calls, outcomes)
+    namespace: dict[str, object] = {"make_manager": ReferenceRequestKVManager}
     exec(program, namespace)  # the printed program runs as it stands
