@@ -10,15 +10,29 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagedkv.optimized.block_hash_map import BlockHashMap
 from pagedkv.optimized.free_queue import FreeQueue
 from pagedkv.optimized.incremental_hashes import IncrementalBlockHashes
+from pagedkv.optimized.request_manager import RequestManager
+from pagedkv.reference.request_adapter import ReferenceRequestKVManager
+from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.request_hashes import request_block_hashes
-from pagedkv.specs.request_types import MultimodalInput, Request
-from pagedkv.specs.types import ExtraKey
+from pagedkv.specs.request_types import (
+    AttentionKind,
+    KVGroup,
+    MultimodalInput,
+    Request,
+    RequestConfig,
+)
+from pagedkv.specs.types import BlockId, ExtraKey
 
 CAPACITY = 8
 
@@ -115,7 +129,7 @@ def test_kept_hashes_equal_hashing_the_whole_request(
     for step, length in enumerate(sorted(lengths)):
         tokens = tokens + tuple(range(len(tokens), length))
         if rewrite_at is not None and step == 2 and rewrite_at < len(tokens):
-            tokens = tokens[:rewrite_at] + (999,) + tokens[rewrite_at + 1 :]
+            tokens = (*tokens[:rewrite_at], 999, *tokens[rewrite_at + 1 :])
         request = Request(
             "r",
             tokens,
@@ -130,3 +144,238 @@ def test_kept_hashes_equal_hashing_the_whole_request(
             assert tokens[:unchanged] == request.tokens[:unchanged]
             kept.update(request, unchanged)
         assert kept.hashes == request_block_hashes(request, 4)
+
+
+# --- the manager against the reference ------------------------------------------------------
+
+
+_PROMPTS = ((7, 7, 1, 2, 3, 4, 5, 6, 8, 9), (7, 7, 1, 2, 11, 12), (20, 21, 22, 23, 24, 25, 26))
+"""System prompts the requests start with, so that hits, shared blocks and duplicates occur."""
+
+_CONFIGS = {
+    "full": (KVGroup(),),
+    "window": (KVGroup(AttentionKind.SLIDING_WINDOW, 5),),
+    "hybrid": (KVGroup(), KVGroup(AttentionKind.SLIDING_WINDOW, 6)),
+    "two windows": (
+        KVGroup(AttentionKind.SLIDING_WINDOW, 3),
+        KVGroup(AttentionKind.SLIDING_WINDOW, 9),
+    ),
+}
+
+
+_REFUSED = object()
+"""What ``_Differential.call`` answers when both managers raised the same error."""
+
+
+@dataclass
+class _Client:
+    """The scheduler's side of one request: its tokens and how many have KV."""
+
+    request: Request
+    running: bool = False
+
+
+class _Differential:
+    """Drives both managers with one random, scheduler-like call sequence, comparing every
+    answer (or raised error), then the views, after every call."""
+
+    optimized_kind: type[RequestManager] = RequestManager
+
+    def __init__(self, rng: random.Random, config: RequestConfig) -> None:
+        self.rng = rng
+        self.config = config
+        self.reference = ReferenceRequestKVManager(config)
+        self.optimized = self.optimized_kind(config)
+        self.clients: dict[str, _Client] = {}
+        self.next_id = 0
+        self.calls = 0
+
+    def call(self, name: str, *args: object) -> object:
+        outcomes = []
+        for side in (self.reference, self.optimized):
+            try:
+                outcomes.append(("ok", getattr(side, name)(*args)))
+            except PagedKVError as error:
+                outcomes.append((type(error).__name__, str(error)))
+        assert outcomes[0] == outcomes[1], (self.calls, name, args)
+        assert self.reference.view().comparable() == self.optimized.view().comparable(), (
+            self.calls,
+            name,
+            args,
+        )
+        self.calls += 1
+        return outcomes[0][1] if outcomes[0][0] == "ok" else _REFUSED
+
+    def drop(self, client: _Client) -> None:
+        """A request the managers refused (longer than ``max_model_len``, say) is aborted."""
+        self.call("free", client.request.request_id)
+        del self.clients[client.request.request_id]
+
+    def new_request(self) -> None:
+        rng = self.rng
+        prompt = rng.choice(_PROMPTS)[: rng.randint(1, 10)] + tuple(
+            rng.randrange(40) for _ in range(rng.randint(0, 8))
+        )
+        extra = ExtraKey(rng.choice([None, None, 3]), rng.choice([None, None, "salt"]))
+        multimodal = (MultimodalInput(1, 2, rng.choice("xy")),) if rng.random() < 0.15 else ()
+        if multimodal and len(prompt) < 3:
+            multimodal = ()
+        request_id = f"r{self.next_id}"
+        self.next_id += 1
+        self.clients[request_id] = _Client(
+            Request(request_id, prompt, len(prompt), 0, extra, multimodal)
+        )
+
+    def admit(self, client: _Client) -> None:
+        request = replace(client.request, num_computed_tokens=0)
+        answer = self.call("get_computed_blocks", request)
+        if answer is _REFUSED:
+            self.drop(client)
+            return
+        assert isinstance(answer, tuple)
+        hit, length = answer
+        if self.rng.random() < 0.1:
+            hit, length = [[] for _ in hit], 0  # a scheduler may ignore the hit
+        chunk = self.rng.randint(1, request.num_tokens - length + 1)
+        blocks = self.call(
+            "allocate_slots", request, chunk, length, hit, self.rng.choice([0, 0, 1, 3])
+        )
+        if blocks is _REFUSED:
+            self.drop(client)
+        elif blocks is not None:
+            client.running = True
+            self.advance(client, length + chunk)
+
+    def advance(self, client: _Client, computed: int) -> None:
+        """The model ran up to ``computed`` tokens; once every token has KV, one is sampled."""
+        request = client.request
+        computed = min(computed, request.num_tokens)
+        tokens = request.tokens
+        if computed == request.num_tokens:
+            accepted = self.rng.choice([1, 1, 1, 2, 3])  # speculative: drafts accepted too
+            tokens = tokens + tuple(self.rng.randrange(40) for _ in range(accepted))
+            computed = len(tokens) - 1
+        client.request = replace(request, tokens=tokens, num_computed_tokens=computed)
+
+    def step(self, client: _Client) -> None:
+        request = client.request
+        remaining = request.num_tokens - request.num_computed_tokens
+        new = self.rng.randint(1, remaining) + self.rng.choice([0, 0, 0, 2])  # drafts
+        lookahead = self.rng.choice([0, 0, 0, 1, 2])
+        if self.rng.random() < 0.05:  # the same id with other tokens (say, a caller's bug)
+            tokens = (99, *request.tokens[1:])
+            client.request = request = replace(request, tokens=tokens)
+        blocks = self.call("allocate_slots", request, new, 0, None, lookahead)
+        if blocks is _REFUSED:
+            self.drop(client)
+        elif blocks is not None:
+            self.advance(client, request.num_computed_tokens + min(new, remaining))
+
+    def bad_call(self) -> None:
+        rng = self.rng
+        known = [c for c in self.clients.values() if c.running]
+        request = (
+            rng.choice(list(self.clients.values())).request
+            if self.clients
+            else Request("z", (1,), 1)
+        )
+        choice = rng.randrange(9)
+        if choice == 0:
+            self.call("allocate_slots", request, 0)
+        elif choice == 1:
+            self.call("allocate_slots", request, -1)
+        elif choice == 2:
+            self.call("allocate_slots", replace(request, tokens=(-1, *request.tokens[1:])), 1)
+        elif choice == 3:
+            self.call(
+                "allocate_slots", replace(request, num_computed_tokens=request.num_tokens + 1), 1
+            )
+        elif choice == 4 and known:
+            self.call(
+                "allocate_slots",
+                known[0].request,
+                1,
+                self.config.block_size,
+                [[1]] * len(self.config.groups),
+            )
+        elif choice == 5:
+            fresh = replace(request, request_id="fresh", num_computed_tokens=0)
+            size = self.config.block_size
+            hit = [[rng.randrange(self.config.num_blocks)] for _ in self.config.groups]
+            self.call("allocate_slots", fresh, 1, size, hit)
+            self.call("free", "fresh")
+        elif choice == 6:
+            self.call("get_block_ids", "nobody")
+        elif choice == 7:
+            self.call("free", 7)
+        else:
+            self.call("get_computed_blocks", "not a request")
+
+    def run(self, steps: int) -> None:
+        rng = self.rng
+        for _ in range(steps):
+            roll = rng.random()
+            waiting = [c for c in self.clients.values() if not c.running]
+            running = [c for c in self.clients.values() if c.running]
+            if roll < 0.15 or not self.clients:
+                self.new_request()
+            elif roll < 0.35 and waiting:
+                self.admit(rng.choice(waiting))
+            elif roll < 0.7 and running:
+                self.step(rng.choice(running))
+            elif roll < 0.76 and running:  # preempted: recomputed from the start later
+                client = rng.choice(running)
+                self.call("free", client.request.request_id)
+                client.running = False
+                client.request = replace(client.request, num_computed_tokens=0)
+            elif roll < 0.84 and self.clients:  # finished (or aborted before it ran)
+                client = rng.choice(list(self.clients.values()))
+                self.call("free", client.request.request_id)
+                del self.clients[client.request.request_id]
+            elif roll < 0.88:
+                self.call("reset_prefix_cache")
+            elif roll < 0.92:
+                self.bad_call()
+            else:
+                name = rng.choice(["take_events", "num_free_blocks", "usage"])
+                self.call(name)
+                if running:
+                    self.call("get_block_ids", rng.choice(running).request.request_id)
+        self.call("take_events")
+
+
+@pytest.mark.parametrize("groups", list(_CONFIGS), ids=list(_CONFIGS))
+@pytest.mark.parametrize("caching", [True, False], ids=["caching", "no-caching"])
+def test_the_optimized_manager_answers_as_the_reference(groups: str, caching: bool) -> None:
+    for seed in range(12):
+        rng = random.Random(seed)
+        config = RequestConfig(
+            num_blocks=rng.randint(8, 30),
+            block_size=rng.choice([2, 3, 4]),
+            groups=_CONFIGS[groups],
+            enable_caching=caching,
+            max_model_len=rng.choice([None, None, 24]),
+        )
+        _Differential(rng, config).run(150)
+
+
+class _CachedBlocksReusedFirst(RequestManager):
+    """A wrong manager: blocks given back go to the front of the queue even when cached."""
+
+    def _give_back(self, blocks: Iterable[BlockId]) -> None:
+        held = [block for block in blocks if block]
+        for block in held:
+            self._ref_counts[block] -= 1
+        self._queue.prepend_n(block for block in held if self._ref_counts[block] == 0)
+
+
+def test_the_differential_check_catches_a_wrong_free_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The check above must be able to fail: a manager that reuses cached blocks first is
+    caught within the first seeds."""
+    monkeypatch.setattr(_Differential, "optimized_kind", _CachedBlocksReusedFirst)
+    rng = random.Random(0)
+    config = RequestConfig(num_blocks=12, block_size=2, groups=_CONFIGS["hybrid"])
+    with pytest.raises(AssertionError):
+        _Differential(rng, config).run(150)
