@@ -10,22 +10,27 @@
 
 from __future__ import annotations
 
+import inspect
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pagedkv.model_tests.tests import test_request_reference as worked
 from pagedkv.optimized.block_hash_map import BlockHashMap
 from pagedkv.optimized.free_queue import FreeQueue
 from pagedkv.optimized.incremental_hashes import IncrementalBlockHashes
 from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.interface import RequestKVManager
+from pagedkv.specs.policy import PAGEDKV, Policy
 from pagedkv.specs.request_hashes import request_block_hashes
 from pagedkv.specs.request_types import (
+    FULL_ATTENTION,
     AttentionKind,
     KVGroup,
     MultimodalInput,
@@ -379,3 +384,60 @@ def test_the_differential_check_catches_a_wrong_free_order(
     config = RequestConfig(num_blocks=12, block_size=2, groups=_CONFIGS["hybrid"])
     with pytest.raises(AssertionError):
         _Differential(rng, config).run(150)
+
+
+# --- the reference's worked examples, on the optimized manager -------------------------------
+
+
+def _optimized_or_policy_reference(
+    num_blocks: int = 10,
+    block_size: int = 4,
+    groups: tuple[KVGroup, ...] = FULL_ATTENTION,
+    *,
+    caching: bool = True,
+    max_model_len: int | None = None,
+    policy: Policy = PAGEDKV,
+) -> RequestKVManager:
+    """``worked.manager``, building the optimized manager for pagedkv's policy (the only one it
+    implements; the examples of other policies keep the reference)."""
+    config = RequestConfig(num_blocks, block_size, groups, caching, max_model_len)
+    if policy != PAGEDKV:
+        return ReferenceRequestKVManager(config, policy)
+    return RequestManager(config)
+
+
+_EXAMPLES = {
+    name: example
+    for name, example in vars(worked).items()
+    if name.startswith("test_") and callable(example) and not inspect.signature(example).parameters
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EXAMPLES))
+def test_the_reference_worked_examples_hold_for_the_optimized_manager(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worked, "manager", _optimized_or_policy_reference)
+    _EXAMPLES[name]()
+
+
+@pytest.mark.parametrize(
+    ("what", "call", "error", "named"), worked.BAD_CALLS, ids=[c[0] for c in worked.BAD_CALLS]
+)
+def test_a_bad_call_to_the_optimized_manager_raises_as_the_reference_and_changes_nothing(
+    what: str,
+    call: Callable[[RequestKVManager], object],
+    error: type[PagedKVError],
+    named: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worked, "manager", _optimized_or_policy_reference)
+    m = worked._prepared()
+    assert isinstance(m, RequestManager)
+    m.take_events()
+    before = m.view()
+    with pytest.raises(error) as raised:
+        call(m)
+    assert type(raised.value) is error, what
+    assert named in str(raised.value), (what, str(raised.value))
+    assert m.view() == before and m.take_events() == []
