@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from pagedkv.model_tests.tests import test_request_reference as worked
@@ -54,7 +54,6 @@ _queue_operations = st.lists(
 )
 
 
-@settings(max_examples=300)
 @given(
     initial=st.permutations(range(CAPACITY)), size=st.integers(0, CAPACITY), steps=_queue_operations
 )
@@ -89,7 +88,6 @@ def test_the_free_queue_keeps_a_plain_lists_order(
         assert [block for block in range(CAPACITY) if block in queue] == sorted(model)
 
 
-@settings(max_examples=200)
 @given(
     steps=st.lists(
         st.tuples(st.booleans(), st.sampled_from([b"a", b"b"]), st.integers(1, 5)), max_size=30
@@ -119,7 +117,6 @@ def test_the_cache_map_answers_the_earliest_block_still_cached(
 _IMAGE = (MultimodalInput(3, 4, "img"),)
 
 
-@settings(max_examples=200)
 @given(
     lengths=st.lists(st.integers(1, 20), min_size=1, max_size=6),
     rewrite_at=st.none() | st.integers(0, 19),
