@@ -14,6 +14,7 @@ import inspect
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -25,13 +26,17 @@ from pagedkv.optimized.free_queue import FreeQueue
 from pagedkv.optimized.incremental_hashes import IncrementalBlockHashes
 from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
+from pagedkv.specs import request_calls as calls
 from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.interface import RequestKVManager
 from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.request_calls import RequestCall
 from pagedkv.specs.request_hashes import request_block_hashes
 from pagedkv.specs.request_types import (
     FULL_ATTENTION,
     AttentionKind,
+    BlockStored,
+    KVEvent,
     KVGroup,
     MultimodalInput,
     Request,
@@ -165,6 +170,14 @@ _CONFIGS = {
 }
 
 
+def _tokens_as_tuple(event: KVEvent) -> KVEvent:
+    """The reference hands a request's token list through as a ``BlockStored``'s ``token_ids``
+    (typed a tuple) when the request's tokens are a list: compared as tuples (reported)."""
+    if isinstance(event, BlockStored):
+        return replace(event, token_ids=tuple(event.token_ids))
+    return event
+
+
 _REFUSED = object()
 """What ``_Differential.call`` answers when both managers raised the same error."""
 
@@ -192,25 +205,27 @@ class _Differential:
         self.next_id = 0
         self.calls = 0
 
-    def call(self, name: str, *args: object) -> object:
+    def call(self, call: RequestCall[Any]) -> Any:
         outcomes = []
         for side in (self.reference, self.optimized):
             try:
-                outcomes.append(("ok", getattr(side, name)(*args)))
+                answer = call.method(side)(*call.args)
+                if call.name == "take_events":
+                    answer = [_tokens_as_tuple(event) for event in answer]
+                outcomes.append(("ok", answer))
             except PagedKVError as error:
                 outcomes.append((type(error).__name__, str(error)))
-        assert outcomes[0] == outcomes[1], (self.calls, name, args)
+        assert outcomes[0] == outcomes[1], (self.calls, call)
         assert self.reference.view().comparable() == self.optimized.view().comparable(), (
             self.calls,
-            name,
-            args,
+            call,
         )
         self.calls += 1
         return outcomes[0][1] if outcomes[0][0] == "ok" else _REFUSED
 
     def drop(self, client: _Client) -> None:
         """A request the managers refused (longer than ``max_model_len``, say) is aborted."""
-        self.call("free", client.request.request_id)
+        self.call(calls.free(client.request.request_id))
         del self.clients[client.request.request_id]
 
     def new_request(self) -> None:
@@ -230,7 +245,7 @@ class _Differential:
 
     def admit(self, client: _Client) -> None:
         request = replace(client.request, num_computed_tokens=0)
-        answer = self.call("get_computed_blocks", request)
+        answer = self.call(calls.get_computed_blocks(request))
         if answer is _REFUSED:
             self.drop(client)
             return
@@ -239,9 +254,8 @@ class _Differential:
         if self.rng.random() < 0.1:
             hit, length = [[] for _ in hit], 0  # a scheduler may ignore the hit
         chunk = self.rng.randint(1, request.num_tokens - length + 1)
-        blocks = self.call(
-            "allocate_slots", request, chunk, length, hit, self.rng.choice([0, 0, 1, 3])
-        )
+        lookahead = self.rng.choice([0, 0, 1, 3])
+        blocks = self.call(calls.allocate_slots(request, chunk, length, hit, lookahead))
         if blocks is _REFUSED:
             self.drop(client)
         elif blocks is not None:
@@ -264,10 +278,13 @@ class _Differential:
         remaining = request.num_tokens - request.num_computed_tokens
         new = self.rng.randint(1, remaining) + self.rng.choice([0, 0, 0, 2])  # drafts
         lookahead = self.rng.choice([0, 0, 0, 1, 2])
-        if self.rng.random() < 0.05:  # the same id with other tokens (say, a caller's bug)
+        roll = self.rng.random()
+        if roll < 0.05:  # the same id with other tokens (say, a caller's bug)
             tokens = (99, *request.tokens[1:])
             client.request = request = replace(request, tokens=tokens)
-        blocks = self.call("allocate_slots", request, new, 0, None, lookahead)
+        if roll > 0.95:  # tokens as a list, which a caller may change in place later
+            request = replace(request, tokens=list(request.tokens))  # type: ignore[arg-type]
+        blocks = self.call(calls.allocate_slots(request, new, 0, None, lookahead))
         if blocks is _REFUSED:
             self.drop(client)
         elif blocks is not None:
@@ -283,35 +300,29 @@ class _Differential:
         )
         choice = rng.randrange(9)
         if choice == 0:
-            self.call("allocate_slots", request, 0)
+            self.call(calls.allocate_slots(request, 0))
         elif choice == 1:
-            self.call("allocate_slots", request, -1)
+            self.call(calls.allocate_slots(request, -1))
         elif choice == 2:
-            self.call("allocate_slots", replace(request, tokens=(-1, *request.tokens[1:])), 1)
+            self.call(calls.allocate_slots(replace(request, tokens=(-1, *request.tokens[1:])), 1))
         elif choice == 3:
-            self.call(
-                "allocate_slots", replace(request, num_computed_tokens=request.num_tokens + 1), 1
-            )
+            too_many = replace(request, num_computed_tokens=request.num_tokens + 1)
+            self.call(calls.allocate_slots(too_many, 1))
         elif choice == 4 and known:
-            self.call(
-                "allocate_slots",
-                known[0].request,
-                1,
-                self.config.block_size,
-                [[1]] * len(self.config.groups),
-            )
+            hit = [[1]] * len(self.config.groups)
+            self.call(calls.allocate_slots(known[0].request, 1, self.config.block_size, hit))
         elif choice == 5:
             fresh = replace(request, request_id="fresh", num_computed_tokens=0)
             size = self.config.block_size
             hit = [[rng.randrange(self.config.num_blocks)] for _ in self.config.groups]
-            self.call("allocate_slots", fresh, 1, size, hit)
-            self.call("free", "fresh")
+            self.call(calls.allocate_slots(fresh, 1, size, hit))
+            self.call(calls.free("fresh"))
         elif choice == 6:
-            self.call("get_block_ids", "nobody")
+            self.call(calls.get_block_ids("nobody"))
         elif choice == 7:
-            self.call("free", 7)
+            self.call(calls.free(7))  # type: ignore[arg-type]
         else:
-            self.call("get_computed_blocks", "not a request")
+            self.call(calls.get_computed_blocks("not a request"))  # type: ignore[arg-type]
 
     def run(self, steps: int) -> None:
         rng = self.rng
@@ -327,23 +338,25 @@ class _Differential:
                 self.step(rng.choice(running))
             elif roll < 0.76 and running:  # preempted: recomputed from the start later
                 client = rng.choice(running)
-                self.call("free", client.request.request_id)
+                self.call(calls.free(client.request.request_id))
                 client.running = False
                 client.request = replace(client.request, num_computed_tokens=0)
             elif roll < 0.84 and self.clients:  # finished (or aborted before it ran)
                 client = rng.choice(list(self.clients.values()))
-                self.call("free", client.request.request_id)
+                self.call(calls.free(client.request.request_id))
                 del self.clients[client.request.request_id]
             elif roll < 0.88:
-                self.call("reset_prefix_cache")
+                self.call(calls.reset_prefix_cache())
             elif roll < 0.92:
                 self.bad_call()
             else:
-                name = rng.choice(["take_events", "num_free_blocks", "usage"])
-                self.call(name)
+                query = rng.choice([calls.take_events, calls.num_free_blocks, calls.usage])
+                self.call(query())
                 if running:
-                    self.call("get_block_ids", rng.choice(running).request.request_id)
-        self.call("take_events")
+                    request = rng.choice(running).request
+                    self.call(calls.get_block_ids(request.request_id))
+                    self.call(calls.get_computed_blocks(request))
+        self.call(calls.take_events())
 
 
 @pytest.mark.parametrize("groups", list(_CONFIGS), ids=list(_CONFIGS))
