@@ -52,18 +52,23 @@ class _Running:
     speculative: bool = False
 
 
-def _prompts(rng: random.Random) -> list[tuple[int, ...]]:
+def _prompts(rng: random.Random, num_requests: int) -> list[tuple[int, ...]]:
     systems = [
         tuple(rng.randrange(100, 32_000) for _ in range(rng.randint(128, 384))) for _ in range(8)
     ]
     return [
         rng.choice(systems)
         + tuple(rng.randrange(100, 32_000) for _ in range(int(rng.lognormvariate(5.3, 0.5))))
-        for _ in range(NUM_REQUESTS)
+        for _ in range(num_requests)
     ]
 
 
-def record(groups: str, seed: int = 0) -> tuple[RequestConfig, list[RequestCall[Any]]]:
+def record(
+    groups: str,
+    seed: int = 0,
+    num_requests: int = NUM_REQUESTS,
+    decode_steps: int = DECODE_STEPS,
+) -> tuple[RequestConfig, list[RequestCall[Any]]]:
     """The stream, as the calls a small v1-style scheduler made to the optimized manager."""
     rng = random.Random(seed)
     config = RequestConfig(num_blocks=8192, block_size=BLOCK_SIZE, groups=GROUPS[groups])
@@ -75,7 +80,8 @@ def record(groups: str, seed: int = 0) -> tuple[RequestConfig, list[RequestCall[
         return call.method(manager)(*call.args)
 
     waiting = [
-        Request(f"req-{number}", prompt, len(prompt)) for number, prompt in enumerate(_prompts(rng))
+        Request(f"req-{number}", prompt, len(prompt))
+        for number, prompt in enumerate(_prompts(rng, num_requests))
     ]
     running: list[_Running] = []
     while waiting or running:
@@ -105,7 +111,7 @@ def record(groups: str, seed: int = 0) -> tuple[RequestConfig, list[RequestCall[
                 num_computed_tokens=request.num_tokens + accepted,
             )
             state.decoded += 1
-            if state.decoded == DECODE_STEPS:
+            if state.decoded == decode_steps:
                 run(request_calls.free(request.request_id))
                 running.remove(state)
         while waiting and budget > 0:

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pagedkv.model_tests.bench import requests_level as bench
 from pagedkv.model_tests.tests import test_request_reference as worked
 from pagedkv.optimized.block_hash_map import BlockHashMap
 from pagedkv.optimized.free_queue import FreeQueue
@@ -451,3 +452,12 @@ def test_a_bad_call_to_the_optimized_manager_raises_as_the_reference_and_changes
     assert type(raised.value) is error, what
     assert named in str(raised.value), (what, str(raised.value))
     assert m.view() == before and m.take_events() == []
+
+
+@pytest.mark.parametrize("groups", sorted(bench.GROUPS))
+def test_the_bench_stream_is_answered_alike_by_both_managers(groups: str) -> None:
+    """The benchmark's serving stream, small: admissions with hits, chunked prefill, speculative
+    decode, a window sliding past long prompts, frees."""
+    config, recorded = bench.record(groups, seed=1, num_requests=4, decode_steps=6)
+    assert any(call.name == "get_computed_blocks" for call in recorded)
+    bench.check(config, recorded)
