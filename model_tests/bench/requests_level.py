@@ -9,7 +9,7 @@ half way, every request is admitted. It is recorded once, by a small scheduler d
 optimized manager, and the recording is checked on both managers (every answer equal) before it
 is timed. Per repetition each manager replays it once (CPU time, the collector kept off the
 recording), one after the other, so both see the same machine; the ratio of each repetition
-is kept. A separate pass reads the clock around each single-token decode ``allocate_slots``.
+is kept. A separate pass times the single-token decode ``allocate_slots`` calls alone.
 
     python -m pagedkv.model_tests.bench.requests_level [--repeat 5] [--groups full|hybrid]
 
@@ -19,8 +19,8 @@ Prints figures; asserts nothing about time.
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -156,23 +156,24 @@ def replay_seconds(
 def decode_microseconds(
     factory: Factory, config: RequestConfig, calls: Sequence[RequestCall[Any]]
 ) -> float:
-    """The median CPU time of a one-token ``allocate_slots`` of a running request, in µs (this
-    process's CPU clock read around each, less the cost of reading it: on a shared machine the
-    wall clock would count the time other processes held the CPU)."""
+    """The CPU time of a one-token ``allocate_slots`` of a running request, in µs: the stream
+    replayed with this process's CPU clock read around each run of consecutive such calls (a
+    step's decodes), the runs' times summed over their calls. Read around each call, the clock
+    would cost more than the call."""
     manager = factory(config)
     clock = time.process_time_ns
-    overhead = statistics.median(-clock() + clock() for _ in range(1000))
-    times: list[float] = []
+    spent = 0
+    count = 0
     with stream_frozen():
-        for call in calls:
-            method = call.method(manager)
-            if _is_decode(call):
-                start = clock()
-                method(*call.args)
-                times.append(clock() - start - overhead)
-            else:
-                method(*call.args)
-    return statistics.median(times) / 1e3
+        for decode, run in itertools.groupby(calls, key=_is_decode):
+            bound = [(call.method(manager), call.args) for call in run]
+            start = clock()
+            for method, args in bound:
+                method(*args)
+            if decode:
+                spent += clock() - start
+                count += len(bound)
+    return spent / count / 1e3
 
 
 def _is_decode(call: RequestCall[Any]) -> bool:
@@ -193,27 +194,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         f" {NUM_REQUESTS} requests, block size {BLOCK_SIZE}; answers equal on both sides"
     )
     times: dict[str, list[float]] = {name: [] for name in SIDES}
+    decode: dict[str, list[float]] = {name: [] for name in SIDES}
     ratios: list[float] = []
     for _ in range(options.repeat):
         for name, factory in SIDES.items():
             times[name].append(replay_seconds(factory, config, calls))
+            decode[name].append(decode_microseconds(factory, config, calls))
         ratios.append(times["reference"][-1] / times["optimized"][-1])
     for name in SIDES:
-        spread = Spread.of(times[name])
+        spread, per_call = Spread.of(times[name]), Spread.of(decode[name])
         print(
-            f"  {name:>9}: {spread.median:8.3f} s CPU (min {spread.low:.3f}, max {spread.high:.3f})"
+            f"  {name:>9}: {spread.median:8.3f} s CPU (min {spread.low:.3f},"
+            f" max {spread.high:.3f}); {per_call.median:6.1f} µs CPU per one-token decode"
+            f" allocate_slots (min {per_call.low:.1f}, max {per_call.high:.1f})"
         )
     ratio = Spread.of(ratios)
     print(
         f"  reference / optimized: {ratio.median:.1f}x (min {ratio.low:.1f}, max {ratio.high:.1f},"
         f" {ratio.count} interleaved repetitions)"
     )
-    for name, factory in SIDES.items():
-        per_call = [decode_microseconds(factory, config, calls) for _ in range(3)]
-        print(
-            f"  {name:>9}: {statistics.median(per_call):8.1f} µs per one-token decode"
-            " allocate_slots (median)"
-        )
 
 
 if __name__ == "__main__":
