@@ -23,7 +23,6 @@ from pagedkv.specs.errors import UnknownRequestError
 from pagedkv.specs.request_types import (
     NULL_BLOCK,
     AllBlocksCleared,
-    AttentionKind,
     BlockRemoved,
     BlockStored,
     GroupBlocks,
@@ -37,6 +36,7 @@ from pagedkv.specs.request_validation import (
     check_request,
     check_request_config,
     check_request_id,
+    hit_blocks_needed,
 )
 from pagedkv.specs.request_view import (
     CachedKey,
@@ -73,13 +73,11 @@ class RequestManager:
         self._caching = config.enable_caching
         self._max_model_len = config.max_model_len
         self._num_groups = len(config.groups)
-        self._windows: list[int] = [
-            group.sliding_window or 0 if group.kind is AttentionKind.SLIDING_WINDOW else 0
-            for group in config.groups
-        ]
+        self._windows: list[int] = [group.sliding_window or 0 for group in config.groups]
         """Per group its window in tokens, 0 for full attention."""
         self._hit_spans: list[int] = [
-            -(-(window - 1) // config.block_size) if window else 0 for window in self._windows
+            hit_blocks_needed(window, config.block_size) if window else 0
+            for window in self._windows
         ]
         """Per window group the cached blocks a hit must end with (``cdiv(W - 1, B)``)."""
         self._has_windows = any(self._windows)
@@ -106,8 +104,7 @@ class RequestManager:
         return len(self._queue)
 
     def usage(self) -> float:
-        usable = self._num_blocks - 1
-        return 1.0 - len(self._queue) / usable if usable else 0.0
+        return 1.0 - len(self._queue) / (self._num_blocks - 1)  # checked: num_blocks >= 2
 
     def get_block_ids(self, request_id: RequestId) -> GroupBlocks:
         record = self._requests.get(check_request_id(request_id))
