@@ -65,6 +65,10 @@ class _RequestBlocks:
 class RequestManager:
     """``specs.interface.RequestKVManager`` over one pool shared by every KV cache group."""
 
+    atomic = True
+    """Every call its checks refuse changes nothing (``specs/request_level.md`` §8): they all run
+    before the first change. A ``None`` from ``allocate_slots`` is an answer, not a failure."""
+
     def __init__(self, config: RequestConfig) -> None:
         check_request_config(config)
         self._config = config
