@@ -31,11 +31,10 @@ from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs import request_calls as calls
 from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.interface import RequestKVManager
-from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.policy import PAGEDKV
 from pagedkv.specs.request_calls import RequestCall
 from pagedkv.specs.request_hashes import request_block_hashes
 from pagedkv.specs.request_types import (
-    FULL_ATTENTION,
     AttentionKind,
     BlockStored,
     KVEvent,
@@ -401,21 +400,14 @@ def test_the_differential_check_catches_a_wrong_free_order(
 # --- the reference's worked examples, on the optimized manager -------------------------------
 
 
-def _optimized_or_policy_reference(
-    num_blocks: int = 10,
-    block_size: int = 4,
-    groups: tuple[KVGroup, ...] = FULL_ATTENTION,
-    *,
-    caching: bool = True,
-    max_model_len: int | None = None,
-    policy: Policy = PAGEDKV,
-) -> RequestKVManager:
+_reference_manager = worked.manager
+
+
+def _optimized_or_policy_reference(*args: Any, **keys: Any) -> RequestKVManager:
     """``worked.manager``, building the optimized manager for pagedkv's policy (the only one it
     implements; the examples of other policies keep the reference)."""
-    config = RequestConfig(num_blocks, block_size, groups, caching, max_model_len)
-    if policy != PAGEDKV:
-        return ReferenceRequestKVManager(config, policy)
-    return RequestManager(config)
+    reference = _reference_manager(*args, **keys)
+    return RequestManager(reference.config) if reference.policy == PAGEDKV else reference
 
 
 _EXAMPLES = {
