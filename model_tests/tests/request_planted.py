@@ -1,37 +1,33 @@
-"""Request-level managers the oracle must reject, each the reference with one thing changed
-(``test_request_oracle.py``): a policy of another engine (a hit of every token, blocks given
-back head first), a rule broken (draft tokens cached), or an answer that only compares like the
-right value."""
+"""Wrong request-level managers the request machine must catch (``test_request_machine.py``):
+the reference with one clause of ``specs/request_level.md`` broken. The first two break a policy
+(caught in exact mode, against the reference); the others break safety, which the machine's
+invariants catch with no reference beside the target."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
-from pagedkv.model_tests.tests.false_pass_targets import AgreeableInt
+from pagedkv.reference import request_manager as ops
+from pagedkv.reference.free_queue import touch
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.policy import PAGEDKV
-from pagedkv.specs.request_types import GroupBlocks, Request, RequestConfig
-
-HERE = "pagedkv.model_tests.tests.request_planted"
+from pagedkv.specs.request_types import GroupBlocks, Request, RequestConfig, RequestId
 
 
-def no_hit_cap(config: RequestConfig) -> ReferenceRequestKVManager:
-    """Hits every full block, the last token's included (``request_hit_cap=n``)."""
-    return ReferenceRequestKVManager(config, PAGEDKV.overridden({"request_hit_cap": "n"}))
+def hit_without_cap(config: RequestConfig) -> ReferenceRequestKVManager:
+    """A hit may cover every token: a fully cached prompt recomputes nothing (policy)."""
+    return ReferenceRequestKVManager(config, replace(PAGEDKV, request_hit_cap="n"))
 
 
-def head_first(config: RequestConfig) -> ReferenceRequestKVManager:
-    """Gives a request's blocks back head first (``request_free_order=head_first``): another
-    eviction order, no unsafe one."""
-    return ReferenceRequestKVManager(
-        config, PAGEDKV.overridden({"request_free_order": "head_first"})
-    )
+def frees_head_first(config: RequestConfig) -> ReferenceRequestKVManager:
+    """``free`` gives a request's blocks back head first: a chain's head is evicted before its
+    tail (policy)."""
+    return ReferenceRequestKVManager(config, replace(PAGEDKV, request_free_order="head_first"))
 
 
-class DraftsCached(ReferenceRequestKVManager):
-    """Caches the blocks its draft tokens fill, as if they were committed (with the token 0
-    where a draft stands: it never sees their values)."""
+class CachesUncomputedPrompt(ReferenceRequestKVManager):
+    """Caches every full block of the committed tokens at once, the prompt's chunks not yet
+    computed among them: a hit then reads KV nobody wrote (safety)."""
 
     def allocate_slots(
         self,
@@ -41,28 +37,55 @@ class DraftsCached(ReferenceRequestKVManager):
         new_computed_blocks: GroupBlocks | None = None,
         num_lookahead_tokens: int = 0,
     ) -> GroupBlocks | None:
-        reach = request.num_computed_tokens + num_new_computed_tokens + num_new_tokens
-        drafts = reach - request.num_tokens
-        if drafts > 0 and type(num_new_tokens) is int:
-            request = replace(request, tokens=(*request.tokens, *(0,) * drafts))
-        return super().allocate_slots(
+        answer = super().allocate_slots(
             request,
             num_new_tokens,
             num_new_computed_tokens,
             new_computed_blocks,
             num_lookahead_tokens,
         )
+        if answer is not None:
+            slots = min(len(blocks) for blocks in self.get_block_ids(request.request_id))
+            slots *= self.config.block_size
+            self.state = ops.cache_full_blocks(self.state, request, min(request.num_tokens, slots))
+        return answer
 
 
-class FreeCountAgreesWrongly(ReferenceRequestKVManager):
-    """One block more than it has, in an int that agrees with every other."""
+class ReleasesInsideWindow(ReferenceRequestKVManager):
+    """Releases a window group's blocks one block early: the last block the window still reads
+    goes back to the pool (safety)."""
 
-    def num_free_blocks(self) -> int:
-        return AgreeableInt(super().num_free_blocks() + 1)
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: GroupBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+    ) -> GroupBlocks | None:
+        answer = super().allocate_slots(
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            num_lookahead_tokens,
+        )
+        if answer is not None:
+            early = request.num_computed_tokens + self.config.block_size
+            self.state = ops.release_window(self.state, request.request_id, early)
+        return answer
 
 
-class FreeCountIsNumpy(ReferenceRequestKVManager):
-    def num_free_blocks(self) -> Any:
-        import numpy  # only this fixture needs it, and only where it is installed
+class FreeForgetsLastGroup(ReferenceRequestKVManager):
+    """``free`` gives back every group's blocks but the last group's, which leak (safety)."""
 
-        return numpy.int64(super().num_free_blocks())
+    def free(self, request_id: RequestId) -> None:
+        table = self.state.requests.get(request_id)
+        super().free(request_id)
+        if table is not None and len(table.blocks) > 1:
+            kept = table.blocks[-1]
+            self.state = touch(self.state, [b for b in kept if b])  # held by nobody
+
+
+PLANTED_EXACT = (hit_without_cap, frees_head_first, CachesUncomputedPrompt)
+PLANTED_SAFETY = (CachesUncomputedPrompt, ReleasesInsideWindow, FreeForgetsLastGroup)

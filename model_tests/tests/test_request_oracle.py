@@ -20,7 +20,7 @@ from pagedkv.model_tests.lockstep.request_safety_session import RequestSafetySes
 from pagedkv.model_tests.oracle import api, trace
 from pagedkv.model_tests.oracle.known import KnownError, parse
 from pagedkv.model_tests.oracle.record import record_level
-from pagedkv.model_tests.tests import request_planted as planted
+from pagedkv.model_tests.tests import request_oracle_targets as planted
 from pagedkv.model_tests.tests.false_pass_targets import AgreeableInt
 from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager

@@ -21,7 +21,7 @@ import pytest
 from pagedkv.model_tests.independent import broken
 from pagedkv.model_tests.teaching import demo, page
 from pagedkv.model_tests.teaching.walkthrough import walk_trace
-from pagedkv.model_tests.tests.request_planted import HERE, head_first
+from pagedkv.model_tests.tests.request_oracle_targets import HERE, head_first
 from pagedkv.model_tests.tests.teaching_pages import SWAP_TARGET, request_order_trace, swap_trace
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
