@@ -191,12 +191,16 @@ class IsomorphicRequestSession:
         held_after = {mine for _, mine, _ in pairs}
         for where, mine, theirs in fresh:
             evicted = _key(before, mine)
-            kept = self.ids.to_target.get(mine)
-            if evicted is not None and kept is not None and kept not in taken_by_target:
+            counterpart = self.ids.to_target.get(mine)
+            if (
+                evicted is not None
+                and counterpart is not None
+                and counterpart not in taken_by_target
+            ):
                 raise Divergence(
                     f"{shown}: at {where} the model evicted its cached block {mine}"
                     f" ({_show_key(evicted)}: no blank block was left), the target took its block"
-                    f" {theirs} and kept that content in its block {kept}: it holds a blank"
+                    f" {theirs} and kept that content in its block {counterpart}: it holds a blank"
                     " block the model does not (a key it dropped or never cached)",
                     "choice",
                 )
