@@ -8,25 +8,19 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from pagedkv.model_tests.tests import request_planted
 from pagedkv.model_tests.tests.false_pass_targets import AgreeableInt
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
-from pagedkv.specs.policy import PAGEDKV
-from pagedkv.specs.request_types import GroupBlocks, Request, RequestConfig
+from pagedkv.specs.request_types import GroupBlocks, Request
 
 HERE = "pagedkv.model_tests.tests.request_oracle_targets"
 
 
-def no_hit_cap(config: RequestConfig) -> ReferenceRequestKVManager:
-    """Hits every full block, the last token's included (``request_hit_cap=n``)."""
-    return ReferenceRequestKVManager(config, PAGEDKV.overridden({"request_hit_cap": "n"}))
-
-
-def head_first(config: RequestConfig) -> ReferenceRequestKVManager:
-    """Gives a request's blocks back head first (``request_free_order=head_first``): another
-    eviction order, no unsafe one."""
-    return ReferenceRequestKVManager(
-        config, PAGEDKV.overridden({"request_free_order": "head_first"})
-    )
+no_hit_cap = request_planted.hit_without_cap
+"""Hits every full block, the last token's included (``request_hit_cap=n``)."""
+head_first = request_planted.frees_head_first
+"""Gives a request's blocks back head first (``request_free_order=head_first``): another
+eviction order, no unsafe one."""
 
 
 class DraftsCached(ReferenceRequestKVManager):
