@@ -45,7 +45,7 @@ TestReferenceAloneHybrid = request_lockstep_case(
 ).TestCase
 
 
-SHRINK_SECONDS = 5.0
+SHRINK_SECONDS = 2.0
 
 
 def found_failure(machine: type[RequestLockstep]) -> BaseException:
