@@ -119,6 +119,9 @@ class Switches:
     """Build the KV-cache config with ``prefix_cache_retention_interval=None`` (dense): a
     sliding-window group caches every full block, as the spec's caching rule says, instead of
     only the replay boundary's tail (the engine's default, ``0``)."""
+    events_only_with_caching: bool = False
+    """Turn vLLM's KV events on only with prefix caching (vLLM allows them without it, with a
+    warning, and then reports ``AllBlocksCleared`` at every successful reset)."""
 
 
 class VllmV1Manager:
@@ -152,7 +155,8 @@ class VllmV1Manager:
             scheduler_block_size=config.block_size,
             hash_block_size=config.block_size,
             enable_caching=config.enable_caching,
-            enable_kv_cache_events=True,
+            enable_kv_cache_events=config.enable_caching
+            or not self.switches.events_only_with_caching,
         )
         self._pool: Any = self._v1.block_pool
         self._mirrors: dict[RequestId, tuple[Request, Any]] = {}
@@ -231,7 +235,7 @@ class VllmV1Manager:
     # --- the protocol ---------------------------------------------------------------------------
 
     def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
-        checked = check_request(request)
+        checked = check_request(self._config, request)
         mirror = self._sync(checked)
         blocks, num_tokens, shared_prefix_boundary = self._v1.get_computed_blocks(mirror)
         if checked.request_id not in self._known:
@@ -253,7 +257,7 @@ class VllmV1Manager:
         num_lookahead_tokens: int = 0,
     ) -> GroupBlocks | None:
         if isinstance(request, Request):
-            self._sync(check_request(request))  # names the hashes the hit check reads
+            self._sync(check_request(self._config, request))  # names the hashes the hit check reads
         args = check_allocate_slots(
             self._config,
             request,
@@ -261,7 +265,7 @@ class VllmV1Manager:
             num_new_computed_tokens,
             new_computed_blocks,
             num_lookahead_tokens,
-            known=getattr(request, "request_id", None) in self._known,
+            is_known=self._known.__contains__,
             cached_as=self._cached_as,
         )
         mirror = self._sync(args.request)

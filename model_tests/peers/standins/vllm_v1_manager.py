@@ -120,6 +120,10 @@ class KVCacheEvent:
     def __init__(self, **fields: Any) -> None:
         self.__dict__.update(fields)
 
+    def __getattr__(self, name: str) -> Any:
+        """Only for the type checker: every field vLLM set is found before this is asked."""
+        raise AttributeError(name)
+
     def __repr__(self) -> str:
         inner = ", ".join(f"{key}={value!r}" for key, value in self.__dict__.items())
         return f"{type(self).__name__}({inner})"
