@@ -13,21 +13,25 @@ and views must be equal.
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from pagedkv.model_tests.peers import sources
 from pagedkv.model_tests.peers.vllm_v1_manager import Switches, VllmV1Manager
+from pagedkv.model_tests.tests import test_request_reference as examples
 from pagedkv.model_tests.tests.test_peers import needs
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
-from pagedkv.specs.errors import UnknownRequestError
+from pagedkv.specs.errors import PagedKVError, UnknownRequestError
 from pagedkv.specs.interface import RequestKVManager
+from pagedkv.specs.policy import PAGEDKV, Policy
 from pagedkv.specs.request_types import (
     NULL_BLOCK,
+    AllBlocksCleared,
     AttentionKind,
     BlockStored,
     KVGroup,
@@ -80,11 +84,13 @@ class Lockstep:
         self.trace.append(f"{name}{args!r}")
         self.calls.append((name, args))
         answers = []
+        raised: list[Exception] = []
         for side in (self.reference, self.target):
             try:
                 answers.append(("ok", getattr(side, name)(*args)))
-            except Exception as error:
+            except Exception as error:  # the error's type is the answer
                 answers.append(("error", type(error).__name__))
+                raised.append(error)
                 self.errors.append(f"{type(error).__name__}: {error}")
         if answers[0] != answers[1]:
             self.fail(f"{name}: reference {answers[0]!r}, vLLM {answers[1]!r} ({self.errors[-1:]})")
@@ -94,18 +100,13 @@ class Lockstep:
             self.fail(
                 f"after {name}: views differ\nreference {reference_view}\nvLLM      {target_view}"
             )
-        kind, answer = answers[0]
-        if kind == "error":
-            raise _Refused(answer)
-        return answer
+        if raised:
+            raise raised[0]  # the reference's error; vLLM raised one of the same type
+        return answers[0][1]
 
     def fail(self, message: str) -> None:
         steps = "\n".join(f"  {i + 1}. {step}" for i, step in enumerate(self.trace))
         raise Divergence(f"{message}\n{steps}")
-
-
-class _Refused(Exception):
-    """Both sides raised the same error type."""
 
 
 def lockstep(
@@ -123,11 +124,18 @@ def replay(
     for name, args in calls:
         try:
             both(name, *args)
-        except _Refused:
+        except PagedKVError:
             pass
         except Divergence as divergence:
             return divergence
     return None
+
+
+def _request_id(args: tuple[Any, ...]) -> str | None:
+    first = args[0] if args else None
+    if isinstance(first, Request):
+        return first.request_id
+    return first if isinstance(first, str) else None
 
 
 def shrink(
@@ -135,22 +143,114 @@ def shrink(
     target: Callable[[RequestConfig], RequestKVManager],
     calls: list[tuple[str, tuple[Any, ...]]],
 ) -> Divergence:
-    """The divergence of the shortest subsequence of ``calls`` found by dropping one call at a
-    time (calls carry their request values, so any subsequence can be replayed)."""
+    """The divergence of a short subsequence of ``calls`` (calls carry their request values, so
+    any subsequence can be replayed): chunks of halving size dropped while it still diverges."""
     found = replay(config, target, calls)
     assert found is not None
-    shrunk = True
-    while shrunk:
-        shrunk = False
-        for index in range(len(calls) - 1, -1, -1):
-            fewer = calls[:index] + calls[index + 1 :]
+    named = {_request_id(args) for _, args in calls}
+    for request_id in sorted((n for n in named if n is not None), reverse=True):
+        fewer = [(name, args) for name, args in calls if _request_id(args) != request_id]
+        divergence = replay(config, target, fewer)
+        if divergence is not None:
+            calls, found = fewer, divergence
+    size = max(1, len(calls) // 2)
+    while True:
+        start = len(calls) - size
+        while start >= 0 and calls:
+            fewer = calls[:start] + calls[start + size :]
             divergence = replay(config, target, fewer)
             if divergence is not None:
-                calls, found, shrunk = fewer, divergence, True
-    return found
+                calls, found = fewer, divergence
+            start -= size
+        if size == 1:
+            return found
+        size = max(1, size // 2)
 
 
 # --- the worked cases ----------------------------------------------------------------------
+
+
+class BothManagers:
+    """A ``RequestKVManager`` whose every call runs on the reference and on vLLM in lockstep:
+    ``test_request_reference.py``'s worked examples, run over it, hold vLLM to each answer."""
+
+    def __init__(self, both: Lockstep) -> None:
+        self.both = both
+
+    @property
+    def config(self) -> RequestConfig:
+        return self.both.reference.config
+
+    @property
+    def state(self) -> Any:
+        return cast(ReferenceRequestKVManager, self.both.reference).state
+
+    def get_computed_blocks(self, request: Request) -> Any:
+        return self.both("get_computed_blocks", request)
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: Any = None,
+        num_lookahead_tokens: int = 0,
+    ) -> Any:
+        return self.both(
+            "allocate_slots",
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            num_lookahead_tokens,
+        )
+
+    def free(self, request_id: str) -> None:
+        self.both("free", request_id)
+
+    def get_block_ids(self, request_id: str) -> Any:
+        return self.both("get_block_ids", request_id)
+
+    def num_free_blocks(self) -> int:
+        return cast(int, self.both("num_free_blocks"))
+
+    def usage(self) -> float:
+        return cast(float, self.both("usage"))
+
+    def reset_prefix_cache(self) -> bool:
+        return cast(bool, self.both("reset_prefix_cache"))
+
+    def take_events(self) -> Any:
+        return self.both("take_events")
+
+    def view(self) -> Any:
+        return self.both.reference.view()
+
+
+WORKED = sorted(
+    name
+    for name, test in vars(examples).items()
+    if name.startswith("test_") and not inspect.signature(test).parameters
+)
+
+
+@needs(sources.VLLM_V1)
+@pytest.mark.parametrize("name", WORKED)
+def test_the_reference_worked_examples_hold_for_vllm(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each worked example of ``test_request_reference.py`` under the default policy, with vLLM
+    (past P1 and P2) in lockstep with the reference at every call."""
+    build = examples.manager
+
+    def manager(*args: Any, policy: Policy = PAGEDKV, **kwargs: Any) -> Any:
+        reference = build(*args, policy=policy, **kwargs)
+        if policy != PAGEDKV:
+            return reference  # another policy's example: not vLLM's choices
+        return BothManagers(lockstep(reference.config, dense()))
+
+    monkeypatch.setattr(examples, "manager", manager)
+    getattr(examples, name)()
 
 
 @needs(sources.VLLM_V1)
@@ -203,7 +303,7 @@ def test_a_hybrid_hit_is_a_length_both_groups_serve() -> None:
 def test_an_unknown_request_has_no_block_ids_and_its_free_is_a_no_op() -> None:
     both = lockstep(RequestConfig(num_blocks=4, block_size=2), VllmV1Manager)
     both("free", "nobody")
-    with pytest.raises(_Refused, match=UnknownRequestError.__name__):
+    with pytest.raises(UnknownRequestError):
         both("get_block_ids", "nobody")
 
 
@@ -220,6 +320,32 @@ def test_out_of_the_box_a_window_group_caches_only_the_replay_boundarys_tail() -
     with_dense = dense()(manager.config)
     with_dense.allocate_slots(Request("a", tuple(range(6)), 6), 6)
     assert [block for block, facts in with_dense.view().blocks.items() if facts.cached] == [1, 2, 3]
+
+
+@needs(sources.VLLM_V1)
+def test_out_of_the_box_a_reset_without_caching_reports_all_blocks_cleared() -> None:
+    """P2 of ``specs/peers.md``: vLLM's events may be on without caching."""
+    config = RequestConfig(num_blocks=10, block_size=2, groups=(window(7),), enable_caching=False)
+    manager = VllmV1Manager(config)
+    assert manager.reset_prefix_cache()
+    assert manager.take_events() == [AllBlocksCleared()]
+    both = lockstep(config, dense())
+    both("reset_prefix_cache")
+    assert both("take_events") == []
+
+
+@needs(sources.VLLM_V1)
+def test_the_same_image_elsewhere_in_a_block_is_not_a_hit() -> None:
+    """H1 of ``specs/peers.md``: vLLM keys an image with its offset in the block; so does the
+    spec now."""
+    both = lockstep(RequestConfig(num_blocks=10, block_size=2), VllmV1Manager)
+    tokens = (0, 0, 0, 0, 1, 2)
+    first = Request("a", tokens, 6, multimodal=(MultimodalInput(1, 4, "cat"),))
+    both("allocate_slots", first, 6)
+    moved = Request("b", tokens, 6, multimodal=(MultimodalInput(0, 4, "cat"),))
+    assert both("get_computed_blocks", moved) == ([[]], 0)
+    same = Request("c", tokens, 6, multimodal=(MultimodalInput(1, 4, "cat"),))
+    assert both("get_computed_blocks", same) == ([[1, 2]], 4)
 
 
 # --- seeded scheduler runs -----------------------------------------------------------------
@@ -277,6 +403,10 @@ class Scheduler:
     def admit(self) -> None:
         request = self.waiting[self.rng.choice(sorted(self.waiting))]
         blocks, hit = self.both("get_computed_blocks", request)
+        if hit and self.rng.random() < 0.2:  # the scheduler takes less than the hit
+            size = self.both.reference.config.block_size
+            kept = self.rng.randrange(hit // size)
+            blocks, hit = [group[:kept] for group in blocks], kept * size
         chunk = self.rng.randint(1, max(1, request.num_tokens - hit))
         lookahead = self.rng.choice((0, 0, 0, 1, 3))
         answer = self.both(
@@ -320,7 +450,7 @@ class Scheduler:
 
     def query(self) -> None:
         rng = self.rng
-        choice = rng.randrange(6)
+        choice = rng.randrange(7)
         if choice == 0:
             self.both("take_events")
         elif choice == 1:
@@ -331,6 +461,8 @@ class Scheduler:
             self.both("reset_prefix_cache")
         elif choice == 4 and self.running:
             self.both("get_block_ids", rng.choice(sorted(self.running)))
+        elif choice == 5 and self.running:
+            self.both("get_computed_blocks", self.running[rng.choice(sorted(self.running))])
         else:
             self.both("free", "never-seen")
 
@@ -356,7 +488,7 @@ def run_scheduler(
                 scheduler.preempt(finish=rng.random() < 0.5)
             else:
                 scheduler.query()
-        except _Refused:
+        except PagedKVError:
             pass
         except Divergence:
             raise shrink(config, target, both.calls) from None
