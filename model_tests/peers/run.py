@@ -357,6 +357,8 @@ def _known(peer: Peer, chosen: str | None) -> KnownDifferences | None:
     for a peer without a file: nothing known), its own file (``""``), or the file named."""
     if chosen is None or (chosen == "" and not peer.known_file.exists()):
         return None
+    if peer.level not in LEVELS:  # not checked yet (check_peer says so)
+        return None
     return load_known(chosen or peer.known_file, peer.level)
 
 

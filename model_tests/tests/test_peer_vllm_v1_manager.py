@@ -21,7 +21,8 @@ from typing import Any, cast
 
 import pytest
 
-from pagedkv.model_tests.peers import sources
+from pagedkv.model_tests.peers import sources, vllm_v1_manager
+from pagedkv.model_tests.peers.standins import vllm_v1_manager as standins
 from pagedkv.model_tests.peers.vllm_v1_manager import Switches, VllmV1Manager
 from pagedkv.model_tests.tests import test_request_reference as examples
 from pagedkv.model_tests.tests.test_peers import needs
@@ -348,6 +349,44 @@ def test_the_same_image_elsewhere_in_a_block_is_not_a_hit() -> None:
     assert both("get_computed_blocks", same) == ([[1, 2]], 4)
 
 
+@needs(sources.VLLM_V1)
+def test_vllm_d1_a_sparse_window_store_event_names_tokens_it_does_not_store() -> None:
+    """D1 of ``specs/peers.md``, on vLLM's own objects (no adapter): a sliding-window group
+    under the default retention (``prefix_cache_retention_interval=0``) masks blocks out of
+    ``cache_full_blocks``, yet its ``BlockStored`` event keeps the token ids of the whole range
+    and the parent hash of the range's start: one hash, six tokens; then no hash, two tokens."""
+    loaded = vllm_v1_manager.modules()
+    vllm_v1_manager._register_managers(loaded)
+    utils = loaded["vllm.v1.core.kv_cache_utils"]
+    sha256 = loaded["vllm.utils.hashing"].sha256
+    utils.init_none_hash(sha256)
+    spec = standins.SlidingWindowSpec(2, sliding_window=3)
+    manager = loaded["vllm.v1.core.kv_cache_manager"].KVCacheManager(
+        standins.KVCacheConfig(8, [], [standins.KVCacheGroupSpec(["layers.0"], spec)], 0),
+        max_model_len=64,
+        scheduler_block_size=2,
+        hash_block_size=2,
+        enable_caching=True,
+        enable_kv_cache_events=True,
+    )
+    request = loaded["vllm.v1.request"].Request(
+        request_id="a",
+        prompt_token_ids=[10, 11, 12, 13, 14, 15],
+        sampling_params=standins.SamplingParams(),
+        pooling_params=None,
+        block_hasher=utils.get_request_block_hasher(2, sha256),
+    )
+    manager.allocate_slots(request, 6)
+    (stored,) = manager.take_events()
+    assert stored.block_hashes == [request.block_hashes[1]]  # only block 1 is cached
+    assert stored.parent_block_hash is None and stored.token_ids == [10, 11, 12, 13, 14, 15]
+    request.num_computed_tokens = 6
+    request.append_output_token_ids([16, 17])
+    manager.allocate_slots(request, 2)
+    (empty,) = manager.take_events()
+    assert empty.block_hashes == [] and empty.token_ids == [16, 17]
+
+
 # --- seeded scheduler runs -----------------------------------------------------------------
 
 CONFIGURATIONS = ("full", "hybrid", "window")
@@ -408,6 +447,8 @@ class Scheduler:
             kept = self.rng.randrange(hit // size)
             blocks, hit = [group[:kept] for group in blocks], kept * size
         chunk = self.rng.randint(1, max(1, request.num_tokens - hit))
+        if hit and self.rng.random() < 0.1:  # a step that only adopts the hit
+            chunk = 0
         lookahead = self.rng.choice((0, 0, 0, 1, 3))
         answer = self.both(
             "allocate_slots", request, chunk, hit, blocks if hit else None, lookahead
