@@ -387,6 +387,23 @@ def test_vllm_d1_a_sparse_window_store_event_names_tokens_it_does_not_store() ->
     assert empty.block_hashes == [] and empty.token_ids == [16, 17]
 
 
+@needs(sources.VLLM_V1)
+def test_d1_also_dense_a_block_released_before_it_is_cached_keeps_its_tokens_in_the_event() -> None:
+    """D1 without sparse retention: window 2, block size 1, two drafts accepted: the first
+    accepted token's block leaves the window before it is cached, and the event still carries
+    its token. The reference does the same (the spec's event takes the run's tokens)."""
+    config = RequestConfig(num_blocks=12, block_size=1, groups=(window(2),))
+    both = lockstep(config, dense())
+    both("allocate_slots", Request("a", (5, 6, 7), 3), 3)
+    both("allocate_slots", Request("a", (5, 6, 7, 8), 3, 3), 3)  # token 8 and two drafts
+    both("take_events")
+    accepted = Request("a", (5, 6, 7, 8, 9, 10, 11), 3, 6)  # both drafts and a bonus token
+    both("allocate_slots", accepted, 1)
+    (stored,) = both("take_events")
+    assert isinstance(stored, BlockStored)
+    assert stored.token_ids == (9, 10, 11) and len(stored.block_hashes) == 2
+
+
 # --- seeded scheduler runs -----------------------------------------------------------------
 
 CONFIGURATIONS = ("full", "hybrid", "window")
