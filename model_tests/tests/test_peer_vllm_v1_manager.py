@@ -14,9 +14,11 @@ and views must be equal.
 from __future__ import annotations
 
 import inspect
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -166,6 +168,21 @@ def shrink(
         if size == 1:
             return found
         size = max(1, size // 2)
+
+
+def test_a_cache_written_with_fewer_members_is_fetched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``.peers/`` written when vLLM's source listed only the pool's files lacks the request
+    level's: it counts as not fetched, so ``make peers-fetch`` fetches it again."""
+    monkeypatch.setenv("PAGEDKV_PEERS_CACHE", str(tmp_path))
+    source = sources.VLLM_V1
+    source.directory.mkdir(parents=True)
+    manifest = source.directory / sources.MANIFEST
+    manifest.write_text(json.dumps({"files": {m: "" for m in source.members[:4]}}))
+    assert not source.fetched
+    manifest.write_text(json.dumps({"files": {m: "" for m in source.members}}))
+    assert source.fetched
 
 
 # --- the worked cases ----------------------------------------------------------------------
