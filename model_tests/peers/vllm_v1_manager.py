@@ -23,9 +23,10 @@ scheduler and nothing more:
   becomes a ``LoRARequest`` (name ``lora-<id>``), the salt ``cache_salt``, each multimodal
   input a feature with its identifier and position, sorted by offset as vLLM's input
   processor sorts them;
-- ``get_computed_blocks`` stores vLLM's third answer (the shared-prefix boundary) on the
-  request, as the scheduler does at admission; ``allocate_slots`` hands vLLM the hit's blocks
-  as ``KVCacheBlocks`` (the empty one when there is none, as the scheduler passes
+- admission: ``allocate_slots`` for a request vLLM holds no blocks for first looks the cache
+  up as ``Scheduler.schedule`` does right before it, and keeps vLLM's third answer (the
+  shared-prefix boundary) on the request (``specs/request_level.md`` §4.7); it hands vLLM the
+  hit's blocks as ``KVCacheBlocks`` (the empty one when there is none, as the scheduler passes
   ``get_computed_blocks``' answer) and every other argument at vLLM's defaults;
 - the answers: ``KVCacheBlocks`` become block ids per group; events are renamed from vLLM's
   hashes to pagedkv's (``specs.request_hashes``): the adapter knows which block of which
@@ -36,8 +37,11 @@ scheduler and nothing more:
   unknown request or a hit that is not cached; a request is known from its first successful
   ``allocate_slots`` to its ``free``.
 
-Where vLLM differs from the spec, the adapter passes the difference through; each switch
-(off by default) papers over one difference of ``specs/peers.md``.
+Where vLLM differs from the spec, the adapter passes the difference through. The two
+switches (off by default) configure vLLM as pagedkv's own profile chooses (``dense`` window
+retention, no events without caching: both configurations vLLM offers), so that the
+``pagedkv`` profile's worked examples can hold vLLM too; the ``vllm-v1`` profile needs
+neither.
 """
 
 from __future__ import annotations
@@ -113,12 +117,13 @@ def _register_managers(loaded: dict[str, ModuleType]) -> None:
 
 @dataclass(frozen=True)
 class Switches:
-    """Each switch papers over one known difference (``specs/peers.md``); all off by default."""
+    """vLLM configured as policy ``pagedkv`` chooses (``specs/peers.md`` P1, P2; the
+    ``vllm-v1`` profile takes vLLM's defaults instead); all off by default."""
 
     dense_window_retention: bool = False
     """Build the KV-cache config with ``prefix_cache_retention_interval=None`` (dense): a
-    sliding-window group caches every full block, as the spec's caching rule says, instead of
-    only the replay boundary's tail (the engine's default, ``0``)."""
+    sliding-window group caches every full block (policy ``request_window_retention=dense``)
+    instead of only the replay boundary's tail (the engine's default, ``0``)."""
     events_only_with_caching: bool = False
     """Turn vLLM's KV events on only with prefix caching (vLLM allows them without it, with a
     warning, and then reports ``AllBlocksCleared`` at every successful reset)."""
@@ -237,9 +242,7 @@ class VllmV1Manager:
     def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
         checked = check_request(self._config, request)
         mirror = self._sync(checked)
-        blocks, num_tokens, shared_prefix_boundary = self._v1.get_computed_blocks(mirror)
-        if checked.request_id not in self._known:
-            mirror.shared_prefix_boundary = shared_prefix_boundary
+        blocks, num_tokens, _ = self._v1.get_computed_blocks(mirror)
         return [list(ids) for ids in blocks.get_block_ids()], int(num_tokens)
 
     def _cached_as(self, block: BlockId, key: CachedKey) -> bool:
@@ -269,6 +272,8 @@ class VllmV1Manager:
             cached_as=self._cached_as,
         )
         mirror = self._sync(args.request)
+        if args.request.request_id not in self._known:  # admission: the scheduler's lookup
+            mirror.shared_prefix_boundary = self._v1.get_computed_blocks(mirror)[2]
         hit = self._v1.create_kv_cache_blocks(
             tuple([self._pool.blocks[block] for block in blocks] for blocks in args.hit)
         )

@@ -31,12 +31,14 @@ from pagedkv.model_tests.tests.test_peers import needs
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.errors import PagedKVError, UnknownRequestError
 from pagedkv.specs.interface import RequestKVManager
-from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.policy import PAGEDKV, PROFILES, Policy
+from pagedkv.specs.request_hashes import request_block_hashes
 from pagedkv.specs.request_types import (
     NULL_BLOCK,
     AllBlocksCleared,
     AttentionKind,
     BlockStored,
+    KVEvent,
     KVGroup,
     MultimodalInput,
     Request,
@@ -51,17 +53,32 @@ def window(size: int) -> KVGroup:
     return KVGroup(AttentionKind.SLIDING_WINDOW, size)
 
 
-PAST_DIFFERENCES = Switches(dense_window_retention=True, events_only_with_caching=True)
-"""The switches over vLLM's policy differences (``specs/peers.md``): what the reference's
-default profile then holds it to."""
+VLLM_V1 = PROFILES["vllm-v1"]
+"""The profile of vLLM's own choices (``request_window_retention=replay_boundary``,
+``request_clear_event=always``): what vLLM out of the box is held to."""
+
+AS_PAGEDKV = Switches(dense_window_retention=True, events_only_with_caching=True)
+"""vLLM configured as the ``pagedkv`` profile chooses (``specs/peers.md`` P1, P2)."""
 
 
 def dense() -> Callable[[RequestConfig], RequestKVManager]:
-    """vLLM past its policy differences (every full block of a window group cached, no events
-    without caching)."""
+    """vLLM configured as pagedkv's profile (every full block of a window group cached, no
+    events without caching): held to the reference under ``pagedkv``."""
 
     def build(config: RequestConfig) -> RequestKVManager:
-        return VllmV1Manager(config, PAST_DIFFERENCES)
+        return VllmV1Manager(config, AS_PAGEDKV)
+
+    return build
+
+
+SPARSE = PAGEDKV.overridden({"request_window_retention": "replay_boundary"})
+
+
+def sparse() -> Callable[[RequestConfig], RequestKVManager]:
+    """vLLM's own window retention, events only with caching: held to ``SPARSE``."""
+
+    def build(config: RequestConfig) -> RequestKVManager:
+        return VllmV1Manager(config, Switches(events_only_with_caching=True))
 
     return build
 
@@ -73,15 +90,39 @@ class Divergence(AssertionError):
     pass
 
 
+def past_d1(events: list[KVEvent]) -> list[tuple[object, ...]]:
+    """The events as D1 (``specs/peers.md``) leaves them comparable: each ``BlockStored`` without
+    its tokens and parent, and a group's stores that follow one another merged into one (vLLM
+    sends one per group and call, with the tokens of the whole range, and an empty one when it
+    stores nothing; the spec one per run of blocks stored, with exactly their tokens). Every
+    other field, and every other event, compared as it is."""
+    shown: list[tuple[object, ...]] = []
+    for event in events:
+        if not isinstance(event, BlockStored):
+            shown.append((event,))
+            continue
+        if not event.block_hashes:
+            continue
+        fields = ("stored", event.group, event.block_size, event.lora_id)
+        if shown and shown[-1][:4] == fields:
+            last = shown.pop()
+            shown.append((*fields, (*cast(tuple[object, ...], last[4]), *event.block_hashes)))
+        else:
+            shown.append((*fields, event.block_hashes))
+    return shown
+
+
 @dataclass
 class Lockstep:
-    """One call on both managers; answers (or error types) and views compared after each."""
+    """One call on both managers; answers (or error types) and views compared after each.
+    ``known_d1`` compares ``take_events``' answers past D1 (``past_d1``)."""
 
     reference: RequestKVManager
     target: RequestKVManager
     trace: list[str]
     errors: list[str] = field(default_factory=list)
     calls: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    known_d1: bool = False
 
     def __call__(self, name: str, *args: Any) -> Any:
         self.trace.append(f"{name}{args!r}")
@@ -95,7 +136,11 @@ class Lockstep:
                 answers.append(("error", type(error).__name__))
                 raised.append(error)
                 self.errors.append(f"{type(error).__name__}: {error}")
-        if answers[0] != answers[1]:
+        if self.known_d1 and name == "take_events" and not raised:
+            compared = [("ok", past_d1(answer)) for _, answer in answers]
+        else:
+            compared = answers
+        if compared[0] != compared[1]:
             self.fail(f"{name}: reference {answers[0]!r}, vLLM {answers[1]!r} ({self.errors[-1:]})")
         reference_view = self.reference.view().comparable()
         target_view = self.target.view().comparable()
@@ -112,18 +157,35 @@ class Lockstep:
         raise Divergence(f"{message}\n{steps}")
 
 
+@dataclass(frozen=True)
+class Round:
+    """What vLLM is held to: the reference under ``policy``, and whether D1 is stepped past."""
+
+    policy: Policy = PAGEDKV
+    known_d1: bool = False
+
+
+OUT_OF_THE_BOX = Round(VLLM_V1)
+"""vLLM as the engine is against the ``vllm-v1`` profile."""
+
+
 def lockstep(
-    config: RequestConfig, target: Callable[[RequestConfig], RequestKVManager]
+    config: RequestConfig,
+    target: Callable[[RequestConfig], RequestKVManager],
+    held_to: Round = OUT_OF_THE_BOX,
 ) -> Lockstep:
-    return Lockstep(ReferenceRequestKVManager(config), target(config), [f"config {config!r}"])
+    reference = ReferenceRequestKVManager(config, held_to.policy)
+    trace = [f"config {config!r}, {held_to}"]
+    return Lockstep(reference, target(config), trace, known_d1=held_to.known_d1)
 
 
 def replay(
     config: RequestConfig,
     target: Callable[[RequestConfig], RequestKVManager],
     calls: list[tuple[str, tuple[Any, ...]]],
+    held_to: Round,
 ) -> Divergence | None:
-    both = lockstep(config, target)
+    both = lockstep(config, target, held_to)
     for name, args in calls:
         try:
             both(name, *args)
@@ -145,15 +207,16 @@ def shrink(
     config: RequestConfig,
     target: Callable[[RequestConfig], RequestKVManager],
     calls: list[tuple[str, tuple[Any, ...]]],
+    held_to: Round,
 ) -> Divergence:
     """The divergence of a short subsequence of ``calls`` (calls carry their request values, so
     any subsequence can be replayed): chunks of halving size dropped while it still diverges."""
-    found = replay(config, target, calls)
+    found = replay(config, target, calls, held_to)
     assert found is not None
     named = {_request_id(args) for _, args in calls}
     for request_id in sorted((n for n in named if n is not None), reverse=True):
         fewer = [(name, args) for name, args in calls if _request_id(args) != request_id]
-        divergence = replay(config, target, fewer)
+        divergence = replay(config, target, fewer, held_to)
         if divergence is not None:
             calls, found = fewer, divergence
     size = max(1, len(calls) // 2)
@@ -161,7 +224,7 @@ def shrink(
         start = len(calls) - size
         while start >= 0 and calls:
             fewer = calls[:start] + calls[start + size :]
-            divergence = replay(config, target, fewer)
+            divergence = replay(config, target, fewer, held_to)
             if divergence is not None:
                 calls, found = fewer, divergence
             start -= size
@@ -257,15 +320,20 @@ WORKED = sorted(
 def test_the_reference_worked_examples_hold_for_vllm(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each worked example of ``test_request_reference.py`` under the default policy, with vLLM
-    (past P1 and P2) in lockstep with the reference at every call."""
+    """Each worked example of ``test_request_reference.py`` under the default policy (vLLM
+    configured as it chooses) or under vLLM's sparse window retention (vLLM as it is), with vLLM
+    in lockstep with the reference at every call, past D1."""
     build = examples.manager
 
     def manager(*args: Any, policy: Policy = PAGEDKV, **kwargs: Any) -> Any:
         reference = build(*args, policy=policy, **kwargs)
-        if policy != PAGEDKV:
+        if policy == PAGEDKV:
+            target = dense()
+        elif policy == SPARSE:
+            target = sparse()
+        else:
             return reference  # another policy's example: not vLLM's choices
-        return BothManagers(lockstep(reference.config, dense()))
+        return BothManagers(lockstep(reference.config, target, Round(policy, known_d1=True)))
 
     monkeypatch.setattr(examples, "manager", manager)
     getattr(examples, name)()
@@ -298,7 +366,7 @@ def test_a_draft_token_is_never_cached() -> None:
 
 @needs(sources.VLLM_V1)
 def test_a_window_releases_to_the_null_block_even_when_the_answer_is_none() -> None:
-    both = lockstep(RequestConfig(num_blocks=5, block_size=2, groups=(window(3),)), dense())
+    both = lockstep(RequestConfig(num_blocks=5, block_size=2, groups=(window(3),)), VllmV1Manager)
     request = Request("a", tuple(range(6)), 6)
     assert both("allocate_slots", request, 6) == [[1, 2, 3]]
     later = replace(request, tokens=tuple(range(7)), num_computed_tokens=6)
@@ -309,7 +377,7 @@ def test_a_window_releases_to_the_null_block_even_when_the_answer_is_none() -> N
 @needs(sources.VLLM_V1)
 def test_a_hybrid_hit_is_a_length_both_groups_serve() -> None:
     config = RequestConfig(num_blocks=16, block_size=2, groups=(*FULL, window(4)))
-    both = lockstep(config, dense())
+    both = lockstep(config, VllmV1Manager)
     prompt = tuple(range(11))
     both("allocate_slots", Request("a", prompt, 11), 11)
     both("free", "a")
@@ -327,27 +395,30 @@ def test_an_unknown_request_has_no_block_ids_and_its_free_is_a_no_op() -> None:
 
 @needs(sources.VLLM_V1)
 def test_out_of_the_box_a_window_group_caches_only_the_replay_boundarys_tail() -> None:
-    """vLLM's default ``prefix_cache_retention_interval=0``: of a 6-token prompt (block size 2,
-    window 3: one block serves a hit) only the block before ``num_prompt_tokens - 1`` rounded
-    down, block 1, is cached; the spec caches all three (the policy difference of
-    ``specs/peers.md``)."""
-    manager = VllmV1Manager(RequestConfig(num_blocks=5, block_size=2, groups=(window(3),)))
-    manager.allocate_slots(Request("a", tuple(range(6)), 6), 6)
-    cached = [block for block, facts in manager.view().blocks.items() if facts.cached]
-    assert cached == [2]
-    with_dense = dense()(manager.config)
-    with_dense.allocate_slots(Request("a", tuple(range(6)), 6), 6)
-    assert [block for block, facts in with_dense.view().blocks.items() if facts.cached] == [1, 2, 3]
+    """P1 of ``specs/peers.md``, vLLM's default ``prefix_cache_retention_interval=0``: of a
+    6-token prompt (block size 2, window 3: one block serves a hit) only the block before
+    ``num_prompt_tokens - 1`` rounded down, index 1, is cached, as the ``vllm-v1`` profile's
+    reference does; configured dense, vLLM caches all three, as the ``pagedkv`` profile does."""
+    config = RequestConfig(num_blocks=5, block_size=2, groups=(window(3),))
+    for target, held_to, cached in (
+        (VllmV1Manager, OUT_OF_THE_BOX, [2]),
+        (dense(), Round(PAGEDKV), [1, 2, 3]),
+    ):
+        both = lockstep(config, target, held_to)
+        both("allocate_slots", Request("a", tuple(range(6)), 6), 6)
+        assert [block for block, facts in both.target.view().blocks.items() if facts.cached] == (
+            cached
+        )
 
 
 @needs(sources.VLLM_V1)
 def test_out_of_the_box_a_reset_without_caching_reports_all_blocks_cleared() -> None:
     """P2 of ``specs/peers.md``: vLLM's events may be on without caching."""
     config = RequestConfig(num_blocks=10, block_size=2, groups=(window(7),), enable_caching=False)
-    manager = VllmV1Manager(config)
-    assert manager.reset_prefix_cache()
-    assert manager.take_events() == [AllBlocksCleared()]
-    both = lockstep(config, dense())
+    both = lockstep(config, VllmV1Manager)
+    assert both("reset_prefix_cache")
+    assert both("take_events") == [AllBlocksCleared()]
+    both = lockstep(config, dense(), Round(PAGEDKV))
     both("reset_prefix_cache")
     assert both("take_events") == []
 
@@ -405,20 +476,42 @@ def test_vllm_d1_a_sparse_window_store_event_names_tokens_it_does_not_store() ->
 
 
 @needs(sources.VLLM_V1)
+def test_d1_through_the_adapter_is_a_take_events_divergence_and_only_that() -> None:
+    """D1 against the ``vllm-v1`` profile's reference: window 3, block size 2, a 6-token prompt
+    stores index 1 alone; the reference names its 2 tokens and parent, vLLM the 6 tokens of the
+    range. The divergence is ``take_events``' and ``past_d1`` forgives exactly it."""
+    config = RequestConfig(num_blocks=8, block_size=2, groups=(window(3),))
+    prompt = Request("a", (10, 11, 12, 13, 14, 15), 6)
+    hashes = request_block_hashes(prompt, 2)
+    both = lockstep(config, VllmV1Manager)
+    both("allocate_slots", prompt, 6)
+    with pytest.raises(Divergence, match=r"^take_events: reference \('ok', \[BlockStored\("):
+        both("take_events")
+    past = lockstep(config, VllmV1Manager, Round(VLLM_V1, known_d1=True))
+    past("allocate_slots", prompt, 6)
+    assert past("take_events") == [BlockStored((hashes[1],), hashes[0], (12, 13), 2, None, 0)]
+
+
+@needs(sources.VLLM_V1)
 def test_d1_also_dense_a_block_released_before_it_is_cached_keeps_its_tokens_in_the_event() -> None:
     """D1 without sparse retention: window 2, block size 1, two drafts accepted: the first
-    accepted token's block leaves the window before it is cached, and the event still carries
-    its token. The reference does the same (the spec's event takes the run's tokens)."""
+    accepted token's block leaves the window before it is cached; vLLM's event still carries its
+    token (3 tokens for 2 hashes), the reference's names the 2 blocks it stores."""
     config = RequestConfig(num_blocks=12, block_size=1, groups=(window(2),))
-    both = lockstep(config, dense())
-    both("allocate_slots", Request("a", (5, 6, 7), 3), 3)
-    both("allocate_slots", Request("a", (5, 6, 7, 8), 3, 3), 3)  # token 8 and two drafts
-    both("take_events")
     accepted = Request("a", (5, 6, 7, 8, 9, 10, 11), 3, 6)  # both drafts and a bonus token
-    both("allocate_slots", accepted, 1)
-    (stored,) = both("take_events")
-    assert isinstance(stored, BlockStored)
-    assert stored.token_ids == (9, 10, 11) and len(stored.block_hashes) == 2
+    for held_to in (Round(PAGEDKV), Round(PAGEDKV, known_d1=True)):
+        both = lockstep(config, dense(), held_to)
+        both("allocate_slots", Request("a", (5, 6, 7), 3), 3)
+        both("allocate_slots", Request("a", (5, 6, 7, 8), 3, 3), 3)  # token 8 and two drafts
+        both("take_events")
+        both("allocate_slots", accepted, 1)
+        if not held_to.known_d1:
+            with pytest.raises(Divergence, match="take_events"):
+                both("take_events")
+            continue
+        (stored,) = both("take_events")
+        assert isinstance(stored, BlockStored)
+        assert stored.token_ids == (10, 11) and len(stored.block_hashes) == 2
 
 
 # --- seeded scheduler runs -----------------------------------------------------------------
@@ -543,11 +636,15 @@ class Scheduler:
 
 
 def run_scheduler(
-    seed: int, groups: str, target: Callable[[RequestConfig], RequestKVManager], steps: int
+    seed: int,
+    groups: str,
+    target: Callable[[RequestConfig], RequestKVManager],
+    steps: int,
+    held_to: Round = OUT_OF_THE_BOX,
 ) -> None:
     rng = random.Random(seed)
     config = random_config(rng, groups)
-    both = lockstep(config, target)
+    both = lockstep(config, target, held_to)
     prefixes = [tuple(rng.randrange(3) for _ in range(rng.randint(0, 10))) for _ in range(3)]
     scheduler = Scheduler(rng, both, {}, {}, prefixes)
     for _ in range(steps):
@@ -566,7 +663,7 @@ def run_scheduler(
         except PagedKVError:
             pass
         except Divergence:
-            raise shrink(config, target, both.calls) from None
+            raise shrink(config, target, both.calls, held_to) from None
     both("take_events")
 
 
@@ -576,5 +673,16 @@ SEEDS = range(6)
 @needs(sources.VLLM_V1)
 @pytest.mark.parametrize("groups", CONFIGURATIONS)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_vllm_v1_manager_agrees_with_the_reference(seed: int, groups: str) -> None:
-    run_scheduler(seed, groups, dense(), steps=300)
+def test_vllm_v1_manager_agrees_with_the_reference_past_d1(seed: int, groups: str) -> None:
+    """vLLM as it is, held to the ``vllm-v1`` profile, D1 stepped past."""
+    run_scheduler(seed, groups, VllmV1Manager, 300, Round(VLLM_V1, known_d1=True))
+
+
+@needs(sources.VLLM_V1)
+@pytest.mark.parametrize("groups", CONFIGURATIONS)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_vllm_configured_as_pagedkv_agrees_with_the_default_profile_past_d1(
+    seed: int, groups: str
+) -> None:
+    """vLLM configured dense and without events unless caching, held to ``pagedkv``."""
+    run_scheduler(seed, groups, dense(), 300, Round(PAGEDKV, known_d1=True))
