@@ -16,6 +16,8 @@ from __future__ import annotations
 import inspect
 import json
 import random
+import re
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -686,3 +688,36 @@ def test_vllm_configured_as_pagedkv_agrees_with_the_default_profile_past_d1(
 ) -> None:
     """vLLM configured dense and without events unless caching, held to ``pagedkv``."""
     run_scheduler(seed, groups, dense(), 300, Round(PAGEDKV, known_d1=True))
+
+
+KNOWN = sources.ROOT / "model_tests" / "peers" / "known" / "vllm-0.33.0-manager.toml"
+
+
+def test_the_known_entry_matches_d1_and_nothing_else() -> None:
+    """The known file's D1 entry matches a ``take_events`` message that consists only of the
+    problems D1 makes the request machine report of vLLM's events (tokens of the whole range,
+    the range's parent, an event with no hash), and no message with anything else in it (a fold
+    into other keys, a hash no request committed, a wrong LoRA id)."""
+    (entry,) = tomllib.loads(KNOWN.read_text(encoding="utf-8"))["difference"]
+    assert (entry["operation"], entry["kind"]) == ("take_events", "result")
+    d1 = re.compile(entry["message"])
+    parent = b"\x8ds;'\x86"
+    empty = BlockStored((), parent, (16, 17), 2, None, 1)
+    tokens = "BlockStored's tokens are (10, 11, 12, 13, 14, 15), its blocks hold (12, 13)"
+    fold = "the events add up to ['0a1b2c3d'], the cached keys are ['4e5f6a7b']"
+    for message in (
+        tokens,
+        f"BlockStored's parent is None, not {parent!r}; {tokens}",
+        f"{empty!r}: block size 2 or no hashes",
+        f"{empty!r}: block size 2 or no hashes; BlockStored's parent is {parent!r}, not None",
+    ):
+        assert d1.search(f"take_events(): {message}"), message
+    for message in (
+        fold,
+        f"{tokens}; {fold}",
+        f"BlockStored's parent is None, not {parent!r}; {fold}",
+        "BlockStored of 0123456789ab, no request's full block",
+        "BlockStored's lora id is 1, not None",
+        "caching is off, yet take_events() answered [AllBlocksCleared()]",
+    ):
+        assert not d1.search(f"take_events(): {message}"), message
