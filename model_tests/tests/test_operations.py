@@ -15,8 +15,10 @@ from pagedkv.model_tests.independent.manager import IndependentManager
 from pagedkv.model_tests.oracle import codec
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs import interface, named_calls, operations
 from pagedkv.specs.types import ExtraKey
 
@@ -29,6 +31,7 @@ IMPLEMENTATIONS: dict[operations.Level, list[type[Any]]] = {
         IndependentManager,
     ],
     "pool": [interface.BlockPool, ReferenceBlockPool, OptimizedBlockPool],
+    "request": [interface.RequestKVManager, ReferenceRequestKVManager, RequestManager],
 }
 EXTRA_PARAMETERS = {"choice"}
 """Trailing optional parameters an implementation may add: the reference pool's ``choice``, the
@@ -70,6 +73,7 @@ def test_the_protocols_have_nothing_the_table_lacks() -> None:
     protocols: dict[operations.Level, type[Any]] = {
         "manager": interface.BlockSpaceManager,
         "pool": interface.BlockPool,
+        "request": interface.RequestKVManager,
     }
     for level, protocol in protocols.items():
         declared = {name for name in vars(protocol) if not name.startswith("_")}
@@ -96,6 +100,7 @@ def test_every_kind_has_a_json_form() -> None:
 PROTOCOLS: dict[operations.Level, tuple[type[Any], str]] = {
     "manager": (interface.BlockSpaceManager, "ManagerCall"),
     "pool": (interface.BlockPool, "PoolCall"),
+    "request": (interface.RequestKVManager, "RequestCall"),
 }
 
 
