@@ -301,12 +301,6 @@ def test_a_known_file_names_a_group_layout() -> None:
         parse({"difference": [wrong]}, "request")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the machine's fold_events refuses a BlockStored with no hashes, which the reference"
-    " emits (as vLLM 0.33.0's cache_full_blocks does) when a window group's new full blocks are"
-    " all the null block: req-ref and req-machine must agree; remove this mark then",
-)
 def test_record_then_replay_a_request_corpus(tmp_path: Path) -> None:
     corpus = record_level("request", tmp_path, runs=8, seed=0)
     assert corpus.complete, corpus.summary()
