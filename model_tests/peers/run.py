@@ -38,7 +38,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from pagedkv.model_tests.oracle.check import CheckResult, run_check
 from pagedkv.model_tests.oracle.codec import Level
@@ -137,14 +137,13 @@ PEERS = (
     Peer("vllm-v1-pool", "pool", "vllm-v1", VllmV1Pool, V1PoolSwitches, sources.VLLM_V1),
     Peer(
         "vllm-0.33.0-manager",
-        cast(Level, "request"),  # a Level once the oracle's request level lands
+        "request",
         "vllm-v1",
         VllmV1Manager,
         V1ManagerSwitches,
         sources.VLLM_V1,
-        # Policy differences, not defects (specs/peers.md): the second round shows what lies
-        # behind them until the vllm-v1 profile gains their options.
-        (("P1", "dense_window_retention"), ("P2", "events_only_with_caching")),
+        # No rounds: P1 and P2 are options of the vllm-v1 profile, and D1 has no switch (its
+        # known file steps past it). The switches configure vLLM as pagedkv's profile chooses.
     ),
     Peer(
         "nano-vllm-manager",
