@@ -416,24 +416,28 @@ class RequestManager:
         hashes: list[BlockHash],
         request: Request,
     ) -> None:
+        """The blocks ``start .. end - 1`` past the table's null prefix are cached, and one
+        ``BlockStored`` names exactly them (none when all are null): a window's null blocks
+        always lead the table, so the blocks cached are one consecutive run."""
+        first = start
+        while first < end and table[first] == NULL_BLOCK:
+            first += 1
+        if first == end:
+            return
         cached_hashes, cached_groups = self._cached_hashes, self._cached_groups
         insert = self._maps[group].insert
-        stored: list[BlockHash] = []
-        for index in range(start, end):
+        for index in range(first, end):
             block = table[index]
-            if block == NULL_BLOCK:
-                continue
             block_hash = hashes[index]
             cached_hashes[block] = block_hash
             cached_groups[block] = group
             insert(block_hash, block)
-            stored.append(block_hash)
         size = self._block_size
         self._events.append(
             BlockStored(
-                tuple(stored),
-                hashes[start - 1] if start else None,
-                tuple(request.tokens[start * size : end * size]),
+                tuple(hashes[first:end]),
+                hashes[first - 1] if first else None,
+                tuple(request.tokens[first * size : end * size]),
                 size,
                 request.extra_key.lora_id,
                 group,

@@ -48,11 +48,18 @@ def serves(
     )
 
 
-def hit_length(state: RequestState, hashes: Sequence[BlockHash], max_tokens: int) -> int:
-    """The largest ``k`` with ``k * B <= max_tokens`` that every group serves, in blocks."""
+def hit_length(
+    state: RequestState,
+    hashes: Sequence[BlockHash],
+    max_tokens: int,
+    groups: Sequence[int] | None = None,
+) -> int:
+    """The largest ``k`` with ``k * B <= max_tokens`` that every group serves (every one of
+    ``groups``, when given), in blocks."""
+    serving = range(len(state.config.groups)) if groups is None else groups
     most = min(max(max_tokens, 0) // state.config.block_size, len(hashes))
     for k in range(most, 0, -1):
-        if all(serves(state, g, hashes, k) for g in range(len(state.config.groups))):
+        if all(serves(state, g, hashes, k) for g in serving):
             return k
     return 0
 

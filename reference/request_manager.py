@@ -4,6 +4,7 @@ raises a typed error having changed nothing. Each function cites the clause it i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -12,6 +13,7 @@ from immutables import Map
 from pagedkv.reference.free_queue import give_back, take_from_front, touch
 from pagedkv.reference.request_cache import cache_block, cached_as
 from pagedkv.reference.request_hits import hit_blocks, hit_cap, hit_length
+from pagedkv.reference.request_retention import retained, shared_prefix_boundary
 from pagedkv.reference.request_state import (
     RequestState,
     is_known,
@@ -39,7 +41,7 @@ from pagedkv.specs.request_validation import (
     check_request_id,
 )
 from pagedkv.specs.request_view import CachedKey, RequestTableView
-from pagedkv.specs.types import BlockId
+from pagedkv.specs.types import BlockHash, BlockId
 
 # --- §3 hits ------------------------------------------------------------------------------------
 
@@ -107,8 +109,12 @@ def blocks_to_allocate(state: RequestState, args: AllocateArgs, total: int, need
 
 def adopt_hit(state: RequestState, args: AllocateArgs, total: int) -> RequestState:
     """§4.5: a new request's tables start as its hit (the null block where a window group skips
-    them), every block of it touched; all of it counts as cached already."""
+    them), every block of it touched; all of it counts as cached already. Its shared-prefix
+    boundary is fixed now, from the cache as the admission's lookup saw it (§4.7)."""
     size = state.config.block_size
+    hashes = request_block_hashes(args.request, size)
+    boundary = shared_prefix_boundary(state, args.request, hashes)
+    state = replace(state, shared_prefix=state.shared_prefix.set(args.request.request_id, boundary))
     tables: list[tuple[BlockId, ...]] = []
     for group, hit in zip(state.config.groups, args.hit, strict=True):
         skipped = skipped_tokens(group, total) // size
@@ -138,35 +144,55 @@ def allocate_new_blocks(
 
 def cache_full_blocks(state: RequestState, request: Request, num_tokens: int) -> RequestState:
     """§4.7: per group, the full blocks of the first ``num_tokens`` committed tokens not cached
-    yet are cached under their keys (the null block is skipped), with one ``BlockStored`` per
-    group for the run."""
+    yet are cached under their keys (the null block is skipped, and so is a block a window
+    group does not retain: policy ``request_window_retention``); each run of consecutive
+    blocks cached is one ``BlockStored`` naming exactly those blocks."""
     if not state.config.enable_caching:
         return state
     size = state.config.block_size
     hashes = request_block_hashes(request, size)
     full = min(num_tokens, len(hashes) * size) // size
     table = state.requests[request.request_id]
+    boundary = state.shared_prefix.get(request.request_id, 0)
     counts = list(table.num_cached_blocks)
-    for g, blocks in enumerate(table.blocks):
+    for g, (group, blocks) in enumerate(zip(state.config.groups, table.blocks, strict=True)):
         start = counts[g]
         if start >= full:
             continue
-        stored = []
-        for i in range(start, full):
-            if blocks[i] != NULL_BLOCK:
-                state = cache_block(state, blocks[i], CachedKey(g, hashes[i]))
-                stored.append(hashes[i])
-        event = BlockStored(
-            block_hashes=tuple(stored),
-            parent_hash=hashes[start - 1] if start > 0 else None,
-            token_ids=request.tokens[start * size : full * size],
-            block_size=size,
-            lora_id=request.extra_key.lora_id,
-            group=g,
-        )
-        state = with_event(state, event)
+        kept = retained(state, group, request, boundary, start, full)
+        stored = [i for i in range(start, full) if blocks[i] != NULL_BLOCK and kept[i - start]]
+        for i in stored:
+            state = cache_block(state, blocks[i], CachedKey(g, hashes[i]))
+        for run in consecutive_runs(stored):
+            state = with_event(state, stored_event(request, hashes, run, size, g))
         counts[g] = full
     return with_table(state, request.request_id, replace(table, num_cached_blocks=tuple(counts)))
+
+
+def consecutive_runs(indices: list[int]) -> list[range]:
+    """Ascending ``indices`` cut where they skip one: ``[1, 2, 5]`` -> ``[1..2], [5..5]``."""
+    runs: list[range] = []
+    for i in indices:
+        if runs and runs[-1].stop == i:
+            runs[-1] = range(runs[-1].start, i + 1)
+        else:
+            runs.append(range(i, i + 1))
+    return runs
+
+
+def stored_event(
+    request: Request, hashes: Sequence[BlockHash], run: range, size: int, group: int
+) -> BlockStored:
+    """§4.7: the event for one run of consecutive blocks cached: their hashes, the hash before
+    the first (``None`` at a request's start) and exactly their tokens."""
+    return BlockStored(
+        block_hashes=tuple(hashes[i] for i in run),
+        parent_hash=hashes[run.start - 1] if run.start > 0 else None,
+        token_ids=tuple(request.tokens[run.start * size : run.stop * size]),
+        block_size=size,
+        lora_id=request.extra_key.lora_id,
+        group=group,
+    )
 
 
 def allocate_slots(
@@ -223,7 +249,11 @@ def free(state: RequestState, request_id: RequestId) -> RequestState:
         state = give_back(
             state, held[::-1] if state.policy.request_free_order == "tail_first" else held
         )
-    return replace(state, requests=state.requests.delete(request_id))
+    return replace(
+        state,
+        requests=state.requests.delete(request_id),
+        shared_prefix=state.shared_prefix.delete(request_id),
+    )
 
 
 # --- §6 queries ---------------------------------------------------------------------------------
@@ -252,12 +282,13 @@ def usage(state: RequestState) -> float:
 
 def reset_prefix_cache(state: RequestState) -> tuple[RequestState, bool]:
     """§9: refused while any block is held; else every key is forgotten, the free queue keeps its
-    order, and (with caching) the event ``AllBlocksCleared``."""
+    order, and the event ``AllBlocksCleared`` (with caching, or always: policy
+    ``request_clear_event``)."""
     if any(view.ref_count > 0 for view in state.blocks.values()):
         return state, False
     blocks = Map({b: replace(view, cached=None) for b, view in state.blocks.items()})
     state = replace(state, blocks=blocks, cache=Map())
-    if state.config.enable_caching:
+    if state.config.enable_caching or state.policy.request_clear_event == "always":
         state = with_event(state, AllBlocksCleared())
     return state, True
 

@@ -2,7 +2,8 @@
 lookups every operation shares.
 
 Only what cannot be derived is stored: each block's ref count and key, the free queue in its
-order, the cache map in insertion order, each request's tables and the events not yet taken.
+order, the cache map in insertion order, each request's tables (and its shared-prefix
+boundary) and the events not yet taken.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pagedkv.specs.types import BlockId
 BLANK = RequestBlockView(ref_count=0, cached=None)
 """A block nobody holds and nothing is cached in."""
 
+NO_BOUNDARIES: Map[RequestId, int] = Map()
+
 
 @dataclass(frozen=True, slots=True)
 class RequestState:
@@ -39,6 +42,10 @@ class RequestState:
     events: tuple[KVEvent, ...] = ()
     """The events since the last ``take_events``, oldest first."""
     policy: Policy = PAGEDKV
+    shared_prefix: Map[RequestId, int] = NO_BOUNDARIES
+    """Each known request's shared-prefix boundary, fixed when it was admitted (§4.7, policy
+    ``request_window_retention``); what a window group's sparse retention keeps besides the
+    replay boundary. Not in the view: vLLM keeps it on the scheduler's request."""
 
 
 def new_request_state(config: RequestConfig, policy: Policy = PAGEDKV) -> RequestState:

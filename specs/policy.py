@@ -42,6 +42,8 @@ Admission = Literal["watermark", "free_blocks"]
 CachedTokens = Literal["computed_marks", "hits_at_allocate"]
 RequestHitCap = Literal["n_minus_1", "n"]
 RequestFreeOrder = Literal["tail_first", "head_first"]
+RequestWindowRetention = Literal["dense", "replay_boundary"]
+RequestClearEvent = Literal["with_caching", "always"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,8 @@ class Policy:
     request_hit_cap: RequestHitCap = "n_minus_1"
     request_release_before_fit: bool = True
     request_free_order: RequestFreeOrder = "tail_first"
+    request_window_retention: RequestWindowRetention = "dense"
+    request_clear_event: RequestClearEvent = "with_caching"
     unsupported: frozenset[str] = frozenset()
     """Operations the engine does not offer: the reference raises ``UnsupportedError`` for them."""
 
@@ -592,6 +596,36 @@ OPTIONS: dict[str, Option] = {
             rule=("reference/request_manager.py: free",),
         ),
         Option(
+            "request_window_retention",
+            _values(RequestWindowRetention),
+            "which newly full blocks a sliding-window group caches",
+            {
+                "dense": "pagedkv: every full block of committed tokens that is not the null"
+                " block (vLLM with `prefix_cache_retention_interval=None`)",
+                "replay_boundary": "vLLM v1 (its default `prefix_cache_retention_interval=0`):"
+                " only the `cdiv(W - 1, B)` blocks a hit at the prompt's replay boundary"
+                " (`num_prompt_tokens - 1`) or at the request's shared-prefix boundary reads;"
+                " the others count as cached and are never cached (full-attention groups cache"
+                " every block)",
+            },
+            rule=(
+                "reference/request_retention.py: retained",
+                "reference/request_retention.py: shared_prefix_boundary",
+                "reference/request_manager.py: cache_full_blocks",
+            ),
+        ),
+        Option(
+            "request_clear_event",
+            _values(RequestClearEvent),
+            "when `reset_prefix_cache` reports `AllBlocksCleared`",
+            {
+                "with_caching": "pagedkv: only with caching on (without it there are no events)",
+                "always": "vLLM v1 (KV events on without prefix caching): at every reset that"
+                " succeeds",
+            },
+            rule=("reference/request_manager.py: reset_prefix_cache",),
+        ),
+        Option(
             "unsupported",
             (),
             "operations the engine does not offer (comma-separated)",
@@ -637,6 +671,8 @@ PROFILES["append-only"] = APPEND_ONLY
 PROFILES["vllm-v1"] = replace(
     APPEND_ONLY,
     pool_null_block=True,
+    request_window_retention="replay_boundary",
+    request_clear_event="always",
     unsupported=frozenset({"cow_if_not_appendable", "common_computed_prefix", "hit_rate"}),
 )
 PROFILES["nano-vllm"] = replace(

@@ -4,7 +4,11 @@ request's keys (``specs/request_level.md``, "Hashes").
 As in vLLM v1 (``Request.block_hashes``) the hashes are the caller's side: a function of the
 request alone, the same in every implementation. A block is hashed as at the pool level
 (``specs/content_hash.py``) with the request's LoRA id and cache salt; a block that overlaps a
-multimodal input is also keyed by its identifiers. Their bytes follow ``encode_block``'s, and
+multimodal input is also keyed by its identifiers, each with where the input starts relative to
+the block (``cat@-3``: it began 3 tokens before the block): the same placeholder tokens with the
+image 1 token later hold other KV, so they must not share a block (vLLM keys them
+``("mm", identifier, offset - start)`` alike). ``@`` then an int is read from the right, so
+the pair is recovered from any identifier. Their bytes follow ``encode_block``'s, and
 only when there are some: ``0x01 | u32 LE count | (u32 LE length | UTF-8)*``. ``encode_block``'s
 bytes end where its extra key ends (the salt carries its length), so a parse reads them exactly
 and anything after them is the identifiers: the encoding stays injective, and a block without
@@ -25,9 +29,10 @@ from pagedkv.specs.types import BlockHash, ExtraKey, Token
 def block_identifiers(
     multimodal: Sequence[MultimodalInput], start: int, end: int
 ) -> tuple[str, ...]:
-    """The identifiers of the inputs that overlap tokens ``start .. end - 1``, in input order."""
+    """The identifiers of the inputs that overlap tokens ``start .. end - 1``, in input order,
+    each with its offset relative to ``start``."""
     return tuple(
-        item.identifier
+        f"{item.identifier}@{item.offset - start}"
         for item in multimodal
         if item.offset < end and start < item.offset + item.length
     )

@@ -18,6 +18,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,7 +56,13 @@ class Source:
 
     @property
     def fetched(self) -> bool:
-        return (self.directory / MANIFEST).is_file()
+        """Every member is in the cache (a cache written when the source had fewer members is
+        fetched again)."""
+        manifest = self.directory / MANIFEST
+        if not manifest.is_file():
+            return False
+        files = json.loads(manifest.read_text(encoding="utf-8")).get("files", {})
+        return all(member in files for member in self.members)
 
 
 VLLM_V0 = Source(
@@ -89,9 +96,19 @@ VLLM_V1 = Source(
         "vllm/v1/core/__init__.py",
         "vllm/v1/core/block_pool.py",
         "vllm/v1/core/kv_cache_utils.py",
+        "vllm/v1/core/kv_cache_manager.py",
+        "vllm/v1/core/kv_cache_coordinator.py",
+        "vllm/v1/core/single_type_kv_cache_manager.py",
+        "vllm/v1/hisparse/block_pool.py",
+        "vllm/v1/kv_cache_spec_registry.py",
+        "vllm/v1/request.py",
+        "vllm/utils/hashing.py",
+        "vllm/utils/math_utils.py",
     ),
 )
-"""The latest vLLM release on PyPI when this was written: its v1 engine's ``BlockPool``."""
+"""The latest vLLM release on PyPI when this was written: its v1 engine's ``BlockPool``, and
+above it the request level (``KVCacheManager``, the coordinators, the single-type managers),
+vLLM's ``Request``, its block hasher's hash functions and its KV-cache spec registry."""
 
 NANO_VLLM = Source(
     "nano-vllm-fork-20260210",
@@ -156,6 +173,8 @@ def fetch(source: Source, log: Callable[[str], None] = print) -> Path:
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         source.directory.parent.mkdir(parents=True, exist_ok=True)
+        if source.directory.exists():  # written when the source had fewer members
+            shutil.rmtree(source.directory)
         staging.replace(source.directory)
         log(f"{source.name}: {len(files)} files from {wheel.name} in {source.directory}")
     return source.directory

@@ -33,7 +33,13 @@ from pagedkv.specs.policy import (
     profile,
     value_text,
 )
-from pagedkv.specs.request_types import AttentionKind, KVGroup, Request, RequestConfig
+from pagedkv.specs.request_types import (
+    AllBlocksCleared,
+    AttentionKind,
+    KVGroup,
+    Request,
+    RequestConfig,
+)
 from pagedkv.specs.types import (
     NEVER_ACCESSED,
     AllocStatus,
@@ -766,6 +772,39 @@ def test_request_free_order() -> None:
     assert under_each_value("request_free_order", scenario) == {
         "tail_first": (3, 4, 5, 6, 7, 2, 1),
         "head_first": (3, 4, 5, 6, 7, 1, 2),
+    }
+
+
+def test_request_window_retention() -> None:
+    """Window 3, block size 2: a 6-token prompt fills blocks 1, 2, 3; a replay of it resumes at
+    token 5, whose window reads block 2 only. A longer prompt sharing the 6 tokens hits 6 tokens
+    densely, 4 when only block 2 was kept."""
+
+    def scenario(policy: Policy) -> tuple[list[int], int, list[object]]:
+        m = requests(policy, KVGroup(AttentionKind.SLIDING_WINDOW, 3))
+        m.allocate_slots(prompt("a", 6), 6)
+        cached = [block for block, view in m.view().blocks.items() if view.cached is not None]
+        events = [(e.block_hashes, e.token_ids) for e in m.take_events()]  # type: ignore[union-attr]
+        return sorted(cached), m.get_computed_blocks(prompt("b", 8))[1], [len(e[0]) for e in events]
+
+    assert under_each_value("request_window_retention", scenario) == {
+        "dense": ([1, 2, 3], 6, [3]),
+        "replay_boundary": ([2], 4, [1]),
+    }
+
+
+def test_request_clear_event() -> None:
+    """Caching off, a reset: no event, or vLLM's ``AllBlocksCleared`` all the same."""
+
+    def scenario(policy: Policy) -> tuple[bool, list[object]]:
+        m = ReferenceRequestKVManager(RequestConfig(8, 2, enable_caching=False), policy)
+        m.allocate_slots(prompt("a", 3), 3)
+        m.free("a")
+        return m.reset_prefix_cache(), list(m.take_events())
+
+    assert under_each_value("request_clear_event", scenario) == {
+        "with_caching": (True, []),
+        "always": (True, [AllBlocksCleared()]),
     }
 
 

@@ -36,8 +36,6 @@ from pagedkv.specs.request_calls import RequestCall
 from pagedkv.specs.request_hashes import request_block_hashes
 from pagedkv.specs.request_types import (
     AttentionKind,
-    BlockStored,
-    KVEvent,
     KVGroup,
     MultimodalInput,
     Request,
@@ -171,14 +169,6 @@ _CONFIGS = {
 }
 
 
-def _tokens_as_tuple(event: KVEvent) -> KVEvent:
-    """The reference hands a request's token list through as a ``BlockStored``'s ``token_ids``
-    (typed a tuple) when the request's tokens are a list: compared as tuples (reported)."""
-    if isinstance(event, BlockStored):
-        return replace(event, token_ids=tuple(event.token_ids))
-    return event
-
-
 _REFUSED = object()
 """What ``_Differential.call`` answers when both managers raised the same error."""
 
@@ -211,8 +201,6 @@ class _Differential:
         for side in (self.reference, self.optimized):
             try:
                 answer = call.method(side)(*call.args)
-                if call.name == "take_events":
-                    answer = [_tokens_as_tuple(event) for event in answer]
                 outcomes.append(("ok", answer))
             except PagedKVError as error:
                 outcomes.append((type(error).__name__, str(error)))

@@ -405,6 +405,54 @@ def test_events_name_the_run_its_parent_tokens_lora_and_group() -> None:
     assert m.take_events() == []
 
 
+def test_an_event_names_exactly_the_blocks_it_stores() -> None:
+    """§4.7: window 2, block size 1. A decode step with two drafts, both accepted: at the next
+    call block 4 has left the window before it was cached, so that call stores blocks 5 and 6
+    only, and its event names them, their parent and their 2 tokens (not the 3 of the range).
+    A request whose tokens are a list still gives a tuple."""
+    m = manager(num_blocks=20, block_size=1, groups=(window(2),))
+    hashes = request_block_hashes(request("a", 7), 1)
+    admit(m, request("a", 3), 3)
+    assert m.take_events() == [BlockStored(tuple(hashes[:3]), None, (0, 1, 2), 1, None, 0)]
+    m.allocate_slots(request("a", 4, 3), 3)  # one sampled token and two drafts
+    assert m.take_events() == [BlockStored((hashes[3],), hashes[2], (3,), 1, None, 0)]
+    accepted = Request("a", list(range(7)), 3, 6)  # type: ignore[arg-type]
+    m.allocate_slots(accepted, 1)
+    assert m.get_block_ids("a")[0][:5] == [NULL_BLOCK] * 5
+    assert m.take_events() == [BlockStored(tuple(hashes[5:7]), hashes[4], (5, 6), 1, None, 0)]
+
+
+def test_sparse_retention_keeps_the_replay_and_shared_prefix_tails() -> None:
+    """§4.7 under ``request_window_retention=replay_boundary``, full attention beside a window
+    of 3, block size 2 (a window hit reads 1 block). ``a`` (10 tokens) keeps window block 3
+    only (before its replay boundary, token 9). ``b`` shares its first 6 tokens: full attention
+    alone would hit 6, the window nothing, so ``b``'s shared-prefix boundary is 6 and it keeps
+    window blocks 2 and 4, one event each. ``c``, sharing the same 6 tokens, then hits them all;
+    a decode step past the prompt stores no window block and sends no window event."""
+    policy = PAGEDKV.overridden({"request_window_retention": "replay_boundary"})
+    m = manager(num_blocks=40, block_size=2, groups=(KVGroup(), window(3)), policy=policy)
+    a = request("a", 10)
+    admit(m, a)
+    window_keys = {v.cached for v in m.view().blocks.values() if v.cached and v.cached.group == 1}
+    assert window_keys == {CachedKey(1, request_block_hashes(a, 2)[3])}
+    m.free("a")
+    m.take_events()
+    b = request("b", 12, tokens=(0, 1, 2, 3, 4, 5, 100, 101, 102, 103, 104, 105))
+    hashes = request_block_hashes(b, 2)
+    assert m.get_computed_blocks(b)[1] == 0
+    admit(m, b)
+    assert stored(m.take_events()) == [
+        BlockStored(tuple(hashes), None, b.tokens, 2, None, 0),
+        BlockStored((hashes[2],), hashes[1], (4, 5), 2, None, 1),
+        BlockStored((hashes[4],), hashes[3], (102, 103), 2, None, 1),
+    ]
+    c = request("c", 12, tokens=(0, 1, 2, 3, 4, 5, 200, 201, 202, 203, 204, 205))
+    assert m.get_computed_blocks(c)[1] == 6
+    grown = replace(b, tokens=(*b.tokens, 106, 107), num_computed_tokens=12)
+    m.allocate_slots(grown, 2)
+    assert [e.group for e in stored(m.take_events())] == [0]
+
+
 def test_keys_separate_hits() -> None:
     m = manager(num_blocks=20)
     admit(m, request("a", 12))

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
+from pagedkv.specs.policy import PROFILES
 from pagedkv.specs.request_types import (
     NULL_BLOCK,
     AllBlocksCleared,
@@ -263,13 +264,16 @@ def run(manager: ReferenceRequestKVManager, steps: list[tuple[object, ...]]) -> 
         check_invariants(s)
 
 
+@pytest.mark.parametrize("profile", ["pagedkv", "vllm-v1"])
 @pytest.mark.parametrize("name", CONFIGS)
 @given(steps=schedules(), num_blocks=st.integers(4, 14), caching=st.booleans())
 def test_the_reference_keeps_the_safety_clauses(
-    name: str, steps: list[tuple[object, ...]], num_blocks: int, caching: bool
+    name: str, profile: str, steps: list[tuple[object, ...]], num_blocks: int, caching: bool
 ) -> None:
+    """Under pagedkv's choices and vLLM's (sparse window retention, ``AllBlocksCleared``
+    without caching) alike."""
     config = RequestConfig(num_blocks, BLOCK_SIZE, CONFIGS[name], caching)
-    run(ReferenceRequestKVManager(config), steps)
+    run(ReferenceRequestKVManager(config, PROFILES[profile]), steps)
 
 
 class ShiftedHit(ReferenceRequestKVManager):
