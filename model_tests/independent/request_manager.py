@@ -1,0 +1,448 @@
+"""An independent request-level manager, written from the request level's semantics sheet
+(``specs/request_level.md``) and, where the sheet is silent, vLLM v1's ``KVCacheManager``.
+
+Deliberately plain: a Python list is the free queue (front = index 0), a list of ints the ref
+counts, a dict of lists the cache map (key -> blocks, oldest first), and a dict per request of
+its tables. The operations are written out step by step in the sheet's order, each step a small
+method, so that ``request_broken`` can get one step wrong at a time. It shares no code with
+``reference/`` or ``optimized/``: agreement with them is evidence that both are right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pagedkv.specs.errors import (
+    ConfigurationError,
+    InvalidArgumentError,
+    RequestStateError,
+    UnknownRequestError,
+)
+from pagedkv.specs.request_hashes import request_block_hashes
+from pagedkv.specs.request_types import (
+    NULL_BLOCK,
+    AllBlocksCleared,
+    AttentionKind,
+    BlockRemoved,
+    BlockStored,
+    GroupBlocks,
+    KVEvent,
+    KVGroup,
+    Request,
+    RequestConfig,
+    RequestId,
+)
+from pagedkv.specs.request_view import (
+    CachedKey,
+    RequestBlockView,
+    RequestManagerView,
+    RequestTableView,
+)
+from pagedkv.specs.types import BlockHash, BlockId
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _count(name: str, value: object) -> int:
+    if not _is_count(value):
+        raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
+    assert isinstance(value, int)
+    return value
+
+
+def _check_config(config: RequestConfig) -> None:
+    if not isinstance(config, RequestConfig):
+        raise ConfigurationError(f"expected a RequestConfig, got {config!r}")
+    for name, least in (("num_blocks", 1), ("block_size", 1)):
+        value = getattr(config, name)
+        if not _is_count(value) or value < least:
+            raise ConfigurationError(f"{name} must be an int >= {least}, got {value!r}")
+    if not isinstance(config.groups, tuple) or not config.groups:
+        raise ConfigurationError(f"groups must be a non-empty tuple, got {config.groups!r}")
+    for group in config.groups:
+        if not isinstance(group, KVGroup):
+            raise ConfigurationError(f"expected a KVGroup, got {group!r}")
+        window = group.sliding_window
+        if group.kind is AttentionKind.SLIDING_WINDOW:
+            if not _is_count(window) or window is None or window < 1:
+                raise ConfigurationError(f"a sliding window must be an int >= 1, got {window!r}")
+        elif window is not None:
+            raise ConfigurationError(f"a full-attention group has no window, got {window!r}")
+    cap = config.max_model_len
+    if cap is not None and (not _is_count(cap) or cap < 1):
+        raise ConfigurationError(f"max_model_len must be None or an int >= 1, got {cap!r}")
+
+
+class IndependentRequestManager:
+    """A ``RequestKVManager`` (``specs/interface.py``) over plain lists and dicts."""
+
+    def __init__(self, config: RequestConfig) -> None:
+        _check_config(config)
+        self._config = config
+        self.B = config.block_size
+        self.caching = config.enable_caching
+        self.ref = [0] * config.num_blocks
+        self.key_of: dict[BlockId, CachedKey] = {}
+        self.cache: dict[CachedKey, list[BlockId]] = {}
+        self.free_queue: list[BlockId] = list(range(1, config.num_blocks))
+        self.tables: dict[RequestId, list[list[BlockId]]] = {}
+        self.num_cached: dict[RequestId, list[int]] = {}
+        self.events: list[KVEvent] = []
+
+    @property
+    def config(self) -> RequestConfig:
+        return self._config
+
+    # --- small facts ----------------------------------------------------------------------------
+
+    def window(self, g: int) -> int | None:
+        group = self._config.groups[g]
+        return group.sliding_window if group.kind is AttentionKind.SLIDING_WINDOW else None
+
+    def skipped_tokens(self, g: int, computed: int) -> int:
+        """Tokens before the window of the next token: ``max(0, computed - W + 1)`` (0 for full
+        attention)."""
+        window = self.window(g)
+        return 0 if window is None else max(0, computed - window + 1)
+
+    def contiguous_needed(self, g: int) -> int:
+        """How many cached blocks before a hit's end a window group needs: ``cdiv(W - 1, B)``."""
+        window = self.window(g)
+        assert window is not None
+        return cdiv(window - 1, self.B)
+
+    def hashes(self, request: Request) -> list[BlockHash]:
+        return request_block_hashes(request, self.B)
+
+    def lookup(self, key: CachedKey) -> BlockId | None:
+        """The earliest-inserted block still cached under ``key``."""
+        blocks = self.cache.get(key)
+        return blocks[0] if blocks else None
+
+    # --- validation -----------------------------------------------------------------------------
+
+    def check_request(self, request: object) -> Request:
+        if not isinstance(request, Request):
+            raise InvalidArgumentError(f"expected a Request, got {request!r}")
+        if not isinstance(request.request_id, str):
+            raise InvalidArgumentError(f"request ids are strings, got {request.request_id!r}")
+        if not isinstance(request.tokens, tuple) or not all(_is_count(t) for t in request.tokens):
+            raise InvalidArgumentError(f"tokens must be a tuple of ints >= 0: {request.tokens!r}")
+        _count("num_computed_tokens", request.num_computed_tokens)
+        _count("num_prompt_tokens", request.num_prompt_tokens)
+        return request
+
+    def check_request_id(self, request_id: object) -> RequestId:
+        if not isinstance(request_id, str):
+            raise InvalidArgumentError(f"request ids are strings, got {request_id!r}")
+        return request_id
+
+    def check_hit(
+        self, request: Request, num_tokens: int, blocks: object, known: bool
+    ) -> list[list[BlockId]]:
+        """The offered hit, one list per group: empty, or blocks cached under this request's keys
+        at their indices, offered to a request that holds none yet."""
+        groups = len(self._config.groups)
+        if blocks is None:
+            blocks = [[] for _ in range(groups)]
+        if not isinstance(blocks, Sequence) or len(blocks) != groups:
+            raise InvalidArgumentError(f"new_computed_blocks needs {groups} lists: {blocks!r}")
+        hit = [list(each) if isinstance(each, Sequence) else each for each in blocks]
+        if num_tokens == 0 and not any(hit):
+            return [[] for _ in range(groups)]
+        if known:
+            raise RequestStateError(f"request {request.request_id!r} holds blocks: no hit now")
+        if num_tokens % self.B:
+            raise InvalidArgumentError(f"a hit is whole blocks of {self.B}, got {num_tokens}")
+        k = num_tokens // self.B
+        hashes = self.hashes(request)
+        if k > len(hashes):
+            raise RequestStateError(f"a hit of {k} blocks is longer than the request's tokens")
+        for g, each in enumerate(hit):
+            if not isinstance(each, list) or len(each) != k:
+                raise InvalidArgumentError(f"group {g} needs a list of {k} blocks, got {each!r}")
+            window = self.window(g)
+            may_be_null = 0 if window is None else k - self.contiguous_needed(g)
+            for i, block in enumerate(each):
+                if not _is_count(block) or block >= self._config.num_blocks:
+                    raise InvalidArgumentError(f"no block {block!r} in this pool")
+                if block == NULL_BLOCK and i < may_be_null:
+                    continue
+                if self.key_of.get(block) != CachedKey(g, hashes[i]):
+                    raise RequestStateError(
+                        f"block {block} is not cached as block {i} of group {g}"
+                    )
+        return hit
+
+    # --- the free queue -------------------------------------------------------------------------
+
+    def take(self, n: int) -> list[BlockId]:
+        """``n`` blocks from the front of the free queue; a cached one is evicted on the way."""
+        taken = self.free_queue[:n]
+        del self.free_queue[:n]
+        for block in taken:
+            self.evict(block)
+            self.ref[block] = 1
+        return taken
+
+    def evict(self, block: BlockId) -> None:
+        key = self.key_of.pop(block, None)
+        if key is None:
+            return
+        self.cache[key].remove(block)
+        if not self.cache[key]:
+            del self.cache[key]
+        self.events.append(BlockRemoved((key.block_hash,), key.group))
+
+    def touch(self, block: BlockId) -> None:
+        if self.ref[block] == 0:
+            self.free_queue.remove(block)
+        self.ref[block] += 1
+
+    def give_back(self, blocks: Sequence[BlockId]) -> None:
+        """vLLM's ``free_blocks(ordered)``: blocks reaching 0 go to the front if uncached (the
+        first given ends up first), to the back if cached (in the given order)."""
+        front: list[BlockId] = []
+        back: list[BlockId] = []
+        for block in blocks:
+            if block == NULL_BLOCK:
+                continue
+            self.ref[block] -= 1
+            if self.ref[block] == 0:
+                (back if self.caching and block in self.key_of else front).append(block)
+        self.free_queue[:0] = front
+        self.free_queue.extend(back)
+
+    # --- the hit --------------------------------------------------------------------------------
+
+    def hit_cap(self, request: Request) -> int:
+        """The longest hit: all tokens but the last, whose logits must be computed."""
+        return request.num_tokens - 1
+
+    def serves(self, g: int, k: int, hashes: Sequence[BlockHash]) -> bool:
+        """Whether group ``g`` can serve a hit of ``k`` blocks."""
+        first = 0 if self.window(g) is None else max(0, k - self.contiguous_needed(g))
+        return all(self.lookup(CachedKey(g, hashes[i])) is not None for i in range(first, k))
+
+    def longest_hit(self, most: int, hashes: Sequence[BlockHash]) -> int:
+        """The most blocks, at most ``most``, that every group can serve."""
+        groups = range(len(self._config.groups))
+        k = most
+        while k > 0 and not all(self.serves(g, k, hashes) for g in groups):
+            k -= 1
+        return k
+
+    def group_hit(self, g: int, k: int, hashes: Sequence[BlockHash]) -> list[BlockId]:
+        first = 0 if self.window(g) is None else max(0, k - self.contiguous_needed(g))
+        blocks = []
+        for i in range(k):
+            found = self.lookup(CachedKey(g, hashes[i])) if i >= first else None
+            blocks.append(NULL_BLOCK if found is None else found)
+        return blocks
+
+    def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
+        self.check_request(request)
+        groups = len(self._config.groups)
+        if not self.caching:
+            return [[] for _ in range(groups)], 0
+        hashes = self.hashes(request)
+        most = max(0, self.hit_cap(request)) // self.B
+        k = self.longest_hit(min(most, len(hashes)), hashes)
+        return [self.group_hit(g, k, hashes) for g in range(groups)], k * self.B
+
+    # --- allocation -----------------------------------------------------------------------------
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: GroupBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+    ) -> GroupBlocks | None:
+        self.check_request(request)
+        new = _count("num_new_tokens", num_new_tokens)
+        hit_tokens = _count("num_new_computed_tokens", num_new_computed_tokens)
+        lookahead = _count("num_lookahead_tokens", num_lookahead_tokens)
+        if new == 0 and hit_tokens == 0:
+            raise InvalidArgumentError("num_new_tokens must be > 0 unless a hit is adopted")
+        if request.num_computed_tokens > request.num_tokens:
+            raise RequestStateError(
+                f"request {request.request_id!r} has {request.num_computed_tokens} computed"
+                f" tokens of {request.num_tokens}"
+            )
+        rid = request.request_id
+        known = rid in self.tables
+        hit = self.check_hit(request, hit_tokens, new_computed_blocks, known)
+
+        cap = self._config.max_model_len
+        total = request.num_computed_tokens + hit_tokens
+        need = total + new + lookahead
+        if cap is not None:
+            total, need = min(total, cap), min(need, cap)
+        if known:
+            self.release_window(rid, total)
+        if self.blocks_to_allocate(rid, hit, total, need) > len(self.free_queue):
+            return None
+        if not known:
+            self.adopt(rid, hit, total)
+        answer = self.allocate_new(rid, need)
+        if self.caching:
+            self.cache_blocks(request, self.tokens_to_cache(request, total, new, lookahead))
+        return answer
+
+    def release_window(self, rid: RequestId, total: int) -> None:
+        """Blocks wholly before each window group's window go back, walking down from the
+        highest and stopping at the first already null."""
+        for g, table in enumerate(self.tables[rid]):
+            if self.window(g) is None:
+                continue
+            end = min(self.skipped_tokens(g, total) // self.B, len(table))
+            freed = []
+            for i in range(end - 1, -1, -1):
+                if table[i] == NULL_BLOCK:
+                    break
+                freed.append(table[i])
+                table[i] = NULL_BLOCK
+            self.give_back(freed)
+
+    def blocks_to_allocate(
+        self, rid: RequestId, hit: list[list[BlockId]], total: int, need: int
+    ) -> int:
+        wanted = cdiv(need, self.B)
+        if rid in self.tables:
+            return sum(max(wanted - len(table), 0) for table in self.tables[rid])
+        count = 0
+        for g, blocks in enumerate(hit):
+            skipped = self.skipped_tokens(g, total) // self.B
+            count += max(wanted - max(skipped, len(blocks)), 0)
+            count += sum(1 for b in blocks[skipped:] if b != NULL_BLOCK and self.ref[b] == 0)
+        return count
+
+    def adopt(self, rid: RequestId, hit: list[list[BlockId]], total: int) -> None:
+        """A new request's tables start as its hit (null where its windows skip), every block
+        of it touched."""
+        tables = []
+        for g, blocks in enumerate(hit):
+            skipped = self.skipped_tokens(g, total) // self.B
+            table = [NULL_BLOCK if i < skipped else b for i, b in enumerate(blocks)]
+            table += [NULL_BLOCK] * (skipped - len(table))
+            for block in table:
+                if block != NULL_BLOCK:
+                    self.touch(block)
+            tables.append(table)
+        self.tables[rid] = tables
+        self.num_cached[rid] = [len(blocks) for blocks in hit]
+
+    def allocate_new(self, rid: RequestId, need: int) -> GroupBlocks:
+        answer = []
+        for table in self.tables[rid]:
+            new_blocks = self.take(max(cdiv(need, self.B) - len(table), 0))
+            table.extend(new_blocks)
+            answer.append(new_blocks)
+        return answer
+
+    def tokens_to_cache(self, request: Request, total: int, new: int, lookahead: int) -> int:
+        """Committed tokens only: drafts and lookahead slots are not in ``request.tokens``."""
+        del lookahead
+        return min(total + new, request.num_tokens)
+
+    def cache_blocks(self, request: Request, n: int) -> None:
+        hashes = self.hashes(request)
+        full = min(n // self.B, len(hashes))
+        rid = request.request_id
+        for g, table in enumerate(self.tables[rid]):
+            start = self.num_cached[rid][g]
+            if start >= full:
+                continue
+            stored = []
+            for i in range(start, full):
+                if table[i] != NULL_BLOCK:
+                    self.store(table[i], CachedKey(g, hashes[i]))
+                    stored.append(hashes[i])
+            self.num_cached[rid][g] = full
+            self.events.append(self.stored_event(request, g, start, full, stored, hashes))
+
+    def store(self, block: BlockId, key: CachedKey) -> None:
+        self.key_of[block] = key
+        self.cache.setdefault(key, []).append(block)
+
+    def stored_event(
+        self,
+        request: Request,
+        g: int,
+        start: int,
+        end: int,
+        stored: list[BlockHash],
+        hashes: Sequence[BlockHash],
+    ) -> BlockStored:
+        """As vLLM's ``cache_full_blocks``: the run's stored hashes, the hash before the run,
+        the run's tokens."""
+        return BlockStored(
+            block_hashes=tuple(stored),
+            parent_hash=hashes[start - 1] if start else None,
+            token_ids=request.tokens[start * self.B : end * self.B],
+            block_size=self.B,
+            lora_id=request.extra_key.lora_id,
+            group=g,
+        )
+
+    # --- the rest -------------------------------------------------------------------------------
+
+    def free(self, request_id: RequestId) -> None:
+        rid = self.check_request_id(request_id)
+        tables = self.tables.pop(rid, None)
+        self.num_cached.pop(rid, None)
+        for table in tables or []:
+            self.give_back(self.free_order(table))
+
+    def free_order(self, table: list[BlockId]) -> list[BlockId]:
+        """Tail first (so a cached chain's tail is evicted before its head), leading nulls
+        dropped."""
+        held = list(table)
+        while held and held[0] == NULL_BLOCK:
+            held.pop(0)
+        return held[::-1]
+
+    def get_block_ids(self, request_id: RequestId) -> GroupBlocks:
+        rid = self.check_request_id(request_id)
+        if rid not in self.tables:
+            raise UnknownRequestError(f"request {rid!r} holds no blocks")
+        return [list(table) for table in self.tables[rid]]
+
+    def num_free_blocks(self) -> int:
+        return len(self.free_queue)
+
+    def usage(self) -> float:
+        usable = self._config.num_blocks - 1
+        return 0.0 if usable == 0 else 1.0 - self.num_free_blocks() / usable
+
+    def reset_prefix_cache(self) -> bool:
+        if any(self.ref):
+            return False
+        self.cache.clear()
+        self.key_of.clear()
+        if self.caching:
+            self.events.append(AllBlocksCleared())
+        return True
+
+    def take_events(self) -> list[KVEvent]:
+        events, self.events = self.events, []
+        return events
+
+    def view(self) -> RequestManagerView:
+        blocks = {
+            b: RequestBlockView(self.ref[b], self.key_of.get(b))
+            for b in range(1, self._config.num_blocks)
+        }
+        requests = {
+            rid: RequestTableView(tuple(tuple(t) for t in tables), tuple(self.num_cached[rid]))
+            for rid, tables in self.tables.items()
+        }
+        return RequestManagerView(self._config, blocks, tuple(self.free_queue), requests)
