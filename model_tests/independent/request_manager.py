@@ -281,7 +281,7 @@ class IndependentRequestManager:
         known = rid in self.tables
         hit = self.check_hit(request, hit_tokens, new_computed_blocks, known)
 
-        cap = self._config.max_model_len
+        cap = self.token_cap()
         total = request.num_computed_tokens + hit_tokens
         need = total + new + lookahead
         if cap is not None:
@@ -293,9 +293,16 @@ class IndependentRequestManager:
         if not known:
             self.adopt(rid, hit, total)
         answer = self.allocate_new(rid, need)
-        if self.caching:
+        if self.caches():
             self.cache_blocks(request, self.tokens_to_cache(request, total, new, lookahead))
         return answer
+
+    def token_cap(self) -> int | None:
+        """No request needs a slot past ``max_model_len`` tokens."""
+        return self._config.max_model_len
+
+    def caches(self) -> bool:
+        return self.caching
 
     def release_window(self, rid: RequestId, total: int) -> None:
         """Blocks wholly before each window group's window go back, walking down from the
@@ -303,14 +310,22 @@ class IndependentRequestManager:
         for g, table in enumerate(self.tables[rid]):
             if self.window(g) is None:
                 continue
-            end = min(self.skipped_tokens(g, total) // self.B, len(table))
+            end = min(self.window_release_end(g, total), len(table))
             freed = []
             for i in range(end - 1, -1, -1):
                 if table[i] == NULL_BLOCK:
                     break
                 freed.append(table[i])
                 table[i] = NULL_BLOCK
-            self.give_back(freed)
+            self.give_back(self.released_order(freed))
+
+    def released_order(self, freed: list[BlockId]) -> list[BlockId]:
+        """The walk's order, highest index first."""
+        return freed
+
+    def window_release_end(self, g: int, total: int) -> int:
+        """Blocks ``[0, end)`` lie wholly before the window of the next token."""
+        return self.skipped_tokens(g, total) // self.B
 
     def blocks_to_allocate(
         self, rid: RequestId, hit: list[list[BlockId]], total: int, need: int
@@ -353,8 +368,14 @@ class IndependentRequestManager:
         del lookahead
         return min(total + new, request.num_tokens)
 
+    def cacheable_hashes(self, request: Request, n: int) -> list[BlockHash]:
+        """The hashes of the blocks that ``n`` tokens fill: only blocks of committed tokens have
+        one."""
+        del n
+        return self.hashes(request)
+
     def cache_blocks(self, request: Request, n: int) -> None:
-        hashes = self.hashes(request)
+        hashes = self.cacheable_hashes(request, n)
         full = min(n // self.B, len(hashes))
         rid = request.request_id
         for g, table in enumerate(self.tables[rid]):
@@ -362,7 +383,7 @@ class IndependentRequestManager:
             if start >= full:
                 continue
             stored = []
-            for i in range(start, full):
+            for i in range(start, min(full, len(table))):  # shorter past max_model_len, as vLLM
                 if table[i] != NULL_BLOCK:
                     self.store(table[i], CachedKey(g, hashes[i]))
                     stored.append(hashes[i])
