@@ -22,6 +22,11 @@ Kinds (JSON in brackets, see ``specs/oracle.md`` §3):
 | ``pairs`` | ``(source, destination)`` block pairs | list of ``[s, d]`` |
 | ``float`` | a time or a rate | number, or ``{"float": "nan"}`` ... |
 | ``bool``, ``status``, ``device``, ``extra_key``, ``prefix``, ``none`` | as named | see oracle.md |
+| ``request`` | a request as the scheduler passes it (``specs/request_types.py``) | object |
+| ``request_id`` | a request id | string |
+| ``group_blocks`` | block ids per KV cache group | list of lists of integers |
+| ``hit`` | ``get_computed_blocks``' answer: blocks per group and the hit in tokens | object |
+| ``events`` | KV events (hashes in hex) | list of objects |
 
 A kind ending in ``?`` also admits ``None``.
 """
@@ -33,8 +38,8 @@ from typing import Literal
 
 from pagedkv.specs.types import Device
 
-Level = Literal["manager", "pool"]
-LEVELS: tuple[Level, ...] = ("manager", "pool")
+Level = Literal["manager", "pool", "request"]
+LEVELS: tuple[Level, ...] = ("manager", "pool", "request")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +153,29 @@ POOL_OPERATIONS: tuple[Operation, ...] = (
     _op("reset_prefix_cache", "bool"),
 )
 
+REQUEST_OPERATIONS: tuple[Operation, ...] = (
+    _op("get_computed_blocks", "hit", "request:request"),
+    _op(
+        "allocate_slots",
+        "group_blocks?",
+        "request:request",
+        "num_new_tokens:count",
+        "num_new_computed_tokens:count=0",
+        "new_computed_blocks:group_blocks?=None",
+        "num_lookahead_tokens:count=0",
+    ),
+    _op("free", "none", "request_id:request_id"),
+    _op("get_block_ids", "group_blocks", "request_id:request_id"),
+    _op("num_free_blocks", "int"),
+    _op("usage", "float"),
+    _op("reset_prefix_cache", "bool"),
+    _op("take_events", "events"),
+)
+
 OPERATIONS: dict[Level, dict[str, Operation]] = {
     "manager": {op.name: op for op in MANAGER_OPERATIONS},
     "pool": {op.name: op for op in POOL_OPERATIONS},
+    "request": {op.name: op for op in REQUEST_OPERATIONS},
 }
 
 ALLOCATING_POOL_OPERATIONS: frozenset[str] = frozenset(
@@ -178,6 +203,12 @@ ERRORS: dict[Level, tuple[str, ...]] = {
         "UnallocatedBlockError",
         "TooManyTokensError",
     ),
+    "request": (
+        "ConfigurationError",
+        "InvalidArgumentError",
+        "UnknownRequestError",
+        "RequestStateError",
+    ),
 }
 """The error classes (``pagedkv.specs.errors``) each level raises; ``ConfigurationError`` on
 creation."""
@@ -189,7 +220,9 @@ def level_of(text: object) -> Level:
         return "manager"
     if text == "pool":
         return "pool"
-    raise ValueError(f"unknown level {text!r} (expected 'manager' or 'pool')")
+    if text == "request":
+        return "request"
+    raise ValueError(f"unknown level {text!r} (expected 'manager', 'pool' or 'request')")
 
 
 RESULTS: dict[str, str] = {
@@ -200,6 +233,10 @@ RESULTS: dict[str, str] = {
     "float": "`float`",
     "block": "a block id",
     "blocks": "block ids",
+    "group_blocks": "block ids per group",
+    "group_blocks?": "block ids per group (the new ones), or `None`",
+    "hit": "`(block ids per group, num_tokens)`",
+    "events": "`[KVEvent]`",
 }
 
 

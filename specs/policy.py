@@ -40,6 +40,8 @@ Groups = Literal["many_sequences", "one_sequence"]
 Lookup = Literal["every_block", "stop_at_first_miss"]
 Admission = Literal["watermark", "free_blocks"]
 CachedTokens = Literal["computed_marks", "hits_at_allocate"]
+RequestHitCap = Literal["n_minus_1", "n"]
+RequestFreeOrder = Literal["tail_first", "head_first"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,9 @@ class Policy:
     lookahead: bool = True
     encoder: bool = True
     atomic: bool = True
+    request_hit_cap: RequestHitCap = "n_minus_1"
+    request_release_before_fit: bool = True
+    request_free_order: RequestFreeOrder = "tail_first"
     unsupported: frozenset[str] = frozenset()
     """Operations the engine does not offer: the reference raises ``UnsupportedError`` for them."""
 
@@ -551,6 +556,40 @@ OPTIONS: dict[str, Option] = {
                 "reference/block_manager.py: append_slots",
                 "reference/swap.py: check_room",
             ),
+        ),
+        Option(
+            "request_hit_cap",
+            _values(RequestHitCap),
+            "how long a request-level hit may be (`get_computed_blocks`)",
+            {
+                "n_minus_1": "pagedkv, vLLM v1: at most `num_tokens - 1` tokens, so the last"
+                " token is always computed for its logits and a fully cached prompt recomputes"
+                " its last block",
+                "n": "every full block of the request may hit",
+            },
+            rule=("reference/request_hits.py: hit_cap",),
+        ),
+        Option(
+            "request_release_before_fit",
+            ("true", "false"),
+            "whether `allocate_slots` keeps a sliding window's release when it answers None",
+            {
+                "true": "pagedkv, vLLM v1: blocks that left the window are given back first and"
+                " stay given back even when the new blocks do not fit",
+                "false": "a None changes nothing; the release happens only with an allocation",
+            },
+            rule=("reference/request_manager.py: allocate_slots",),
+        ),
+        Option(
+            "request_free_order",
+            _values(RequestFreeOrder),
+            "the order `free` gives a request's blocks back in, per group",
+            {
+                "tail_first": "pagedkv, vLLM v1: the table reversed, so a chain's tail is"
+                " evicted before its head and an uncached tail is reused first",
+                "head_first": "the table in order",
+            },
+            rule=("reference/request_manager.py: free",),
         ),
         Option(
             "unsupported",

@@ -18,6 +18,16 @@ Kinds and their JSON:
   / ``"never"``. ``none``: ``null``.
 - ``extra_key``: ``{"lora_id": int | null, "cache_salt": str | null}``.
 - ``prefix``: ``{"hash": "<hex>", "num_tokens": n, "extra_key": {...}}``.
+- The request level (``specs/request_types.py``): ``request_id``: a string. ``request``:
+  ``{"id": "r1", "tokens": [...], "num_prompt_tokens": n, "num_computed_tokens": n, "extra_key":
+  {...}, "multimodal": [{"offset": n, "length": n, "identifier": "..."}]}`` (its fields as given:
+  a request the spec refuses still travels, for the target to refuse). ``group_blocks``: a list
+  (one per group) of lists of block ids; ``group_blocks?``: also ``null``. ``hit``:
+  ``{"blocks": <group_blocks>, "num_tokens": n}``. ``events``: a list of ``{"type": "stored",
+  "block_hashes": ["<hex>", ...], "parent_hash": "<hex>" | null, "token_ids": [...],
+  "block_size": n, "lora_id": n | null, "group": g}``, ``{"type": "removed", "block_hashes":
+  [...], "group": g}`` and ``{"type": "cleared"}``. A request configuration's ``groups`` are
+  ``[{"kind": "full" | "sliding_window", "sliding_window": n | null}, ...]``.
 
 A live Python value has a kind's form only when it *is* that value, not when it merely compares
 like one: ``type(x) is int`` (not a ``bool``, a float, ``numpy.int64``, ``unittest.mock.ANY`` or a
@@ -45,6 +55,17 @@ from pagedkv.specs import operations
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.operations import Operation
+from pagedkv.specs.request_types import (
+    AllBlocksCleared,
+    AttentionKind,
+    BlockRemoved,
+    BlockStored,
+    KVEvent,
+    KVGroup,
+    MultimodalInput,
+    Request,
+    RequestConfig,
+)
 from pagedkv.specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, PoolConfig
 
 JSON = Any
@@ -84,15 +105,22 @@ def op_spec(level: Level, op: object) -> Operation:
 # --- kinds: the exact value of a live one ---------------------------------------------------------
 
 _JSON_KIND = {"count": "int", "seq": "int", "group": "int", "block": "int"}
-_JSON_KIND |= {"seqs": "ids", "blocks": "ids"}
-"""Kinds of the operation table that share a JSON form: ids and counts are integers."""
+_JSON_KIND |= {"seqs": "ids", "blocks": "ids", "group_blocks": "chains", "request_id": "str"}
+"""Kinds of the operation table that share a JSON form: ids and counts are integers, a request's
+blocks per group are lists of ids as chains are."""
 
 _KINDS = frozenset(
     {"int", "bool", "float", "tokens", "ids", "chains", "pairs", "device", "status", "none"}
-    | {"extra_key", "prefix"}
+    | {"extra_key", "prefix", "str", "request", "hit", "events"}
 )
 
-_EXACT_TYPES: dict[str, type] = {"int": int, "bool": bool, "device": Device, "status": AllocStatus}
+_EXACT_TYPES: dict[str, type] = {
+    "int": int,
+    "bool": bool,
+    "str": str,
+    "device": Device,
+    "status": AllocStatus,
+}
 
 
 def _base(kind: str) -> str:
@@ -180,7 +208,55 @@ def exact_value(kind: str, value: object, at: str = "") -> Any:
         exact_value("int", value.num_tokens, f"{at}.num_tokens")
         _exact_key(value.extra_key, f"{at}.extra_key")
         return value
+    if base == "request":
+        if type(value) is not Request:
+            raise _not(value, at, "Request")
+        return value
+    if base == "hit":
+        both = _items(value, at)
+        if len(both) != 2:
+            raise NotExact(
+                f"{len(both)} items{f' at {at}' if at else ''}, not (blocks, num_tokens)"
+            )
+        return (exact_value("chains", both[0], f"{at}[0]"), exact_value("int", both[1], f"{at}[1]"))
+    if base == "events":
+        return [_exact_event(e, f"{at}[{i}]") for i, e in enumerate(_items(value, at))]
     raise CodecError(f"unknown kind {kind!r}")
+
+
+def _exact_hashes(value: object, at: str) -> tuple[bytes, ...]:
+    hashes = _items(value, at)
+    for i, digest in enumerate(hashes):
+        if type(digest) is not bytes:
+            raise _not(digest, f"{at}[{i}]", "bytes")
+    return tuple(hashes)
+
+
+def _exact_event(value: object, at: str) -> KVEvent:
+    """A KV event as its exact value: one of the three classes, its fields of their types."""
+    if type(value) is AllBlocksCleared:
+        return AllBlocksCleared()
+    if type(value) is BlockRemoved:
+        return BlockRemoved(
+            _exact_hashes(value.block_hashes, f"{at}.block_hashes"),
+            exact_value("int", value.group, f"{at}.group"),
+        )
+    if type(value) is not BlockStored:
+        raise _not(value, at, "BlockStored, BlockRemoved or AllBlocksCleared")
+    parent = value.parent_hash
+    if parent is not None and type(parent) is not bytes:
+        raise _not(parent, f"{at}.parent_hash", "bytes or None")
+    lora = value.lora_id
+    if lora is not None:
+        exact_value("int", lora, f"{at}.lora_id")
+    return BlockStored(
+        _exact_hashes(value.block_hashes, f"{at}.block_hashes"),
+        parent,
+        tuple(exact_value("tokens", value.token_ids, f"{at}.token_ids")),
+        exact_value("int", value.block_size, f"{at}.block_size"),
+        lora,
+        exact_value("int", value.group, f"{at}.group"),
+    )
 
 
 def fits(kind: str, value: object) -> bool:
@@ -205,6 +281,54 @@ def _float_json(value: float | int) -> JSON:
 
 def _key_json(key: ExtraKey) -> JSON:
     return {"lora_id": key.lora_id, "cache_salt": key.cache_salt}
+
+
+def _request_json(request: Request) -> JSON:
+    """A request's fields as given (a request the spec refuses travels too: the target refuses
+    it); its multimodal inputs as objects where they are ``MultimodalInput``."""
+    where = "request"
+    multimodal = request.multimodal
+    inputs = (
+        [
+            {"offset": plain_json(m.offset, where), "length": plain_json(m.length, where)}
+            | {"identifier": plain_json(m.identifier, where)}
+            if type(m) is MultimodalInput
+            else plain_json(m, where)
+            for m in multimodal
+        ]
+        if isinstance(multimodal, list | tuple)
+        else plain_json(multimodal, where)
+    )
+    key = request.extra_key
+    return {
+        "id": plain_json(request.request_id, where),
+        "tokens": plain_json(request.tokens, where),
+        "num_prompt_tokens": plain_json(request.num_prompt_tokens, where),
+        "num_computed_tokens": plain_json(request.num_computed_tokens, where),
+        "extra_key": _key_json(key) if type(key) is ExtraKey else plain_json(key, where),
+        "multimodal": inputs,
+    }
+
+
+def _hex(digest: bytes | None) -> JSON:
+    return None if digest is None else digest.hex()
+
+
+def _event_json(event: KVEvent) -> JSON:
+    if isinstance(event, AllBlocksCleared):
+        return {"type": "cleared"}
+    if isinstance(event, BlockRemoved):
+        hashes = [_hex(h) for h in event.block_hashes]
+        return {"type": "removed", "block_hashes": hashes, "group": event.group}
+    return {
+        "type": "stored",
+        "block_hashes": [_hex(h) for h in event.block_hashes],
+        "parent_hash": _hex(event.parent_hash),
+        "token_ids": list(event.token_ids),
+        "block_size": event.block_size,
+        "lora_id": event.lora_id,
+        "group": event.group,
+    }
 
 
 def plain_json(value: object, where: str) -> JSON:
@@ -237,6 +361,14 @@ def _json_of(kind: str, value: Any) -> JSON:
         return value.value
     if base == "extra_key":
         return _key_json(value)
+    if base == "str":
+        return value
+    if base == "request":
+        return _request_json(value)
+    if base == "hit":
+        return {"blocks": [list(v) for v in value[0]], "num_tokens": value[1]}
+    if base == "events":
+        return [_event_json(event) for event in value]
     return {
         "hash": value.hash.hex(),
         "num_tokens": value.num_tokens,
@@ -343,6 +475,21 @@ def decode_value(kind: str, value: JSON, where: str = "value", *, allow_raw: boo
         return None
     if base == "extra_key":
         return _decode_key(value, where)
+    if base == "str":
+        if not isinstance(value, str):
+            raise _fail(where, "a string", value)
+        return value
+    if base == "request":
+        return _decode_request(value, where)
+    if base == "hit":
+        if not isinstance(value, dict) or set(value) != {"blocks", "num_tokens"}:
+            raise _fail(where, 'a hit {"blocks": [[...], ...], "num_tokens": n}', value)
+        blocks = decode_value("chains", value["blocks"], f"{where}.blocks")
+        return (blocks, _int(value["num_tokens"], f"{where}.num_tokens"))
+    if base == "events":
+        if not isinstance(value, list):
+            raise _fail(where, "a list of events", value)
+        return [_decode_event(e, f"{where}[{i}]") for i, e in enumerate(value)]
     if base == "prefix":
         if not isinstance(value, dict) or set(value) != {"hash", "num_tokens", "extra_key"}:
             raise _fail(where, 'a prefix {"hash", "num_tokens", "extra_key"}', value)
@@ -356,6 +503,79 @@ def decode_value(kind: str, value: JSON, where: str = "value", *, allow_raw: boo
             _decode_key(value["extra_key"], f"{where}.extra_key"),
         )
     raise CodecError(f"unknown kind {kind!r}")
+
+
+REQUEST_FIELDS = ("id", "tokens", "num_prompt_tokens", "num_computed_tokens", "extra_key")
+
+
+def _decode_request(value: JSON, where: str) -> Request:
+    """A request as written: its fields as they come (validation is the target's), the tokens as
+    a tuple when they are a list, the extra key and multimodal inputs as objects when shaped so."""
+    if not isinstance(value, dict) or set(value) - {*REQUEST_FIELDS, "multimodal"}:
+        raise _fail(where, f"a request {{{', '.join(REQUEST_FIELDS)}, multimodal}}", value)
+    missing = [name for name in REQUEST_FIELDS if name not in value]
+    if missing:
+        raise CodecError(f"{where}: the request lacks {', '.join(missing)}")
+    tokens = value["tokens"]
+    key = value["extra_key"]
+    if isinstance(key, dict) and set(key) <= {"lora_id", "cache_salt"}:
+        key = _decode_key(key, f"{where}.extra_key")
+    multimodal = value.get("multimodal", [])
+    if isinstance(multimodal, list):
+        multimodal = tuple(
+            MultimodalInput(m["offset"], m["length"], m["identifier"])
+            if isinstance(m, dict) and set(m) == {"offset", "length", "identifier"}
+            else m
+            for m in multimodal
+        )
+    return Request(
+        request_id=value["id"],
+        tokens=tuple(tokens) if isinstance(tokens, list) else tokens,
+        num_prompt_tokens=value["num_prompt_tokens"],
+        num_computed_tokens=value["num_computed_tokens"],
+        extra_key=key,
+        multimodal=multimodal,
+    )
+
+
+def _digest(value: JSON, where: str) -> bytes:
+    try:
+        return bytes.fromhex(value)
+    except (TypeError, ValueError):
+        raise _fail(where, "a hex string", value) from None
+
+
+def _decode_event(value: JSON, where: str) -> KVEvent:
+    shapes = {
+        "stored": {"block_hashes", "parent_hash", "token_ids", "block_size", "lora_id", "group"},
+        "removed": {"block_hashes", "group"},
+        "cleared": set(),
+    }
+    kind = value.get("type") if isinstance(value, dict) else None
+    kind = kind if isinstance(kind, str) else None
+    if not isinstance(value, dict) or kind not in shapes or set(value) != {"type", *shapes[kind]}:
+        raise _fail(where, 'an event {"type": "stored" | "removed" | "cleared", ...}', value)
+    if kind == "cleared":
+        return AllBlocksCleared()
+    hashes = value["block_hashes"]
+    if not isinstance(hashes, list):
+        raise _fail(f"{where}.block_hashes", "a list of hex strings", hashes)
+    digests = tuple(_digest(h, f"{where}.block_hashes[{i}]") for i, h in enumerate(hashes))
+    group = _int(value["group"], f"{where}.group")
+    if kind == "removed":
+        return BlockRemoved(digests, group)
+    parent = value["parent_hash"]
+    lora = value["lora_id"]
+    if lora is not None:
+        lora = _int(lora, f"{where}.lora_id")
+    return BlockStored(
+        digests,
+        None if parent is None else _digest(parent, f"{where}.parent_hash"),
+        tuple(_int_list(value["token_ids"], f"{where}.token_ids", "token ids")),
+        _int(value["block_size"], f"{where}.block_size"),
+        lora,
+        group,
+    )
 
 
 # --- operations -----------------------------------------------------------------------------------
@@ -434,16 +654,48 @@ def decode_error(value: JSON) -> PagedKVError:
 
 # --- configurations -------------------------------------------------------------------------------
 
-ConfigType = ManagerConfig | PoolConfig
-CONFIG_TYPES: dict[Level, type[ManagerConfig] | type[PoolConfig]] = {
+ConfigType = ManagerConfig | PoolConfig | RequestConfig
+CONFIG_TYPES: dict[Level, type[ManagerConfig] | type[PoolConfig] | type[RequestConfig]] = {
     "manager": ManagerConfig,
     "pool": PoolConfig,
+    "request": RequestConfig,
 }
 
 
+def _group_json(group: object) -> JSON:
+    if type(group) is KVGroup and isinstance(group.kind, AttentionKind):
+        window = plain_json(group.sliding_window, "config")
+        return {"kind": group.kind.value, "sliding_window": window}
+    return plain_json(group, "config")
+
+
 def encode_config(config: ConfigType) -> JSON:
-    """The configuration's fields as given (bad configurations included: they are checked)."""
-    return {f.name: plain_json(getattr(config, f.name), "config") for f in fields(config)}
+    """The configuration's fields as given (bad configurations included: they are checked); a
+    request configuration's groups as ``{"kind", "sliding_window"}``."""
+    out = {}
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if f.name == "groups" and isinstance(value, list | tuple):
+            out[f.name] = [_group_json(group) for group in value]
+        else:
+            out[f.name] = plain_json(value, "config")
+    return out
+
+
+def _decode_groups(value: JSON) -> JSON:
+    """A request configuration's groups as ``KVGroup`` values where they are shaped as one."""
+    if not isinstance(value, list):
+        return value
+    groups: list[object] = []
+    for group in value:
+        kinds = {kind.value: kind for kind in AttentionKind}
+        if isinstance(group, dict) and set(group) == {"kind", "sliding_window"}:
+            if group["kind"] not in kinds:
+                raise _fail("request config groups", f"a kind of {sorted(kinds)}", group["kind"])
+            groups.append(KVGroup(kinds[group["kind"]], group["sliding_window"]))
+        else:
+            groups.append(group)
+    return tuple(groups)
 
 
 def decode_config(level: Level, value: JSON) -> Any:
@@ -458,6 +710,8 @@ def decode_config(level: Level, value: JSON) -> Any:
     missing = [n for n in required if n not in value]
     if missing:
         raise CodecError(f"{level} config: missing field(s) {', '.join(missing)}")
+    if "groups" in value and cls is RequestConfig:
+        value = {**value, "groups": _decode_groups(value["groups"])}
     return cls(**value)
 
 
@@ -466,4 +720,6 @@ def config_level(config: object) -> Level:
         return "manager"
     if isinstance(config, PoolConfig):
         return "pool"
-    raise CodecError(f"{config!r} is neither a ManagerConfig nor a PoolConfig")
+    if isinstance(config, RequestConfig):
+        return "request"
+    raise CodecError(f"{config!r} is neither a ManagerConfig, a PoolConfig nor a RequestConfig")

@@ -34,6 +34,7 @@ LIVE_QUERIES: dict[Level, frozenset[str]] = {
         {"get_block_table", "get_cross_block_table", "get_common_computed_block_ids"}
     ),
     "pool": frozenset({"common_computed_prefix"}),
+    "request": frozenset({"get_block_ids"}),
 }
 """The queries whose answer may follow the state it describes; asking one again changes
 nothing."""

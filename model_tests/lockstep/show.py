@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.request_types import Request
 from pagedkv.specs.types import AllocStatus, Device, ExtraKey
 
 _HARNESS = tuple(
@@ -40,6 +41,8 @@ def show_value(value: object) -> str:
         return f"Prefix({digest}…, {value.num_tokens}, {show_value(value.extra_key)})"
     if isinstance(value, PagedKVError):
         return type(value).__name__
+    if type(value) is Request:
+        return _show_request(value)
     if isinstance(value, bytes) and len(value) > 8:
         return f"{value.hex()[:8]}…"
     if isinstance(value, list):
@@ -47,6 +50,31 @@ def show_value(value: object) -> str:
     if isinstance(value, tuple):
         return "(" + ", ".join(show_value(v) for v in value) + ")"
     return repr(value)
+
+
+MAX_SHOWN_TOKENS = 16
+
+
+def _show_request(request: Request) -> str:
+    """``Request('r1', tokens=[3, 1, 4] (3), computed=2)``, with its keys where it has them."""
+    tokens = request.tokens
+    shown = (
+        show_value(list(tokens[:MAX_SHOWN_TOKENS]))
+        if isinstance(tokens, tuple | list)
+        else repr(tokens)
+    )
+    if isinstance(tokens, tuple | list) and len(tokens) > MAX_SHOWN_TOKENS:
+        shown = shown[:-1] + ", …]"
+    count = f" ({len(tokens)})" if isinstance(tokens, tuple | list) else ""
+    parts = [repr(request.request_id), f"tokens={shown}{count}"]
+    if request.num_prompt_tokens != (len(tokens) if isinstance(tokens, tuple | list) else None):
+        parts.append(f"prompt={request.num_prompt_tokens!r}")
+    parts.append(f"computed={request.num_computed_tokens!r}")
+    if request.extra_key != ExtraKey():
+        parts.append(show_value(request.extra_key))
+    if request.multimodal:
+        parts.append(f"multimodal={request.multimodal!r}")
+    return f"Request({', '.join(parts)})"
 
 
 def show_call(op: str, args: Sequence[object]) -> str:

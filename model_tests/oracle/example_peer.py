@@ -1,4 +1,5 @@
-"""An example peer of the stdio protocol: serves a Python manager (or pool) over JSON lines.
+"""An example peer of the stdio protocol: serves a Python manager (a pool, a request-level
+manager) over JSON lines.
 
     python -m pagedkv.model_tests.oracle.example_peer [--impl
     reference|optimized|independent|MOD:FACTORY]
@@ -7,7 +8,7 @@ This is the model for a C++, Rust or Go engine's peer; the loop is the whole pro
 
 1. read one line from stdin; stop at end of input;
 2. parse it as a JSON object with ``"op"``;
-3. ``create``: build a new instance from ``"config"`` (``"level"`` says manager or pool),
+3. ``create``: build a new instance from ``"config"`` (``"level"`` says manager, pool or request),
    discarding any previous one; answer ``{"result": null}``, or the error if the configuration
    is refused;
 4. any other op: decode ``"args"``, call the operation, and answer ``{"result": <encoded>}`` or

@@ -29,6 +29,7 @@ IMPLEMENTATIONS: dict[operations.Level, list[type[Any]]] = {
         IndependentManager,
     ],
     "pool": [interface.BlockPool, ReferenceBlockPool, OptimizedBlockPool],
+    "request": [interface.RequestKVManager],
 }
 EXTRA_PARAMETERS = {"choice"}
 """Trailing optional parameters an implementation may add: the reference pool's ``choice``, the
@@ -70,6 +71,7 @@ def test_the_protocols_have_nothing_the_table_lacks() -> None:
     protocols: dict[operations.Level, type[Any]] = {
         "manager": interface.BlockSpaceManager,
         "pool": interface.BlockPool,
+        "request": interface.RequestKVManager,
     }
     for level, protocol in protocols.items():
         declared = {name for name in vars(protocol) if not name.startswith("_")}
@@ -96,6 +98,7 @@ def test_every_kind_has_a_json_form() -> None:
 PROTOCOLS: dict[operations.Level, tuple[type[Any], str]] = {
     "manager": (interface.BlockSpaceManager, "ManagerCall"),
     "pool": (interface.BlockPool, "PoolCall"),
+    "request": (interface.RequestKVManager, "RequestCall"),
 }
 
 
