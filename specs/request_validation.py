@@ -29,7 +29,7 @@ from pagedkv.specs.request_types import (
     RequestId,
 )
 from pagedkv.specs.request_view import CachedKey
-from pagedkv.specs.types import BlockId
+from pagedkv.specs.types import BlockHash, BlockId
 from pagedkv.specs.validation import (
     check_config_bounds,
     check_count,
@@ -141,10 +141,14 @@ def _check_multimodal(item: object, num_prompt_tokens: int) -> None:
         raise InvalidArgumentError(f"a multimodal identifier is a UTF-8 str, got {identifier!r}")
 
 
-def check_request(config: RequestConfig, request: object) -> Request:
+def check_request(config: RequestConfig, request: object, *, unchanged_tokens: int = 0) -> Request:
     """A request as the scheduler owns it: a str id, at least one token and no more than
     ``max_model_len``, a prompt of 1 to all of them, ``0 <= num_computed_tokens <= num_tokens``,
     a valid extra key, multimodal inputs inside the prompt.
+
+    ``unchanged_tokens``: how many leading tokens the caller checked before and knows to be
+    unchanged since (an implementation that keeps a request's tokens between calls); only the
+    tokens after them are checked again, so a decode step does not re-check a long request.
 
     raises: InvalidArgumentError, RequestStateError
     post: 0 <= _.num_computed_tokens <= _.num_tokens
@@ -156,7 +160,10 @@ def check_request(config: RequestConfig, request: object) -> Request:
         raise InvalidArgumentError(
             f"a request's tokens are a tuple or list of token ids, got {request.tokens!r}"
         )
-    check_tokens(request.tokens)
+    if unchanged_tokens:
+        check_tokens(request.tokens[unchanged_tokens:], allow_empty=True)
+    else:
+        check_tokens(request.tokens)
     num_tokens = len(request.tokens)
     limit = config.max_model_len
     if limit is not None and num_tokens > limit:
@@ -190,6 +197,9 @@ def check_request(config: RequestConfig, request: object) -> Request:
 CachedAs = Callable[[BlockId, CachedKey], bool]
 """``cached_as(block, key)``: whether ``block`` is cached under ``key`` now (the caller's own
 lookup; only ids in ``1 .. num_blocks - 1`` are asked about)."""
+
+BlockHashesOf = Callable[[Request], Sequence[BlockHash]]
+"""``request_block_hashes`` of a checked request, as the caller computes it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,15 +256,20 @@ def check_hit_blocks(
     request: Request,
     hit: tuple[tuple[BlockId, ...], ...],
     cached_as: CachedAs,
+    block_hashes: BlockHashesOf | None = None,
 ) -> None:
     """Every block of an offered hit is cached under its group's key for that block of this
-    request (``NULL_BLOCK`` only where the window group needs no block).
+    request (``NULL_BLOCK`` only where the window group needs no block). ``block_hashes``: the
+    caller's own ``request_block_hashes`` (one that keeps them between calls), if it has one.
 
     raises: RequestStateError
     """
     if not any(hit):
         return
-    hashes = request_block_hashes(request, config.block_size)
+    if block_hashes is None:
+        hashes: Sequence[BlockHash] = request_block_hashes(request, config.block_size)
+    else:
+        hashes = block_hashes(request)
     for group_index, (group, blocks) in enumerate(zip(config.groups, hit, strict=True)):
         for index, block in enumerate(blocks):
             if block == NULL_BLOCK:
@@ -286,16 +301,19 @@ def check_allocate_slots(
     *,
     is_known: Callable[[RequestId], bool],
     cached_as: CachedAs,
+    unchanged_tokens: int = 0,
+    block_hashes: BlockHashesOf | None = None,
 ) -> AllocateArgs:
     """``allocate_slots``' checks, in order: the request; the three counts; a call that adopts
     nothing needs new tokens; the hit's shape; a hit only for a request that holds no blocks
     (and such a request has computed nothing yet); the hit a whole number of blocks, one list
     per group of exactly that many blocks; each of its blocks cached where it claims to be.
-    ``is_known(request_id)``: whether the manager holds blocks for that request.
+    ``is_known(request_id)``: whether the manager holds blocks for that request;
+    ``unchanged_tokens`` as for ``check_request``, ``block_hashes`` as for ``check_hit_blocks``.
 
     raises: InvalidArgumentError, ForeignBlockError, RequestStateError
     """
-    checked = check_request(config, request)
+    checked = check_request(config, request, unchanged_tokens=unchanged_tokens)
     known = is_known(checked.request_id)
     new = check_count("num_new_tokens", num_new_tokens)
     adopted = check_count("num_new_computed_tokens", num_new_computed_tokens)
@@ -328,5 +346,5 @@ def check_allocate_slots(
                 f"a hit of {adopted} tokens has {length} blocks per group; group {group_index}"
                 f" has {len(blocks)}"
             )
-    check_hit_blocks(config, checked, hit, cached_as)
+    check_hit_blocks(config, checked, hit, cached_as, block_hashes)
     return AllocateArgs(checked, new, adopted, hit, lookahead)

@@ -1,0 +1,104 @@
+"""A request's block hashes, kept between calls and extended only by its new full blocks
+(``specs/request_level.md``, "Hashes").
+
+A decode step adds one token to a request of thousands; hashing the whole request again on every
+call would cost more than the rest of ``allocate_slots`` together. The hashes are a function of
+the tokens, the extra key and the multimodal inputs alone, so they stay valid exactly as long as
+those are unchanged up to the last hashed block: that is what ``update`` checks before it extends
+them, and when it fails (the same id came back with other tokens, say) it hashes the request
+afresh. The check compares the tokens seen before with the request's, in C; a scheduler that
+builds each step's tokens from the last step's shares their objects, so it is a pointer walk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pagedkv.specs.content_hash import ROOT, BlockHasher
+from pagedkv.specs.request_hashes import block_identifiers, request_block_hash
+from pagedkv.specs.request_types import MultimodalInput, Request
+from pagedkv.specs.types import BlockHash, ExtraKey, Token
+
+
+class IncrementalBlockHashes:
+    """``specs.request_hashes.request_block_hashes(request, block_size)``, remembered.
+
+    ``hashes`` is that list for the request last passed to ``update`` (or the constructor).
+    ``unchanged`` says how many leading tokens of a request are the ones seen before, so a
+    caller checks only the tokens after them. With ``hashing`` off (a manager that caches
+    nothing) only the tokens are kept and ``hashes`` stays empty.
+    """
+
+    __slots__ = (
+        "_block_size",
+        "_extra_key",
+        "_hasher",
+        "_hashing",
+        "_multimodal",
+        "_tokens",
+        "hashes",
+    )
+
+    def __init__(self, request: Request, block_size: int, *, hashing: bool = True) -> None:
+        self._block_size = block_size
+        self._hashing = hashing
+        self._tokens: Sequence[Token] = ()
+        self._extra_key: ExtraKey = request.extra_key
+        self._multimodal: tuple[MultimodalInput, ...] = request.multimodal
+        self._hasher = BlockHasher(request.extra_key)
+        self.hashes: list[BlockHash] = []
+        self._extend(request.tokens)
+
+    def unchanged(self, request: Request) -> int:
+        """How many leading tokens of ``request`` are the ones seen last, under the same keys
+        (0 when its keys differ, or its tokens differ from the seen ones anywhere)."""
+        if request.extra_key != self._extra_key or request.multimodal != self._multimodal:
+            return 0
+        tokens = request.tokens
+        seen = self._tokens
+        if tokens is seen or (
+            type(tokens) is tuple and len(tokens) >= len(seen) and tokens[: len(seen)] == seen
+        ):  # kept as a tuple: the same tuple is unchanged since
+            return len(seen)
+        return 0
+
+    def update(self, request: Request, unchanged: int) -> list[BlockHash]:
+        """The hashes of ``request``, whose first ``unchanged`` tokens (from ``unchanged``) are
+        the ones seen last: the kept hashes extended by its new full blocks, or, when fewer
+        tokens than seen are unchanged, all of them afresh."""
+        if (
+            request.tokens is self._tokens
+            and request.extra_key == self._extra_key
+            and request.multimodal == self._multimodal
+        ):
+            return self.hashes  # updated for this very request already
+        if unchanged < len(self._tokens):
+            self._extra_key = request.extra_key
+            self._multimodal = request.multimodal
+            self._hasher = BlockHasher(request.extra_key)
+            self.hashes = []
+        self._extend(request.tokens)
+        return self.hashes
+
+    def _extend(self, tokens: Sequence[Token]) -> None:
+        self._tokens = tokens if type(tokens) is tuple else tuple(tokens)
+        if not self._hashing:
+            return
+        size = self._block_size
+        hashes = self.hashes
+        start = len(hashes) * size
+        if start + size <= len(tokens):
+            parent = hashes[-1] if hashes else ROOT
+            for begin in range(start, len(tokens) - size + 1, size):
+                end = begin + size
+                parent = self._hash(parent, tokens[begin:end], begin, end)
+                hashes.append(parent)
+
+    def _hash(self, parent: BlockHash, block: Sequence[Token], begin: int, end: int) -> BlockHash:
+        """A block without multimodal identifiers hashes as at the pool level (the bytes of
+        ``specs.request_hashes`` add nothing then), so the prepared hasher serves it."""
+        if self._multimodal:
+            identifiers = block_identifiers(self._multimodal, begin, end)
+            if identifiers:
+                return request_block_hash(parent, block, self._extra_key, identifiers)
+        return self._hasher(parent, block)
