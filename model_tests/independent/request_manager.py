@@ -5,19 +5,16 @@ Deliberately plain: a Python list is the free queue (front = index 0), a list of
 counts, a dict of lists the cache map (key -> blocks, oldest first), and a dict per request of
 its tables. The operations are written out step by step in the sheet's order, each step a small
 method, so that ``request_broken`` can get one step wrong at a time. It shares no code with
-``reference/`` or ``optimized/``: agreement with them is evidence that both are right.
+``reference/`` or ``optimized/`` (only ``specs/``: the types, the hashes and the input checks of
+``specs/request_validation.py``, which every implementation runs alike): agreement with them is
+evidence that both are right.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pagedkv.specs.errors import (
-    ConfigurationError,
-    InvalidArgumentError,
-    RequestStateError,
-    UnknownRequestError,
-)
+from pagedkv.specs.errors import UnknownRequestError
 from pagedkv.specs.request_hashes import request_block_hashes
 from pagedkv.specs.request_types import (
     NULL_BLOCK,
@@ -27,10 +24,15 @@ from pagedkv.specs.request_types import (
     BlockStored,
     GroupBlocks,
     KVEvent,
-    KVGroup,
     Request,
     RequestConfig,
     RequestId,
+)
+from pagedkv.specs.request_validation import (
+    check_allocate_slots,
+    check_request,
+    check_request_config,
+    check_request_id,
 )
 from pagedkv.specs.request_view import (
     CachedKey,
@@ -45,45 +47,11 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _count(name: str, value: object) -> int:
-    if not _is_count(value):
-        raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
-    assert isinstance(value, int)
-    return value
-
-
-def _check_config(config: RequestConfig) -> None:
-    if not isinstance(config, RequestConfig):
-        raise ConfigurationError(f"expected a RequestConfig, got {config!r}")
-    for name, least in (("num_blocks", 1), ("block_size", 1)):
-        value = getattr(config, name)
-        if not _is_count(value) or value < least:
-            raise ConfigurationError(f"{name} must be an int >= {least}, got {value!r}")
-    if not isinstance(config.groups, tuple) or not config.groups:
-        raise ConfigurationError(f"groups must be a non-empty tuple, got {config.groups!r}")
-    for group in config.groups:
-        if not isinstance(group, KVGroup):
-            raise ConfigurationError(f"expected a KVGroup, got {group!r}")
-        window = group.sliding_window
-        if group.kind is AttentionKind.SLIDING_WINDOW:
-            if not _is_count(window) or window is None or window < 1:
-                raise ConfigurationError(f"a sliding window must be an int >= 1, got {window!r}")
-        elif window is not None:
-            raise ConfigurationError(f"a full-attention group has no window, got {window!r}")
-    cap = config.max_model_len
-    if cap is not None and (not _is_count(cap) or cap < 1):
-        raise ConfigurationError(f"max_model_len must be None or an int >= 1, got {cap!r}")
-
-
 class IndependentRequestManager:
     """A ``RequestKVManager`` (``specs/interface.py``) over plain lists and dicts."""
 
     def __init__(self, config: RequestConfig) -> None:
-        _check_config(config)
+        check_request_config(config)
         self._config = config
         self.B = config.block_size
         self.caching = config.enable_caching
@@ -124,61 +92,6 @@ class IndependentRequestManager:
         """The earliest-inserted block still cached under ``key``."""
         blocks = self.cache.get(key)
         return blocks[0] if blocks else None
-
-    # --- validation -----------------------------------------------------------------------------
-
-    def check_request(self, request: object) -> Request:
-        if not isinstance(request, Request):
-            raise InvalidArgumentError(f"expected a Request, got {request!r}")
-        if not isinstance(request.request_id, str):
-            raise InvalidArgumentError(f"request ids are strings, got {request.request_id!r}")
-        if not isinstance(request.tokens, tuple) or not all(_is_count(t) for t in request.tokens):
-            raise InvalidArgumentError(f"tokens must be a tuple of ints >= 0: {request.tokens!r}")
-        _count("num_computed_tokens", request.num_computed_tokens)
-        _count("num_prompt_tokens", request.num_prompt_tokens)
-        return request
-
-    def check_request_id(self, request_id: object) -> RequestId:
-        if not isinstance(request_id, str):
-            raise InvalidArgumentError(f"request ids are strings, got {request_id!r}")
-        return request_id
-
-    def check_hit(
-        self, request: Request, num_tokens: int, blocks: object, known: bool
-    ) -> list[list[BlockId]]:
-        """The offered hit, one list per group: empty, or blocks cached under this request's keys
-        at their indices, offered to a request that holds none yet."""
-        groups = len(self._config.groups)
-        if blocks is None:
-            blocks = [[] for _ in range(groups)]
-        if not isinstance(blocks, Sequence) or len(blocks) != groups:
-            raise InvalidArgumentError(f"new_computed_blocks needs {groups} lists: {blocks!r}")
-        hit = [list(each) if isinstance(each, Sequence) else each for each in blocks]
-        if num_tokens == 0 and not any(hit):
-            return [[] for _ in range(groups)]
-        if known:
-            raise RequestStateError(f"request {request.request_id!r} holds blocks: no hit now")
-        if num_tokens % self.B:
-            raise InvalidArgumentError(f"a hit is whole blocks of {self.B}, got {num_tokens}")
-        k = num_tokens // self.B
-        hashes = self.hashes(request)
-        if k > len(hashes):
-            raise RequestStateError(f"a hit of {k} blocks is longer than the request's tokens")
-        for g, each in enumerate(hit):
-            if not isinstance(each, list) or len(each) != k:
-                raise InvalidArgumentError(f"group {g} needs a list of {k} blocks, got {each!r}")
-            window = self.window(g)
-            may_be_null = 0 if window is None else k - self.contiguous_needed(g)
-            for i, block in enumerate(each):
-                if not _is_count(block) or block >= self._config.num_blocks:
-                    raise InvalidArgumentError(f"no block {block!r} in this pool")
-                if block == NULL_BLOCK and i < may_be_null:
-                    continue
-                if self.key_of.get(block) != CachedKey(g, hashes[i]):
-                    raise RequestStateError(
-                        f"block {block} is not cached as block {i} of group {g}"
-                    )
-        return hit
 
     # --- the free queue -------------------------------------------------------------------------
 
@@ -247,7 +160,7 @@ class IndependentRequestManager:
         return blocks
 
     def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
-        self.check_request(request)
+        check_request(self._config, request)
         groups = len(self._config.groups)
         if not self.caching:
             return [[] for _ in range(groups)], 0
@@ -266,20 +179,25 @@ class IndependentRequestManager:
         new_computed_blocks: GroupBlocks | None = None,
         num_lookahead_tokens: int = 0,
     ) -> GroupBlocks | None:
-        self.check_request(request)
-        new = _count("num_new_tokens", num_new_tokens)
-        hit_tokens = _count("num_new_computed_tokens", num_new_computed_tokens)
-        lookahead = _count("num_lookahead_tokens", num_lookahead_tokens)
-        if new == 0 and hit_tokens == 0:
-            raise InvalidArgumentError("num_new_tokens must be > 0 unless a hit is adopted")
-        if request.num_computed_tokens > request.num_tokens:
-            raise RequestStateError(
-                f"request {request.request_id!r} has {request.num_computed_tokens} computed"
-                f" tokens of {request.num_tokens}"
-            )
+        args = check_allocate_slots(
+            self._config,
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            num_lookahead_tokens,
+            is_known=lambda rid: rid in self.tables,
+            cached_as=lambda block, key: self.key_of.get(block) == key,
+            block_hashes=self.hashes,
+        )
+        new, hit_tokens, lookahead = (
+            args.num_new_tokens,
+            args.num_new_computed_tokens,
+            args.num_lookahead_tokens,
+        )
+        hit = [list(blocks) for blocks in args.hit]
         rid = request.request_id
         known = rid in self.tables
-        hit = self.check_hit(request, hit_tokens, new_computed_blocks, known)
 
         cap = self.token_cap()
         total = request.num_computed_tokens + hit_tokens
@@ -417,7 +335,7 @@ class IndependentRequestManager:
     # --- the rest -------------------------------------------------------------------------------
 
     def free(self, request_id: RequestId) -> None:
-        rid = self.check_request_id(request_id)
+        rid = check_request_id(request_id)
         tables = self.tables.pop(rid, None)
         self.num_cached.pop(rid, None)
         for table in tables or []:
@@ -432,7 +350,7 @@ class IndependentRequestManager:
         return held[::-1]
 
     def get_block_ids(self, request_id: RequestId) -> GroupBlocks:
-        rid = self.check_request_id(request_id)
+        rid = check_request_id(request_id)
         if rid not in self.tables:
             raise UnknownRequestError(f"request {rid!r} holds no blocks")
         return [list(table) for table in self.tables[rid]]
