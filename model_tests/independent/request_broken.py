@@ -339,6 +339,25 @@ class RequestEventsRepeatHit(IndependentRequestManager):
                 self.events.append(BlockStored(keys, None, (), self.B, None, g))
 
 
+class RequestStoredEventOneTooMany(IndependentRequestManager):
+    """A ``BlockStored`` event lists one hash past the run it stored: a block of the request not
+    yet computed, never stored, is announced as cached."""
+
+    def stored_event(
+        self,
+        request: Request,
+        g: int,
+        start: int,
+        end: int,
+        stored: list[BlockHash],
+        hashes: Sequence[BlockHash],
+    ) -> BlockStored:
+        event = super().stored_event(request, g, start, end, stored, hashes)
+        if end < len(hashes):
+            event = replace(event, block_hashes=(*event.block_hashes, hashes[end]))
+        return event
+
+
 class RequestResetWhileInUse(IndependentRequestManager):
     """``reset_prefix_cache`` clears the cache even while requests hold blocks."""
 
