@@ -271,7 +271,7 @@ class IndependentRequestManager:
                     self.touch(block)
             tables.append(table)
         self.tables[rid] = tables
-        self.num_cached[rid] = [len(blocks) for blocks in hit]
+        self.num_cached[rid] = [len(table) for table in tables]  # cached already, nulls too
 
     def allocate_new(self, rid: RequestId, need: int) -> GroupBlocks:
         answer = []
@@ -301,7 +301,7 @@ class IndependentRequestManager:
             if start >= full:
                 continue
             stored = []
-            for i in range(start, min(full, len(table))):  # shorter past max_model_len, as vLLM
+            for i in range(start, full):
                 if table[i] != NULL_BLOCK:
                     self.store(table[i], CachedKey(g, hashes[i]))
                     stored.append(hashes[i])
