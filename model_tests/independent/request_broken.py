@@ -119,51 +119,19 @@ class RequestNoneStillTouches(IndependentRequestManager):
     """An allocation that does not fit (``None``) has already touched its hit's blocks: their
     ref counts stay raised with no table holding them."""
 
-    def allocate_slots(
-        self,
-        request: Request,
-        num_new_tokens: int,
-        num_new_computed_tokens: int = 0,
-        new_computed_blocks: GroupBlocks | None = None,
-        num_lookahead_tokens: int = 0,
-    ) -> GroupBlocks | None:
-        answer = super().allocate_slots(
-            request,
-            num_new_tokens,
-            num_new_computed_tokens,
-            new_computed_blocks,
-            num_lookahead_tokens,
-        )
-        if answer is None:
-            for blocks in new_computed_blocks or []:
-                for block in blocks:
-                    if block != NULL_BLOCK:
-                        self.touch(block)
-        return answer
+    def refuse(self, hit: list[list[BlockId]]) -> None:
+        for blocks in hit:
+            for block in blocks:
+                if block != NULL_BLOCK:
+                    self.touch(block)
 
 
 class RequestNoneStillAllocates(IndependentRequestManager):
     """An allocation that does not fit takes the blocks that are free before answering
     ``None``: they are lost."""
 
-    def allocate_slots(
-        self,
-        request: Request,
-        num_new_tokens: int,
-        num_new_computed_tokens: int = 0,
-        new_computed_blocks: GroupBlocks | None = None,
-        num_lookahead_tokens: int = 0,
-    ) -> GroupBlocks | None:
-        answer = super().allocate_slots(
-            request,
-            num_new_tokens,
-            num_new_computed_tokens,
-            new_computed_blocks,
-            num_lookahead_tokens,
-        )
-        if answer is None:
-            self.take(len(self.free_queue))
-        return answer
+    def refuse(self, hit: list[list[BlockId]]) -> None:
+        self.take(len(self.free_queue))
 
 
 class RequestCountSkipsEvictableHits(IndependentRequestManager):
@@ -223,25 +191,15 @@ class RequestWindowReleaseAfterAllocating(IndependentRequestManager):
     def release_window(self, rid: RequestId, total: int) -> None:
         self.pending_release = total
 
-    def allocate_slots(
-        self,
-        request: Request,
-        num_new_tokens: int,
-        num_new_computed_tokens: int = 0,
-        new_computed_blocks: GroupBlocks | None = None,
-        num_lookahead_tokens: int = 0,
-    ) -> GroupBlocks | None:
-        self.pending_release = None
-        answer = super().allocate_slots(
-            request,
-            num_new_tokens,
-            num_new_computed_tokens,
-            new_computed_blocks,
-            num_lookahead_tokens,
-        )
-        if answer is not None and self.pending_release is not None:
-            super().release_window(request.request_id, self.pending_release)
+    def allocate_new(self, rid: RequestId, need: int) -> GroupBlocks:
+        answer = super().allocate_new(rid, need)
+        if self.pending_release is not None:
+            super().release_window(rid, self.pending_release)
+            self.pending_release = None
         return answer
+
+    def refuse(self, hit: list[list[BlockId]]) -> None:
+        self.pending_release = None
 
 
 class RequestWindowReleaseKeepsEntry(IndependentRequestManager):

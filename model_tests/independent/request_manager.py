@@ -207,6 +207,7 @@ class IndependentRequestManager:
         if known:
             self.release_window(rid, total)
         if self.blocks_to_allocate(rid, hit, total, need) > len(self.free_queue):
+            self.refuse(hit)
             return None
         if not known:
             self.adopt(rid, hit, total)
@@ -214,6 +215,10 @@ class IndependentRequestManager:
         if self.caches():
             self.cache_blocks(request, self.tokens_to_cache(request, total, new, lookahead))
         return answer
+
+    def refuse(self, hit: list[list[BlockId]]) -> None:
+        """A step that does not fit changes nothing (but the window's release)."""
+        del hit
 
     def token_cap(self) -> int | None:
         """No request needs a slot past ``max_model_len`` tokens."""
