@@ -1,10 +1,11 @@
 """The ``pagedkv`` command: check an allocator against the reference, record and replay
 conformance traces, and teach the algorithm.
 
-    pagedkv check  --target T [--level manager|pool] [--profile P] [--policy NAME=VALUE ...]
-                   [--contract any|scheduler] [--steps N] [--seed S] [--trace-out PATH]
+    pagedkv check  --target T [--level manager|pool|request] [--groups full,window,hybrid]
+                   [--profile P] [--policy NAME=VALUE ...] [--contract any|scheduler]
+                   [--steps N] [--seed S] [--trace-out PATH] [--known FILE]
                    [--timeout SECONDS]
-    pagedkv record [--level manager|pool|all] [--out DIR] [--runs N] [--seed S] [--force]
+    pagedkv record [--level manager|pool|request|all] [--out DIR] [--runs N] [--seed S] [--force]
     pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS]
     pagedkv demo   [--step] [-o PAGE]
     pagedkv show   TRACE [-o PAGE] [--target T]
@@ -73,6 +74,7 @@ from pagedkv.model_tests.oracle.exec_target import close_target
 from pagedkv.model_tests.oracle.known import KnownError
 from pagedkv.model_tests.oracle.known import load as load_known
 from pagedkv.model_tests.oracle.record import CorpusError, check_out, record_level
+from pagedkv.model_tests.oracle.request_layouts import LAYOUTS, parse_layouts
 from pagedkv.model_tests.oracle.soak import CHECKPOINT, soak
 from pagedkv.model_tests.oracle.trace import Trace
 from pagedkv.model_tests.oracle.watchdog import Interrupted
@@ -316,6 +318,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
             timeout=args.timeout,
             known=known,
             contract=args.contract,
+            layouts=args.groups,
         )
     hint = None
     written = result.trace_path  # absolute: where it is, whatever directory the target chose
@@ -438,7 +441,7 @@ def cmd_replay(args: argparse.Namespace, out: Output) -> int:
         except targets.TargetError as error:
             if len(levels) > 1:
                 raise targets.TargetError(
-                    f"{error} (these traces are of both levels; --level picks one)"
+                    f"{error} (these traces are of several levels; --level picks one)"
                 ) from None
             raise
     worst, passed, steps = EXIT_PASS, 0, 0
@@ -462,7 +465,7 @@ def cmd_replay(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_record(args: argparse.Namespace, out: Output) -> int:
-    levels: list[Level] = ["manager", "pool"] if args.level == "all" else [_level(args.level)]
+    levels: list[Level] = list(codec.LEVELS) if args.level == "all" else [_level(args.level)]
     directory = Path(args.out)
     check_out(directory, levels, args.force)
     complete = True
@@ -610,7 +613,15 @@ def parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", help="run the lockstep machine against a target")
     check.add_argument("--target", required=True, help=TARGET_HELP)
-    check.add_argument("--level", default="manager", choices=["manager", "pool"])
+    check.add_argument("--level", default="manager", choices=list(codec.LEVELS))
+    check.add_argument(
+        "--groups",
+        type=group_layouts,
+        default=",".join(LAYOUTS),
+        metavar="LAYOUTS",
+        help="request level: the group layouts runs draw from, comma-separated"
+        f" ({', '.join(LAYOUTS)}; all three by default)",
+    )
     check.add_argument(
         "--steps",
         type=whole_number(1),
@@ -653,7 +664,7 @@ def parser() -> argparse.ArgumentParser:
     _timeout_option(check)
 
     record = commands.add_parser("record", help="write conformance traces from the reference")
-    record.add_argument("--level", default="all", choices=["manager", "pool", "all"])
+    record.add_argument("--level", default="all", choices=[*codec.LEVELS, "all"])
     record.add_argument("--out", default="pagedkv-traces", help="directory (pagedkv-traces)")
     record.add_argument(
         "--runs", type=whole_number(1), default=40, help="traces per level, at least (40)"
@@ -665,7 +676,7 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("trace", nargs="+", help="trace files or directories of *.jsonl")
     replay.add_argument("--target", required=True, help=TARGET_HELP)
     replay.add_argument(
-        "--level", default=None, choices=["manager", "pool"], help="replay only this level's"
+        "--level", default=None, choices=list(codec.LEVELS), help="replay only this level's"
     )
     _timeout_option(replay)
 
@@ -806,6 +817,14 @@ def block_counts(text: str) -> tuple[int, ...]:
             f" got {quoted(text)}"
         )
     return values
+
+
+def group_layouts(text: str) -> tuple[str, ...]:
+    """``--groups``: comma-separated group layouts of the request level."""
+    try:
+        return parse_layouts(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def assignment(text: str) -> tuple[str, str]:

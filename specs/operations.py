@@ -206,6 +206,7 @@ ERRORS: dict[Level, tuple[str, ...]] = {
     "request": (
         "ConfigurationError",
         "InvalidArgumentError",
+        "ForeignBlockError",
         "UnknownRequestError",
         "RequestStateError",
     ),

@@ -669,10 +669,14 @@ PROFILES["nano-vllm-upstream"] = replace(
     PROFILES["nano-vllm"], keep_freed_cache=True, eviction="free_list"
 )
 
-PROFILE_LEVELS: dict[str, tuple[str, ...]] = {"vllm-v1": ("pool",)}
-"""Profiles of an engine whose allocator is checked at one level only (vLLM v1's ``BlockPool``
-has no block manager of the protocol's kind: its pool keeps a null block a manager knows nothing
-of). Every other profile serves both levels."""
+PROFILE_LEVELS: dict[str, tuple[str, ...]] = {
+    "pagedkv": ("manager", "pool", "request"),
+    "vllm-v1": ("pool", "request"),
+}
+"""Which levels each profile's engine is checked at (every other profile: the manager and the
+pool). vLLM v1's ``BlockPool`` has no block manager of the protocol's kind (its pool keeps a null
+block a manager knows nothing of); its ``KVCacheManager`` is the request level
+(``specs/request_level.md``), whose semantics are pagedkv's own there."""
 
 SAFETY = "safety"
 """The profile that compares no policy: only the safety tier (``specs/safety.md``). Written

@@ -81,7 +81,9 @@ def _failure() -> BaseException | None:
     return error if isinstance(error, Exception | TargetStopped) else None
 
 
-def finish(machine: Any, level: Level) -> RunRecord:
+def finish(machine: Any, level: Level, *, safety: bool | None = None) -> RunRecord:
+    """The run's record, handed to the machine class's hooks. ``safety``: whether the run held
+    the target to the safety tier alone (by default: the machine's ``mode`` says so)."""
     model = getattr(machine, "model", None)
     session = getattr(machine, "session", None)
     steps = list(getattr(session, "steps", []) or [])
@@ -98,7 +100,7 @@ def finish(machine: Any, level: Level) -> RunRecord:
         outcomes=tuple(step.outcome for step in steps),
         checking_config=getattr(machine, "checking_config", None),
         policy=getattr(machine, "policy", PAGEDKV),
-        safety=getattr(machine, "mode", None) == "safety",
+        safety=getattr(machine, "mode", None) == "safety" if safety is None else safety,
         error=_failure(),
     )
     cls = type(machine)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from pagedkv.model_tests.machines.manager_machine import (
     manager_lockstep_case,
 )
 from pagedkv.model_tests.machines.pool_machine import PoolLockstep, lockstep_case
+from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import close_target
@@ -50,6 +51,8 @@ from pagedkv.model_tests.oracle.known import (
     kinds_of,
 )
 from pagedkv.model_tests.oracle.minimize import minimize
+from pagedkv.model_tests.oracle.request_case import OracleRequestLockstep, Tier, request_case
+from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.search import (
     AFTER_FAILURE_SECONDS,
     EPOCH_RUNS,
@@ -72,19 +75,28 @@ DEFAULT_TRACE = "pagedkv-divergence.jsonl"
 MAX_STEPS_PER_RUN = 30
 
 
+Case = type[ManagerLockstep] | type[PoolLockstep] | type[OracleRequestLockstep]
+
+
 def machine_case(
     factory: Callable[[Any], Any],
     level: Level,
     profile: Profile = PAGEDKV_PROFILE,
     contract: Contract = "any",
-) -> type[ManagerLockstep] | type[PoolLockstep]:
+    layouts: Sequence[GroupKind] = LAYOUTS,
+) -> Case:
     """The machine of ``level`` for ``factory``'s targets: isomorphic against the reference
-    under the profile's policy, or the safety tier alone, making the calls ``contract`` allows;
-    each run's target goes back to its factory when the run ends (an ``exec:`` program then
-    serves the next run)."""
-    case: type[ManagerLockstep] | type[PoolLockstep]
+    under the profile's policy, or the safety tier alone, making the calls ``contract`` allows
+    (at the request level, over the group ``layouts``); each run's target goes back to its
+    factory when the run ends (an ``exec:`` program then serves the next run)."""
+    case: Case
     mode: Mode = "safety" if profile.safety else "isomorphic"
-    if level == "manager":
+    if level == "request":
+        tier: Tier = "safety" if profile.safety else "isomorphic"
+        case = request_case(
+            factory, tier=tier, policy=profile.policy, layouts=layouts, contract=contract
+        )
+    elif level == "manager":
         case = manager_lockstep_case(factory, mode=mode, policy=profile.policy, contract=contract)
     else:
         case = lockstep_case(factory, mode=mode, policy=profile.policy, contract=contract)
@@ -127,6 +139,8 @@ class CheckResult:
     finding: Finding | None = None
     """What the failure is, as a ``--known`` file names it (None for a hang, or for pagedkv's
     own error: never a known difference)."""
+    layouts: tuple[str, ...] = LAYOUTS
+    """At the request level, the group layouts the runs drew from."""
 
     @property
     def passed(self) -> bool:
@@ -152,20 +166,22 @@ def run_check(
     timeout: float | None = None,
     known: KnownDifferences | None = None,
     contract: Contract = "any",
+    layouts: Sequence[GroupKind] = LAYOUTS,
 ) -> CheckResult:
     """Check ``factory``'s targets against the reference under ``profile`` (isomorphic mode), or
     against the safety tier alone, each call within ``timeout`` seconds (None: the
-    environment's). On a failure, the shrunk run is minimized, written as a trace to
-    ``trace_out`` (unless None; checked before the search) and replayed. ``adapt_case`` may
+    environment's); at the request level over the group ``layouts``. On a failure, the shrunk
+    run is minimized, written as a trace to ``trace_out`` (unless None; checked before the
+    search) and replayed. ``adapt_case`` may
     derive the machine used from the standard one (the real peers narrow what they draw). A
     run that ends on one of the ``known`` differences is counted, not failed (``known.py``)."""
     profile.check_level(level)
     if trace_out is not None:
         trace_out = trace.check_writable(trace_out)  # absolute: a target may chdir
     seed = random.randrange(2**32) if seed is None else seed
-    result = CheckResult(level, seed, profile, contract=contract)
+    result = CheckResult(level, seed, profile, contract=contract, layouts=tuple(layouts))
     factory = guard(factory, timeout)
-    case = machine_case(factory, level, profile, contract)
+    case = machine_case(factory, level, profile, contract, layouts)
     if adapt_case is not None:
         case = adapt_case(case)
     stepping = result.stepped = None if known is None else Stepping(known)
@@ -410,8 +426,9 @@ def show_outcome(outcome: Any) -> str:
 def check_report(result: CheckResult, target: str, replay_hint: str | None = None) -> Report:
     mode = "safety tier" if result.profile.safety else "isomorphic mode"
     contract = ", scheduler contract" if result.contract == "scheduler" else ""
+    groups = f", groups {','.join(result.layouts)}" if result.level == "request" else ""
     where = (
-        f"{result.level} level, {mode}, profile {result.profile.describe()}{contract},"
+        f"{result.level} level{groups}, {mode}, profile {result.profile.describe()}{contract},"
         f" seed {result.seed}"
     )
     title = f"pagedkv check {target} ({where})"

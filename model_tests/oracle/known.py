@@ -27,6 +27,8 @@ from pagedkv.model_tests.lockstep.calls import KINDS, Divergence, TargetStopped
 from pagedkv.model_tests.lockstep.capture import RunRecord
 from pagedkv.model_tests.oracle import codec
 from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.model_tests.oracle.request_layouts import LAYOUTS, layout_of
+from pagedkv.specs.request_types import RequestConfig
 
 OTHER_KINDS = ("configuration", "check")
 ALL_KINDS = (*KINDS, *OTHER_KINDS)
@@ -79,7 +81,15 @@ class Difference:
             return False
         if self.message is not None and not self.message.search(message):
             return False
-        return all(_holds(getattr(config, name, None), allowed) for name, allowed in self.config)
+        return all(_holds(_field(config, name), allowed) for name, allowed in self.config)
+
+
+def _field(config: Any, name: str) -> object:
+    """A configuration's field as a class names it: a request configuration's ``groups`` by
+    their layout (``full``, ``window``, ``hybrid``)."""
+    if name == "groups" and isinstance(config, RequestConfig):
+        return layout_of(config)
+    return getattr(config, name, None)
 
 
 def _holds(value: object, allowed: tuple[object, ...]) -> bool:
@@ -193,8 +203,8 @@ def parse(
     if extra:
         raise KnownError(f"{where}: unknown key {extra[0]!r} (known: level, difference)")
     declared = data.get("level")
-    if declared is not None and declared not in ("manager", "pool"):
-        raise KnownError(f"{where}: level is 'manager' or 'pool', got {declared!r}")
+    if declared is not None and declared not in codec.LEVELS:
+        raise KnownError(f"{where}: level is 'manager', 'pool' or 'request', got {declared!r}")
     if declared is not None and declared != level:
         raise KnownError(f"{where}: the file is for the {declared} level, the check is at {level}")
     entries = data.get("difference")
@@ -318,6 +328,13 @@ def _config(value: object, level: Level, where: str) -> tuple[tuple[str, tuple[o
 
 
 def _check_value(name: str, annotation: str, value: object, where: str) -> None:
+    if name == "groups":
+        if value not in LAYOUTS:
+            raise KnownError(
+                f"{where}: config.groups cannot be {value!r} (a group layout:"
+                f" {', '.join(repr(layout) for layout in LAYOUTS)})"
+            )
+        return
     optional = "None" in annotation
     if optional and value in ("set", "unset"):
         return

@@ -40,7 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="TARGET",
         help="add a test checking TARGET (package.module:factory or exec:PROGRAM); repeatable",
     )
-    group.addoption("--pagedkv-level", choices=["manager", "pool"], default="manager")
+    group.addoption("--pagedkv-level", choices=["manager", "pool", "request"], default="manager")
     group.addoption("--pagedkv-steps", type=int, default=DEFAULT_STEPS, metavar="N")
     group.addoption("--pagedkv-seed", type=int, default=None, metavar="S")
 

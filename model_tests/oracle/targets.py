@@ -1,6 +1,6 @@
-"""Loading a target: ``package.module:factory`` (a Python callable taking a ManagerConfig or a
-PoolConfig) or ``exec:./program [args]`` (a program speaking the JSON-lines protocol of
-``exec_target``). Every failure is a ``TargetError`` with a one-line message."""
+"""Loading a target: ``package.module:factory`` (a Python callable taking a ManagerConfig, a
+PoolConfig or a RequestConfig) or ``exec:./program [args]`` (a program speaking the JSON-lines
+protocol of ``exec_target``). Every failure is a ``TargetError`` with a one-line message."""
 
 from __future__ import annotations
 
@@ -16,13 +16,19 @@ from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import ExecSetupError, ExecTarget, exec_factory
 from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.specs.errors import UnsupportedError
+from pagedkv.specs.request_types import AttentionKind, KVGroup, RequestConfig
 from pagedkv.specs.types import ManagerConfig, PoolConfig
 
 Factory = Callable[[Any], Any]
 
-SAMPLE_CONFIGS: dict[Level, ManagerConfig | PoolConfig] = {
+SAMPLE_CONFIGS: dict[Level, ManagerConfig | PoolConfig | RequestConfig] = {
     "manager": ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=4),
     "pool": PoolConfig(num_blocks=4, block_size=2),
+    "request": RequestConfig(
+        num_blocks=8,
+        block_size=2,
+        groups=(KVGroup(), KVGroup(AttentionKind.SLIDING_WINDOW, 4)),
+    ),
 }
 """The valid configuration a target is first built with, to find a broken factory early."""
 
@@ -30,6 +36,7 @@ ALIASES = {
     "reference": {
         "manager": "pagedkv.reference.manager_adapter:ReferenceBlockSpaceManager",
         "pool": "pagedkv.reference.pool_adapter:ReferenceBlockPool",
+        "request": "pagedkv.reference.request_adapter:ReferenceRequestKVManager",
     },
     "optimized": {
         "manager": "pagedkv.optimized.block_manager:OptimizedBlockSpaceManager",

@@ -36,6 +36,8 @@ from pagedkv.model_tests.lockstep.capture import RecordedCall, RunRecord
 from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
 from pagedkv.model_tests.lockstep.pool_safety_session import PoolSafetySession
 from pagedkv.model_tests.lockstep.pool_session import IsomorphicPoolSession
+from pagedkv.model_tests.lockstep.request_isomorphic_session import IsomorphicRequestSession
+from pagedkv.model_tests.lockstep.request_safety_session import RequestSafetySession
 from pagedkv.model_tests.lockstep.safety_session import SafetySession
 from pagedkv.model_tests.oracle import codec
 from pagedkv.model_tests.oracle.codec import JSON, CodecError, Level
@@ -45,6 +47,7 @@ from pagedkv.model_tests.oracle.known import ALL_KINDS
 from pagedkv.model_tests.oracle.watchdog import watched
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.errors import ConfigurationError, PagedKVError
 from pagedkv.specs.named_calls import call_named
 from pagedkv.specs.policy import PAGEDKV, SAFETY, Policy, policy_from_json, policy_json
@@ -126,6 +129,8 @@ def make_reference(level: Level, config: Any, policy: Policy = PAGEDKV) -> Any:
     check_reference_size(config)
     if level == "manager":
         return ReferenceBlockSpaceManager(config, policy)
+    if level == "request":
+        return ReferenceRequestKVManager(config, policy)
     return ReferenceBlockPool(config, policy)
 
 
@@ -621,14 +626,7 @@ def _replay_on(trace: Trace, model: Any, target: Any, watch: StepWatch | None) -
         return Verdict("divergence", total, 0, message=_creation(trace, did), kind="creation")
     try:
         session: Any
-        if trace.safety and trace.level == "manager":
-            session = SafetySession(target, trace.config)
-        elif trace.safety:
-            session = PoolSafetySession(target, trace.config)
-        elif trace.level == "manager":
-            session = IsomorphicManagerSession(model, target)
-        else:
-            session = IsomorphicPoolSession(model, target)
+        session = make_session(trace, model, target)
     except TargetStopped as error:
         return Verdict("divergence", total, 0, message=str(error), kind="timeout")
     except Exception as error:
@@ -658,6 +656,21 @@ def _replay_on(trace: Trace, model: Any, target: Any, watch: StepWatch | None) -
     if problems:
         return Verdict("divergence", total, total, message="; ".join(problems), kind="table")
     return Verdict("pass", total)
+
+
+def make_session(trace: Trace, model: Any, target: Any) -> Any:
+    """The session that replays ``trace``: its level's, isomorphic or the safety tier's."""
+    if trace.level == "request":
+        if trace.safety:
+            return RequestSafetySession(target, trace.config)
+        return IsomorphicRequestSession(model, target)
+    if trace.safety and trace.level == "manager":
+        return SafetySession(target, trace.config)
+    if trace.safety:
+        return PoolSafetySession(target, trace.config)
+    if trace.level == "manager":
+        return IsomorphicManagerSession(model, target)
+    return IsomorphicPoolSession(model, target)
 
 
 def _kind(error: BaseException) -> str:

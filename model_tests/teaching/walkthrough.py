@@ -22,6 +22,7 @@ from typing import Any
 
 from pagedkv.model_tests.lockstep.calls import run_call
 from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
+from pagedkv.model_tests.lockstep.request_isomorphic_session import IsomorphicRequestSession
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.check import show_config
 from pagedkv.model_tests.oracle.exec_target import close_target
@@ -144,6 +145,8 @@ def _count(value: Any) -> int | None:
 def target_side(session: Any, target: Any, outcome: str, before: ManagerView | None) -> TargetSide:
     """What the protocol shows of the target now: asked afresh, so that after a divergence the
     page shows the target as it really is."""
+    if isinstance(session, IsomorphicRequestSession):
+        return _request_side(session, target, outcome)
     if not isinstance(session, IsomorphicManagerSession):
         count = _count(_ask(lambda: target.num_free_blocks))
         return TargetSide(outcome, (FreeCount("pool", count, _free(session, None)),))
@@ -159,6 +162,38 @@ def target_side(session: Any, target: Any, outcome: str, before: ManagerView | N
         )
     )
     return TargetSide(outcome, free, _tables(session, view, observed))
+
+
+def _request_rows(
+    target: Any,
+    request_ids: list[str],
+    expected: Callable[[str, int], tuple[int | None, ...] | None],
+) -> tuple[TargetRow, ...]:
+    """Each request's tables in the target's own ids, a row per group, beside ``expected``."""
+    rows = []
+    for request_id in request_ids:
+        tables = _ask(lambda: target.get_block_ids, request_id)
+        if not isinstance(tables, list):
+            rows.append(TargetRow(f"request {request_id!r}", None, None, str(tables)))
+            continue
+        for group, blocks in enumerate(tables):
+            label = f"request {request_id!r} group {group}"
+            rows.append(TargetRow(label, tuple(blocks), expected(request_id, group)))
+    return tuple(rows)
+
+
+def _request_side(session: IsomorphicRequestSession, target: Any, outcome: str) -> TargetSide:
+    view = session.model.view()
+    ids = session.ids.to_target
+
+    def expected(request_id: str, group: int) -> tuple[int | None, ...]:
+        table = view.requests.get(request_id)
+        blocks = () if table is None or group >= len(table.blocks) else table.blocks[group]
+        return tuple(ids.get(b) for b in blocks)
+
+    rows = _request_rows(target, sorted(view.requests), expected)
+    count = _count(_ask(lambda: target.num_free_blocks))
+    return TargetSide(outcome, (FreeCount("pool", count, len(view.free_queue)),), rows)
 
 
 def _free(session: Any, device: Device | None) -> int:
@@ -266,7 +301,11 @@ class TargetAlone:
         theirs = next((text for name, text in calls if name == op.op), "not called")
         self.logged = len(self.recorder.log)
         target = self.targets[-1]
-        if self.loaded.level == "pool":
+        if self.loaded.level == "request":
+            rows = _request_rows(target, sorted(session.requests), lambda _, __: None)
+            count = _count(_ask(lambda: target.num_free_blocks))
+            side = TargetSide(theirs, (FreeCount("pool", count, None),), rows)
+        elif self.loaded.level == "pool":
             free: tuple[FreeCount, ...] = (
                 FreeCount("pool", _count(_ask(lambda: target.num_free_blocks)), None),
             )
@@ -343,7 +382,7 @@ def walk_trace(
     walk.frames = both.frames
     seen = (
         "results, tables and free counts"
-        if loaded.level == "manager"
+        if loaded.level in ("manager", "request")
         else "results and free counts"
     )
     walk.notes.append(
