@@ -1,0 +1,90 @@
+"""What the request machine draws: the pool and its groups (full attention only, sliding window
+only, or a hybrid of both), prompts (a shared system prompt, a turn that extends a finished
+request, a repeat, fresh tokens), extra keys, multimodal inputs, and the features a run leaves
+out."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from hypothesis import strategies as st
+
+from pagedkv.model_tests.machines.draws import integers, sampled
+from pagedkv.specs.request_types import AttentionKind, KVGroup, MultimodalInput, RequestConfig
+from pagedkv.specs.types import ExtraKey, Token
+
+GroupKind = Literal["full", "window", "hybrid"]
+GROUP_KINDS: tuple[GroupKind, ...] = ("full", "window", "hybrid")
+
+SYSTEM_PROMPT: tuple[Token, ...] = (3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8)
+"""The prompt many requests start with: their shared prefix is what hits."""
+
+EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=2), ExtraKey(cache_salt="s"))
+IDENTIFIERS = ("img-a", "img-b")
+
+MAX_SPECULATION = 2
+"""At most this many draft tokens, and as many lookahead slots, per step."""
+
+SWARM = ("spec decode", "lookahead", "extra keys", "multimodal", "chunked prefill", "events")
+"""Features a run may leave out (swarm testing), as the manager machine does."""
+
+swarms = st.one_of(st.just(frozenset[str]()), st.frozensets(st.sampled_from(SWARM)))
+
+
+def window_group(block_size: int) -> st.SearchStrategy[KVGroup]:
+    """A window of 2 tokens (the least vLLM allows) up to a little over three blocks."""
+    return st.builds(
+        KVGroup,
+        kind=st.just(AttentionKind.SLIDING_WINDOW),
+        sliding_window=integers(2, 3 * block_size + 2),
+    )
+
+
+def groups_of(kind: GroupKind, block_size: int) -> st.SearchStrategy[tuple[KVGroup, ...]]:
+    if kind == "full":
+        return st.just((KVGroup(),))
+    window = window_group(block_size)
+    if kind == "window":
+        return window.map(lambda group: (group,))
+    return st.one_of(
+        window.map(lambda group: (KVGroup(), group)),
+        window.map(lambda group: (group, KVGroup())),
+    )
+
+
+@st.composite
+def request_configs(draw: st.DrawFn, kind: GroupKind) -> RequestConfig:
+    """Small pools, so that pressure, preemption and eviction happen within a run."""
+    block_size = draw(sampled((1, 2, 2, 3, 4)), label="block size")
+    groups = draw(groups_of(kind, block_size), label="groups")
+    per_group = draw(integers(1, 6), label="blocks per group")
+    return RequestConfig(
+        num_blocks=1 + per_group * len(groups) + draw(integers(0, 2), label="spare blocks"),
+        block_size=block_size,
+        groups=groups,
+        enable_caching=draw(sampled((True, True, True, False)), label="caching"),
+        max_model_len=draw(sampled((None, None, None, 6, 13)), label="max model len"),
+    )
+
+
+def capacity(config: RequestConfig) -> int:
+    """The tokens one request may grow to and still fit the pool alone with a little room for
+    drafts and lookahead (a request that cannot is dropped by the scheduler)."""
+    per_group = (config.num_blocks - 1) // len(config.groups)
+    room = per_group * config.block_size - MAX_SPECULATION
+    if config.max_model_len is not None:
+        room = min(room, config.max_model_len)
+    return max(room, 2)
+
+
+def multimodal_inputs(data: st.DataObject, length: int) -> tuple[MultimodalInput, ...]:
+    """Up to two placeholders inside a prompt of ``length`` tokens, named by one of two
+    identifiers (an image's content hash, opaque here). Drawn piece by piece from strategies
+    built once (``draws.py``)."""
+    inputs = []
+    for _ in range(data.draw(integers(0, 2), label="images")):
+        offset = data.draw(integers(0, length - 1), label="image offset")
+        size = data.draw(integers(1, length - offset), label="image length")
+        name = data.draw(sampled(IDENTIFIERS), label="image identifier")
+        inputs.append(MultimodalInput(offset, size, name))
+    return tuple(inputs)

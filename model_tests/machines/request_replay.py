@@ -1,0 +1,60 @@
+"""A request machine's run as a Python program that replays it on any manager: what a failure
+prints beside Hypothesis's shrunk steps, so that the failing calls can be read and run alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.interface import RequestKVManager
+from pagedkv.specs.request_calls import REQUEST_CALLS
+from pagedkv.specs.request_types import KVGroup, RequestConfig
+
+RecordedCall = tuple[str, tuple[Any, ...]]
+
+
+def show_group(group: KVGroup) -> str:
+    if group.sliding_window is None:
+        return "KVGroup()"
+    return f"KVGroup(AttentionKind.SLIDING_WINDOW, {group.sliding_window})"
+
+
+def show_config(config: RequestConfig) -> str:
+    groups = ", ".join(show_group(g) for g in config.groups)
+    return (
+        f"RequestConfig(num_blocks={config.num_blocks}, block_size={config.block_size},"
+        f" groups=({groups},), enable_caching={config.enable_caching},"
+        f" max_model_len={config.max_model_len})"
+    )
+
+
+def replay_program(config: RequestConfig, calls: Sequence[RecordedCall]) -> str:
+    """Python source that builds ``config`` and makes ``calls`` on ``manager``, one a line,
+    numbered; ``replay_calls`` runs the same list."""
+    lines = [
+        "from pagedkv.specs.request_types import *  # Request, KVGroup, AttentionKind, ...",
+        "from pagedkv.specs.types import ExtraKey",
+        f"config = {show_config(config)}",
+        "manager = make_manager(config)",
+    ]
+    for number, (name, args) in enumerate(calls, 1):
+        shown = ", ".join(repr(arg) for arg in args)
+        lines.append(f"manager.{name}({shown})  # {number}")
+    return "\n".join(lines)
+
+
+def replay_calls(
+    make: Callable[[RequestConfig], RequestKVManager],
+    config: RequestConfig,
+    calls: Sequence[RecordedCall],
+) -> list[object]:
+    """Each call's outcome on a fresh manager: its answer or the typed error it raised."""
+    manager = make(config)
+    outcomes: list[object] = []
+    for name, args in calls:
+        try:
+            outcomes.append(REQUEST_CALLS[name](*args).method(manager)(*args))
+        except PagedKVError as error:
+            outcomes.append(error)
+    return outcomes
