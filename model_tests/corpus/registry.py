@@ -68,6 +68,12 @@ CLAUSES: dict[str, str] = _clauses()
 OUT_OF_REACH = {
     "I8": "the protocol has no defragment call, so no check drives a defragmenter;"
     " model_tests/tests/test_defragmenter.py holds the defragmenters to I8 with its own fixtures",
+    **{
+        f"policy {name}": "a request-level option: no check drives the request level until"
+        " `pagedkv check --level request` exists; model_tests/tests/test_policy.py holds the"
+        " reference to each value meanwhile"
+        for name in ("request_hit_cap", "request_release_before_fit", "request_free_order")
+    },
 }
 
 

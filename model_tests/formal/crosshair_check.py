@@ -36,6 +36,7 @@ CONTRACT_TARGETS = (
     "specs/content_hash.py",
     "specs/slots.py",
     "specs/validation.py",
+    "specs/request_validation.py",
     "reference/allocation.py",
     "reference/block_table.py",
     "reference/block_pool.py",

@@ -18,6 +18,7 @@ import pytest
 from pagedkv.model_tests.formal import policy_page
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs import operations
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError, UnsupportedError
@@ -32,6 +33,7 @@ from pagedkv.specs.policy import (
     profile,
     value_text,
 )
+from pagedkv.specs.request_types import AttentionKind, KVGroup, Request, RequestConfig
 from pagedkv.specs.types import (
     NEVER_ACCESSED,
     AllocStatus,
@@ -708,6 +710,62 @@ def test_cached_tokens() -> None:
     assert under_each_value("cached_tokens", scenario) == {
         "computed_marks": (3, 2, 4),
         "hits_at_allocate": (0, 2, 4),
+    }
+
+
+# --- the request level ------------------------------------------------------------------------
+
+
+def requests(policy: Policy, *groups: KVGroup, num_blocks: int = 8) -> ReferenceRequestKVManager:
+    return ReferenceRequestKVManager(RequestConfig(num_blocks, 2, groups or (KVGroup(),)), policy)
+
+
+def prompt(request_id: str, num_tokens: int, computed: int = 0) -> Request:
+    return Request(request_id, tuple(range(num_tokens)), num_tokens, computed)
+
+
+def test_request_hit_cap() -> None:
+    """A cached 4-token prompt asked again: vLLM recomputes its last block for the logits."""
+
+    def scenario(policy: Policy) -> tuple[list[list[int]], int]:
+        m = requests(policy)
+        m.allocate_slots(prompt("a", 4), 4)
+        return m.get_computed_blocks(prompt("b", 4))
+
+    assert under_each_value("request_hit_cap", scenario) == {
+        "n_minus_1": ([[1]], 2),
+        "n": ([[1, 2]], 4),
+    }
+
+
+def test_request_release_before_fit() -> None:
+    """Window 4, block size 2, 4 usable blocks: 6 computed tokens and 10 more do not fit; the
+    block that left the window is given back before the None, or not at all."""
+
+    def scenario(policy: Policy) -> tuple[object, list[list[int]], tuple[int, ...]]:
+        m = requests(policy, KVGroup(AttentionKind.SLIDING_WINDOW, 4), num_blocks=5)
+        m.allocate_slots(prompt("a", 6), 6)
+        answer = m.allocate_slots(prompt("a", 16, computed=6), 10)
+        return answer, m.get_block_ids("a"), m.view().free_queue
+
+    assert under_each_value("request_release_before_fit", scenario) == {
+        "true": (None, [[0, 2, 3]], (4, 1)),
+        "false": (None, [[1, 2, 3]], (4,)),
+    }
+
+
+def test_request_free_order() -> None:
+    """Blocks 1, 2 cached and 3 not, freed: the tail first or the head first."""
+
+    def scenario(policy: Policy) -> tuple[int, ...]:
+        m = requests(policy)
+        m.allocate_slots(prompt("a", 5), 5)
+        m.free("a")
+        return m.view().free_queue
+
+    assert under_each_value("request_free_order", scenario) == {
+        "tail_first": (3, 4, 5, 6, 7, 2, 1),
+        "head_first": (3, 4, 5, 6, 7, 1, 2),
     }
 
 
