@@ -99,29 +99,22 @@ class FreeQueue:
 
     def append_n(self, blocks: Iterable[BlockId]) -> None:
         """Put ``blocks`` at the back in the given order (the first given is taken first)."""
-        nxt, prev, tail = self._next, self._prev, self._tail
-        last = prev[tail]
-        added = 0
-        for block in blocks:
-            nxt[last] = block
-            prev[block] = last
-            last = block
-            added += 1
-        nxt[last] = tail
-        prev[tail] = last
-        self._length += added
+        self._insert_run(self._prev[self._tail], self._tail, blocks)
 
     def prepend_n(self, blocks: Iterable[BlockId]) -> None:
         """Put ``blocks`` at the front in the given order (the first given is taken first)."""
-        nxt, prev, head = self._next, self._prev, self._head
-        first = nxt[head]
-        last = head
+        self._insert_run(self._head, self._next[self._head], blocks)
+
+    def _insert_run(self, before: int, after: int, blocks: Iterable[BlockId]) -> None:
+        """Link ``blocks``, in order, between the adjacent nodes ``before`` and ``after``."""
+        nxt, prev = self._next, self._prev
+        last = before
         added = 0
         for block in blocks:
             nxt[last] = block
             prev[block] = last
             last = block
             added += 1
-        nxt[last] = first
-        prev[first] = last
+        nxt[last] = after
+        prev[after] = last
         self._length += added

@@ -52,7 +52,7 @@ class IncrementalBlockHashes:
     def unchanged(self, request: Request) -> int:
         """How many leading tokens of ``request`` are the ones seen last, under the same keys
         (0 when its keys differ, or its tokens differ from the seen ones anywhere)."""
-        if request.extra_key != self._extra_key or request.multimodal != self._multimodal:
+        if not self._same_keys(request):
             return 0
         tokens = request.tokens
         seen = self._tokens
@@ -62,15 +62,17 @@ class IncrementalBlockHashes:
             return len(seen)
         return 0
 
+    def _same_keys(self, request: Request) -> bool:
+        extra_key, multimodal = request.extra_key, request.multimodal
+        return (extra_key is self._extra_key or extra_key == self._extra_key) and (
+            multimodal is self._multimodal or multimodal == self._multimodal
+        )
+
     def update(self, request: Request, unchanged: int) -> list[BlockHash]:
         """The hashes of ``request``, whose first ``unchanged`` tokens (from ``unchanged``) are
         the ones seen last: the kept hashes extended by its new full blocks, or, when fewer
         tokens than seen are unchanged, all of them afresh."""
-        if (
-            request.tokens is self._tokens
-            and request.extra_key == self._extra_key
-            and request.multimodal == self._multimodal
-        ):
+        if request.tokens is self._tokens and self._same_keys(request):
             return self.hashes  # updated for this very request already
         if unchanged < len(self._tokens):
             self._extra_key = request.extra_key

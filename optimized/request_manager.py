@@ -23,7 +23,6 @@ from pagedkv.specs.errors import UnknownRequestError
 from pagedkv.specs.request_types import (
     NULL_BLOCK,
     AllBlocksCleared,
-    AttentionKind,
     BlockRemoved,
     BlockStored,
     GroupBlocks,
@@ -37,6 +36,7 @@ from pagedkv.specs.request_validation import (
     check_request,
     check_request_config,
     check_request_id,
+    hit_blocks_needed,
 )
 from pagedkv.specs.request_view import (
     CachedKey,
@@ -65,6 +65,10 @@ class _RequestBlocks:
 class RequestManager:
     """``specs.interface.RequestKVManager`` over one pool shared by every KV cache group."""
 
+    atomic = True
+    """Every call its checks refuse changes nothing (``specs/request_level.md`` §8): they all run
+    before the first change. A ``None`` from ``allocate_slots`` is an answer, not a failure."""
+
     def __init__(self, config: RequestConfig) -> None:
         check_request_config(config)
         self._config = config
@@ -73,15 +77,14 @@ class RequestManager:
         self._caching = config.enable_caching
         self._max_model_len = config.max_model_len
         self._num_groups = len(config.groups)
-        self._windows: list[int] = [
-            group.sliding_window or 0 if group.kind is AttentionKind.SLIDING_WINDOW else 0
-            for group in config.groups
-        ]
+        self._windows: list[int] = [group.sliding_window or 0 for group in config.groups]
         """Per group its window in tokens, 0 for full attention."""
         self._hit_spans: list[int] = [
-            -(-(window - 1) // config.block_size) if window else 0 for window in self._windows
+            hit_blocks_needed(window, config.block_size) if window else 0
+            for window in self._windows
         ]
         """Per window group the cached blocks a hit must end with (``cdiv(W - 1, B)``)."""
+        self._has_windows = any(self._windows)
         num_blocks = config.num_blocks
         self._ref_counts: list[int] = [0] * num_blocks
         self._cached_hashes: list[BlockHash | None] = [None] * num_blocks
@@ -105,8 +108,7 @@ class RequestManager:
         return len(self._queue)
 
     def usage(self) -> float:
-        usable = self._num_blocks - 1
-        return 1.0 - len(self._queue) / usable if usable else 0.0
+        return 1.0 - len(self._queue) / (self._num_blocks - 1)  # checked: num_blocks >= 2
 
     def get_block_ids(self, request_id: RequestId) -> GroupBlocks:
         record = self._requests.get(check_request_id(request_id))
@@ -206,8 +208,42 @@ class RequestManager:
         new_computed_blocks: GroupBlocks | None = None,
         num_lookahead_tokens: int = 0,
     ) -> GroupBlocks | None:
+        record = self._record_of(request)
+        if (
+            record is not None
+            and new_computed_blocks is None
+            and type(num_new_computed_tokens) is int
+            and num_new_computed_tokens == 0
+            and type(num_new_tokens) is int
+            and num_new_tokens > 0
+            and type(num_lookahead_tokens) is int
+            and num_lookahead_tokens >= 0
+        ):
+            # A running request's step (a prefill chunk, a decode): of the shared checks only
+            # the request's can fail, so the others (counts, the hit's shape) are passed by.
+            unchanged = record.hashes.unchanged(request)
+            check_request(self._config, request, unchanged_tokens=unchanged)
+            record.hashes.update(request, unchanged)
+            return self._step(record, request, num_new_tokens, num_lookahead_tokens)
+        return self._checked_allocate(
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            num_lookahead_tokens,
+        )
+
+    def _checked_allocate(
+        self,
+        request: object,
+        num_new_tokens: object,
+        num_new_computed_tokens: object,
+        new_computed_blocks: object,
+        num_lookahead_tokens: object,
+    ) -> GroupBlocks | None:
+        """``allocate_slots`` through every shared check: admissions, hits, and bad input."""
         kept = self._kept_hashes(request)
-        unchanged = kept.unchanged(request) if kept is not None else 0
+        unchanged = kept.unchanged(request) if kept and isinstance(request, Request) else 0
         args = check_allocate_slots(
             self._config,
             request,
@@ -222,35 +258,54 @@ class RequestManager:
             if self._caching
             else None,
         )
-        self._hashes_of(request, unchanged)
-        record = self._requests.get(request.request_id)
+        checked = args.request
+        self._hashes_of(checked, unchanged)
+        record = self._requests.get(checked.request_id)
+        if record is not None:
+            return self._step(record, checked, args.num_new_tokens, args.num_lookahead_tokens)
         hit = args.hit if any(args.hit) else None
-        size = self._block_size
-        total = request.num_computed_tokens + args.num_new_computed_tokens
+        total = args.num_new_computed_tokens  # a request holding nothing has computed nothing
         need = total + args.num_new_tokens + args.num_lookahead_tokens
         limit = self._max_model_len
         if limit is not None:
             total = min(total, limit)
             need = min(need, limit)
-        need_blocks = -(-need // size)
-        queue = self._queue
-        if record is not None:
+        need_blocks = -(-need // self._block_size)
+        skipped = self._skipped_blocks(total)
+        if self._admission_blocks(hit, skipped, need_blocks) > len(self._queue):
+            return None
+        record = self._admit(checked, hit, skipped)
+        return self._allocate_and_cache(record, checked, need_blocks, total + args.num_new_tokens)
+
+    def _step(
+        self, record: _RequestBlocks, request: Request, num_new_tokens: int, lookahead: int
+    ) -> GroupBlocks | None:
+        """Steps 1-8 for a request that holds blocks (so no hit)."""
+        total = request.num_computed_tokens
+        need = total + num_new_tokens + lookahead
+        limit = self._max_model_len
+        if limit is not None:
+            total = min(total, limit)
+            need = min(need, limit)
+        need_blocks = -(-need // self._block_size)
+        if self._has_windows:
             self._release_window(record, total)
-            wanted = 0
-            for table in record.tables:
-                if need_blocks > len(table):
-                    wanted += need_blocks - len(table)
-            if wanted > len(queue):
-                return None
-        else:
-            skipped = self._skipped_blocks(total)
-            wanted = self._admission_blocks(hit, skipped, need_blocks)
-            if wanted > len(queue):
-                return None
-            record = self._admit(request, hit, skipped)
+        wanted = 0
+        for table in record.tables:
+            if need_blocks > len(table):
+                wanted += need_blocks - len(table)
+        if wanted > len(self._queue):
+            return None
+        return self._allocate_and_cache(record, request, need_blocks, total + num_new_tokens)
+
+    def _allocate_and_cache(
+        self, record: _RequestBlocks, request: Request, need_blocks: int, computed: int
+    ) -> GroupBlocks:
+        """Steps 6-8: the tables grow to ``need_blocks``; the full blocks of the first
+        ``computed`` tokens that are committed get cached; the new blocks are the answer."""
         new_blocks = self._grow(record.tables, need_blocks)
         if self._caching:
-            self._cache(record, request, min(total + args.num_new_tokens, request.num_tokens))
+            self._cache(record, request, min(computed, request.num_tokens))
         return new_blocks
 
     def _skipped_blocks(self, total: int) -> list[int]:
@@ -430,6 +485,13 @@ class RequestManager:
         return (
             self._cached_hashes[block] == key.block_hash and self._cached_groups[block] == key.group
         )
+
+    def _record_of(self, request: object) -> _RequestBlocks | None:
+        """The blocks held for this request's id, before the request is checked (so it may be
+        anything)."""
+        if type(request) is not Request or type(request.request_id) is not str:
+            return None
+        return self._requests.get(request.request_id)
 
     def _kept_hashes(self, request: object) -> IncrementalBlockHashes | None:
         """What was kept for this request's id, before the request is checked (so it may be

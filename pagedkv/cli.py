@@ -11,8 +11,8 @@ conformance traces, and teach the algorithm.
     pagedkv show   TRACE [-o PAGE] [--target T]
     pagedkv bench  [--baseline REV] [--target T ...] [--kernels] [--json PATH] [--plot PATH]
                    [--timeout SECONDS] ...
-    pagedkv soak   [--target T] [--steps N] [--seed S] [--exact] [--trace-out PATH]
-                   [--timeout SECONDS]
+    pagedkv soak   [--target T] [--level manager|request] [--steps N] [--seed S] [--exact]
+                   [--trace-out PATH] [--timeout SECONDS]
 
 T is ``package.module:factory`` or ``exec:./program [args]`` (see ``specs/oracle.md``).
 Exit codes: 0 pass, only once the verdict is printed; 1 FAIL: a divergence (``check``,
@@ -486,10 +486,11 @@ def cmd_record(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_soak(args: argparse.Namespace, out: Output) -> int:
     trace_out = trace.check_writable(args.trace_out)
-    factory = targets.check(args.target, "manager", args.timeout)
+    level = _level(args.level)
+    factory = targets.check(args.target, level, args.timeout)
     exact = args.exact or args.target == "optimized"
     if exact:
-        sample = targets.build(factory, "manager", args.target)
+        sample = targets.build(factory, level, args.target)
         viewable = callable(getattr(sample, "view", None))
         close_target(sample)
         if not viewable:
@@ -503,9 +504,10 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
             exact=exact,
             trace_out=trace_out,
             progress=lambda steps: update(f"soaking {args.target}: {steps} steps"),
+            level=level,
         )
     mode = "exact" if exact else "isomorphic"
-    title = f"pagedkv soak {args.target} (manager level, {mode} mode, seed {seed})"
+    title = f"pagedkv soak {args.target} ({level} level, {mode} mode, seed {seed})"
     rate = result.steps / result.seconds if result.seconds else 0.0
     cpu_rate = result.steps / result.cpu_seconds if result.cpu_seconds else 0.0
     if result.passed:
@@ -544,7 +546,7 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
             StepLine(
                 number,
                 codec.show_call(op.op, op.args),
-                trace.show_expect("manager", op.op, op.expect),
+                trace.show_expect(level, op.op, op.expect),
                 number == len(result.calls),
             )
             for number, op in enumerate(result.trace.ops if result.trace else [], 1)
@@ -695,6 +697,9 @@ def parser() -> argparse.ArgumentParser:
         "soak", help="a long seeded random walk in lockstep with the reference (no Hypothesis)"
     )
     soak_.add_argument("--target", default="optimized", help="optimized (default) or any target")
+    soak_.add_argument(
+        "--level", default="manager", choices=["manager", "request"], help="whose walk (manager)"
+    )
     soak_.add_argument(
         "--steps", type=whole_number(1), default=100_000, help="calls on each side (100000)"
     )

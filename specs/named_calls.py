@@ -1,6 +1,7 @@
 """Calls that come as data, by operation name: a trace read from JSON, a replay, a soak's or a
 teaching walk's recorded step. The name picks the operation's typed constructor
-(``specs/manager_calls.py``, ``specs/pool_calls.py``, ``specs/request_calls.py``); nothing is looked up on a side by name."""
+(``specs/manager_calls.py``, ``specs/pool_calls.py``, ``specs/request_calls.py``); nothing is
+looked up on a side by name."""
 
 from __future__ import annotations
 

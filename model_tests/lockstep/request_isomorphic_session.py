@@ -35,7 +35,7 @@ from pagedkv.model_tests.lockstep.request_reading import (
     RequestReading,
     fold_events,
     read_target,
-    reading_changes,
+    unchanged_by_failure,
 )
 from pagedkv.model_tests.lockstep.show import free_count_differs, show_call, show_value
 from pagedkv.model_tests.lockstep.step import Step
@@ -88,15 +88,15 @@ class IsomorphicRequestSession:
         model_result, model_error = run_call(self.model, call)
         if model_error is not None or target_error is not None:
             error = shared_error(shown, (model_result, model_error), (target_result, target_error))
-            changed = reading_changes(self.seen, self._read(before))
-            if changed:
-                raise Divergence(
-                    f"{shown} raised {type(error).__name__} but changed the target (a failed call"
-                    " must change nothing): " + "; ".join(changed),
-                    "atomicity",
-                )
+            unchanged_by_failure(shown, error, self.seen, self._read(before))
             self.steps.append(Step(method, args, error))
             return error
+        if method == "allocate_slots" and (model_result is None) != (target_result is None):
+            raise Divergence(
+                f"{shown}: the model returned {show_value(model_result)}, the target"
+                f" {show_value(target_result)}"
+                + (" (the blocks do not fit)" if model_result is None else "")
+            )
         after = self.model.view()
         observed = self._read(after)
         self._align(shown, before, after, observed)
@@ -187,8 +187,23 @@ class IsomorphicRequestSession:
                 raise Divergence(self._not_the_hit(shown, where, mine, theirs), "table")
             fresh.append((where, mine, theirs))
         taken = {mine for _, mine, _ in fresh}
+        taken_by_target = {theirs for _, _, theirs in fresh}
         held_after = {mine for _, mine, _ in pairs}
         for where, mine, theirs in fresh:
+            evicted = _key(before, mine)
+            counterpart = self.ids.to_target.get(mine)
+            if (
+                evicted is not None
+                and counterpart is not None
+                and counterpart not in taken_by_target
+            ):
+                raise Divergence(
+                    f"{shown}: at {where} the model evicted its cached block {mine}"
+                    f" ({_show_key(evicted)}: no blank block was left), the target took its block"
+                    f" {theirs} and kept that content in its block {counterpart}: it holds a blank"
+                    " block the model does not (a key it dropped or never cached)",
+                    "choice",
+                )
             stands_for = self.ids.to_model.get(theirs)
             if stands_for is None or stands_for in taken:
                 continue

@@ -66,6 +66,20 @@ def read_target(target: Any, request_ids: Iterable[str]) -> RequestReading:
     return RequestReading(tables, free)
 
 
+def unchanged_by_failure(
+    shown: str, error: BaseException, before: RequestReading, after: RequestReading
+) -> None:
+    """A call that raised ``error`` left the target as ``before`` showed it, or a divergence of
+    kind ``atomicity`` that lists what changed."""
+    changed = reading_changes(before, after)
+    if changed:
+        raise Divergence(
+            f"{shown} raised {type(error).__name__} but changed the target (a failed call must"
+            " change nothing): " + "; ".join(changed),
+            "atomicity",
+        )
+
+
 def reading_changes(before: RequestReading, after: RequestReading) -> list[str]:
     """What changed between two readings, in words (a failed call must change nothing)."""
     found = [

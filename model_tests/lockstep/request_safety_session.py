@@ -34,7 +34,7 @@ from pagedkv.model_tests.lockstep.request_reading import (
     RequestReading,
     fold_events,
     read_target,
-    reading_changes,
+    unchanged_by_failure,
 )
 from pagedkv.model_tests.lockstep.show import show_call, show_error
 from pagedkv.model_tests.lockstep.step import Step
@@ -139,13 +139,7 @@ class RequestSafetySession:
                 f"{shown} raised {show_error(error)}, not an error of pagedkv.specs.errors",
                 "untyped",
             )
-        changed = reading_changes(self.seen, read_target(self.target, self.requests))
-        if changed:
-            raise Divergence(
-                f"{shown} raised {type(error).__name__} but changed the target (a failed call"
-                " must change nothing): " + "; ".join(changed),
-                "atomicity",
-            )
+        unchanged_by_failure(shown, error, self.seen, read_target(self.target, self.requests))
         self.steps.append(Step(method, args, error))
         return error
 
@@ -263,6 +257,7 @@ class RequestSafetySession:
                     self.kv.pop((block, slot), None)
         hit = args[3] if len(args) > 3 and isinstance(args[3], list) else []
         findings += self._hit_in_table(request_id, hit, table, total)
+        findings += self._nulls_read(request_id, table, total)
         lookahead = args[4] if len(args) > 4 and type(args[4]) is int else 0
         need = total + args[1] + lookahead
         if self.config.max_model_len is not None:
@@ -279,6 +274,26 @@ class RequestSafetySession:
         if findings:
             return findings
         return self._run_model(request, table, total, args[1])
+
+    def _nulls_read(self, request_id: str, table: list[list[BlockId]], total: int) -> list[Finding]:
+        """The null block only where no later token's window reads (``total`` tokens computed
+        before this call: a running request's count never falls below it)."""
+        findings: list[Finding] = []
+        for group, ids in enumerate(table):
+            read = [
+                index
+                for index, block in enumerate(ids)
+                if block == NULL_BLOCK and not self._may_be_null(group, index, total)
+            ]
+            if read:
+                findings.append(
+                    (
+                        "placement",
+                        f"request {request_id!r} group {group} has the null block at"
+                        f" {read} with {total} tokens computed: attention still reads there",
+                    )
+                )
+        return findings
 
     def _hit_in_table(
         self, request_id: str, hit: list[Any], table: list[list[BlockId]], total: int

@@ -51,6 +51,7 @@ class RequestMachineBase(LockstepMachine):
         super().__init__()
         self.book = RequestBook()
         self.pending: tuple[str, tuple[Any, ...]] | None = None
+        self.tallies: Counter[str] = Counter()
         self.folded: Counter[CachedKey] = Counter()
         """The cached keys the events taken so far add up to."""
 
@@ -88,6 +89,11 @@ class RequestMachineBase(LockstepMachine):
         outcome = self.session.call(call)
         self.pending = None
         return outcome
+
+    def tally(self, label: str, count: int = 1) -> None:
+        """Counts what a run did, for Hypothesis to steer by (handed over at teardown)."""
+        self.tallies[label] += count
+        self._score(self.tallies[label], label)
 
     def pick(self, data: st.DataObject, items: Sequence[Scheduled], label: str) -> Scheduled:
         """One of the scheduler's requests (drawn by position: they are mutable)."""

@@ -261,3 +261,22 @@ def none_problems(
     if kept != list(before.free_queue):
         problems.append(f"the free queue {before.free_queue} became {after.free_queue}")
     return problems
+
+
+def answer_problems(
+    view: RequestManagerView, request_id: RequestId, answer: Sequence[Sequence[BlockId]]
+) -> list[str]:
+    """``allocate_slots``' new blocks: one list per group, never the null block, each block
+    held by this request alone, at the end of its table."""
+    table = view.requests.get(request_id)
+    if table is None or len(answer) != len(table.blocks):
+        return [f"allocate_slots answered {answer} for {request_id!r}'s table {table}"]
+    problems = []
+    for group, (new, blocks) in enumerate(zip(answer, table.blocks, strict=True)):
+        if NULL_BLOCK in new:
+            problems.append(f"group {group}'s new blocks {list(new)} include the null block")
+        elif new and tuple(blocks[len(blocks) - len(new) :]) != tuple(new):
+            problems.append(f"group {group}'s new blocks {list(new)} do not end {list(blocks)}")
+        elif any(view.blocks[b].ref_count != 1 for b in new):
+            problems.append(f"group {group}'s new blocks {list(new)} are held by others too")
+    return problems

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from pagedkv.model_tests.machines.draws import integers, sampled
 from pagedkv.specs.request_types import AttentionKind, KVGroup, MultimodalInput, RequestConfig
+from pagedkv.specs.request_validation import cdiv
 from pagedkv.specs.types import ExtraKey, Token
 
 GroupKind = Literal["full", "window", "hybrid"]
@@ -32,11 +33,11 @@ swarms = st.one_of(st.just(frozenset[str]()), st.frozensets(st.sampled_from(SWAR
 
 
 def window_group(block_size: int) -> st.SearchStrategy[KVGroup]:
-    """A window of 2 tokens (the least vLLM allows) up to a little over three blocks."""
+    """A window of 2 tokens (the least vLLM allows) up to a little over two blocks."""
     return st.builds(
         KVGroup,
         kind=st.just(AttentionKind.SLIDING_WINDOW),
-        sliding_window=integers(2, 3 * block_size + 2),
+        sliding_window=integers(2, 2 * block_size + 2),
     )
 
 
@@ -69,12 +70,23 @@ def request_configs(draw: st.DrawFn, kind: GroupKind) -> RequestConfig:
 
 def capacity(config: RequestConfig) -> int:
     """The tokens one request may grow to and still fit the pool alone with a little room for
-    drafts and lookahead (a request that cannot is dropped by the scheduler)."""
-    per_group = (config.num_blocks - 1) // len(config.groups)
-    room = per_group * config.block_size - MAX_SPECULATION
+    drafts and lookahead (a request that cannot is dropped by the scheduler). A window group
+    holds only the blocks its window reads (and the next ones'), the full groups the rest."""
+    size = config.block_size
+    windows = [g.sliding_window for g in config.groups if g.sliding_window is not None]
+    spare = config.num_blocks - 1 - sum(cdiv(w - 1, size) + 2 for w in windows)
+    full = len(config.groups) - len(windows)
+    room = (spare // full) * size - MAX_SPECULATION if full else 3 * config.num_blocks * size
     if config.max_model_len is not None:
         room = min(room, config.max_model_len)
     return max(room, 2)
+
+
+def prompt_capacity(config: RequestConfig) -> int:
+    """The longest prompt the pool holds whole before anything is computed (a window releases
+    nothing until then): what an unchunked prefill needs."""
+    per_group = (config.num_blocks - 1) // len(config.groups)
+    return max(min(per_group * config.block_size - MAX_SPECULATION, capacity(config)), 2)
 
 
 def multimodal_inputs(data: st.DataObject, length: int) -> tuple[MultimodalInput, ...]:
@@ -82,7 +94,7 @@ def multimodal_inputs(data: st.DataObject, length: int) -> tuple[MultimodalInput
     identifiers (an image's content hash, opaque here). Drawn piece by piece from strategies
     built once (``draws.py``)."""
     inputs = []
-    for _ in range(data.draw(integers(0, 2), label="images")):
+    for _ in range(data.draw(sampled((0, 0, 0, 1, 2)), label="images")):
         offset = data.draw(integers(0, length - 1), label="image offset")
         size = data.draw(integers(1, length - offset), label="image length")
         name = data.draw(sampled(IDENTIFIERS), label="image identifier")

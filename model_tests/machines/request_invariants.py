@@ -20,6 +20,7 @@ from pagedkv.model_tests.machines.request_checks import (
     table_problems,
 )
 from pagedkv.specs import request_calls as calls
+from pagedkv.specs.request_types import BlockRemoved
 
 
 class RequestInvariants(RequestMachineBase):
@@ -29,6 +30,7 @@ class RequestInvariants(RequestMachineBase):
         events = self.succeeded(calls.take_events())
         for kind in sorted({type(item).__name__ for item in events}):
             event(f"outcome: event {kind}")
+        self.tally("evictions", sum(isinstance(item, BlockRemoved) for item in events))
         problems = fold_events(self.folded, events, self.kv, self.config.block_size)
         if not self.config.enable_caching and events:
             problems.append(f"caching is off, yet take_events() answered {events}")
@@ -56,8 +58,10 @@ class RequestInvariants(RequestMachineBase):
             return
         view = self.kv_view()
         problems = accounting_problems(view) + table_problems(view, self.book.running)
-        if any(any(r.window_nulls.values()) for r in self.book.running):
+        released = sum(sum(r.window_nulls.values()) for r in self.book.running)
+        if released:
             event("outcome: a window released blocks")
+            self._score(released, "window blocks released")
         if problems:
             raise Divergence("; ".join(problems), "accounting")
 

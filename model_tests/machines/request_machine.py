@@ -17,6 +17,7 @@ One concern a file: ``request_base.py`` (state, the session, the KV contents),
 from __future__ import annotations
 
 import sys
+from typing import ClassVar
 
 from hypothesis import note, settings
 from hypothesis.errors import HypothesisException
@@ -24,31 +25,40 @@ from hypothesis.errors import HypothesisException
 from pagedkv.model_tests.machines.request_base import RequestMode
 from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.machines.request_misuse import MisuseRules
-from pagedkv.model_tests.machines.request_replay import replay_program
+from pagedkv.model_tests.machines.request_replay import RecordedCall, replay_program
 from pagedkv.model_tests.machines.request_scheduler import SchedulerRules
 from pagedkv.specs.interface import RequestKVManagerFactory
+from pagedkv.specs.request_types import RequestConfig
 
 
 class RequestLockstep(SchedulerRules, MisuseRules):
     """Subclass and set ``make_target`` (and ``make_model``, ``mode``, ``group_kind``), or call
     ``request_lockstep_case``."""
 
+    failing_run: ClassVar[tuple[RequestConfig, list[RecordedCall]] | None] = None
+    """The configuration and calls of the latest failing run (the shrunk one, once Hypothesis
+    is done: it runs that one last)."""
+
     def teardown(self) -> None:
         """After a failure, the run's calls as a program (a note: Hypothesis prints it with the
-        shrunk failing example only)."""
+        shrunk failing example only); the run's scores to Hypothesis's target phase."""
+        self.hand_over_scores()
         session = getattr(self, "session", None)
         error = sys.exc_info()[1]  # Hypothesis calls teardown in a finally
         failed = isinstance(error, Exception) and not isinstance(error, HypothesisException)
         if not failed or session is None:
             return
         calls = [(step.method, step.args) for step in session.steps]
+        outcomes = [step.outcome for step in session.steps]
         if self.pending is not None:
             calls.append(self.pending)
-        note(f"The run's calls ({len(calls)}), replayable:\n" + replay_program(self.config, calls))
+        type(self).failing_run = (self.config, calls)
+        program = replay_program(self.config, calls, outcomes)
+        note(f"The run's calls ({len(calls)}), replayable:\n{program}")
 
 
-SHARE_OF_PROFILE = 5
-"""A request machine's test runs a fifth of the profile's examples (at least 20): one run
+SHARE_OF_PROFILE = 8
+"""A request machine's test runs an eighth of the profile's examples (at least 20): one run
 here makes many more calls than a manager machine's, and each test stays near half a minute
 under ``dev``."""
 

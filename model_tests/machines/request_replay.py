@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pagedkv.model_tests.lockstep.show import show_value
 from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.interface import RequestKVManager
 from pagedkv.specs.request_calls import REQUEST_CALLS
@@ -29,18 +30,38 @@ def show_config(config: RequestConfig) -> str:
     )
 
 
-def replay_program(config: RequestConfig, calls: Sequence[RecordedCall]) -> str:
-    """Python source that builds ``config`` and makes ``calls`` on ``manager``, one a line,
-    numbered; ``replay_calls`` runs the same list."""
+def shorter(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def replay_program(
+    config: RequestConfig, calls: Sequence[RecordedCall], outcomes: Sequence[object] = ()
+) -> str:
+    """Python source that builds ``config`` and makes ``calls`` on ``manager``, numbered, each
+    with the outcome the machine saw (``outcomes``, as far as they go; a call that raised is
+    wrapped so that the program runs on); ``replay_calls`` runs the same list."""
     lines = [
+        "from pagedkv.specs.errors import *  # the typed errors",
         "from pagedkv.specs.request_types import *  # Request, KVGroup, AttentionKind, ...",
         "from pagedkv.specs.types import ExtraKey",
         f"config = {show_config(config)}",
         "manager = make_manager(config)",
     ]
     for number, (name, args) in enumerate(calls, 1):
-        shown = ", ".join(repr(arg) for arg in args)
-        lines.append(f"manager.{name}({shown})  # {number}")
+        line = f"manager.{name}({', '.join(repr(arg) for arg in args)})"
+        outcome = outcomes[number - 1] if number <= len(outcomes) else None
+        if isinstance(outcome, PagedKVError):
+            error = type(outcome).__name__
+            lines += [
+                f"try:  # {number}: raises {error}",
+                f"    {line}",
+                f"except {error}:",
+                "    pass",
+            ]
+        elif number <= len(outcomes):
+            lines.append(f"{line}  # {number}: {shorter(show_value(outcome))}")
+        else:
+            lines.append(f"{line}  # {number}: the failing call")
     return "\n".join(lines)
 
 

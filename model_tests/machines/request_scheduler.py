@@ -22,13 +22,14 @@ from hypothesis.stateful import precondition, rule
 from pagedkv.model_tests.lockstep.calls import Divergence
 from pagedkv.model_tests.machines.draws import BOOLEANS, integers, sampled, small_tokens
 from pagedkv.model_tests.machines.request_book import Scheduled
-from pagedkv.model_tests.machines.request_checks import none_problems
+from pagedkv.model_tests.machines.request_checks import answer_problems, none_problems
 from pagedkv.model_tests.machines.request_draws import (
     EXTRA_KEYS,
     MAX_SPECULATION,
     SYSTEM_PROMPT,
     capacity,
     multimodal_inputs,
+    prompt_capacity,
 )
 from pagedkv.model_tests.machines.request_invariants import RequestInvariants
 from pagedkv.specs import request_calls as calls
@@ -89,8 +90,8 @@ class SchedulerRules(RequestInvariants):
             shared = data.draw(sampled(lengths), label="system prompt")
             prompt = list(SYSTEM_PROMPT[:shared]) + self._fresh(data, 0, 3)
         else:
-            prompt = self._fresh(data, 1, room)
-        prompt = prompt[: room - 1]
+            prompt = self._fresh(data, 1, prompt_capacity(self.config))
+        prompt = prompt[: prompt_capacity(self.config) - 1]
         multimodal = tuple(m for m in multimodal if m.offset + m.length <= len(prompt))
         if kind != "turn" and self.on("multimodal"):
             multimodal = multimodal_inputs(data, len(prompt))
@@ -167,6 +168,7 @@ class SchedulerRules(RequestInvariants):
             return True
         victim = self.book.running[-1]
         event("outcome: preemption" + (" of itself" if victim is request else ""))
+        self.tally("preemptions")
         self.succeeded(calls.free(victim.request_id))
         self.book.preempted(victim)
         return False
@@ -178,6 +180,7 @@ class SchedulerRules(RequestInvariants):
         hit, num_hit = self.succeeded(calls.get_computed_blocks(request.request()))
         if num_hit:
             event(f"outcome: hit of {min(num_hit // self.config.block_size, 3)}+ blocks")
+            self.tally("hit blocks", num_hit // self.config.block_size)
         num_new = min(request.num_tokens - num_hit, budget)
         offered: GroupBlocks | None = hit
         if not num_hit and data.draw(BOOLEANS, label="no hit as None"):
@@ -232,22 +235,35 @@ class SchedulerRules(RequestInvariants):
         answer = self.succeeded(call)
         if answer is None:
             event("outcome: allocate_slots answered None" + (" to a hit" if num_hit else ""))
+            self.tally("answers None")
             problems = none_problems(before, self.kv_view(), request.request_id)
             if problems:
                 raise Divergence(f"{call!r} answered None and " + "; ".join(problems), "atomicity")
+            return None
+        problems = answer_problems(self.kv_view(), request.request_id, answer)
+        if problems:
+            raise Divergence(f"{call!r}: " + "; ".join(problems), "placement")
         return answer
 
     def _run_model(self, work: list[Work], data: st.DataObject) -> None:
-        """Write each scheduled token's KV, then advance: the computed count by the accepted
+        """Write each scheduled token's KV through the tables ``get_block_ids`` answers (as
+        the engine builds its model input), then advance: the computed count by the accepted
         tokens; a finished prefill or a decode commits its accepted drafts and a bonus token."""
         view = self.kv_view()
         for item in work:
             request = item.request
+            tables = self.succeeded(calls.get_block_ids(request.request_id))
+            held = [list(blocks) for blocks in view.requests[request.request_id].blocks]
+            if tables != held:
+                raise Divergence(
+                    f"get_block_ids({request.request_id!r}) answered {tables}, the view holds"
+                    f" {held}",
+                    "table",
+                )
             found = self.contents_of(request, item.drafts)
             start = request.num_computed_tokens
             positions = range(start, start + item.num_new_tokens)
-            table = view.requests[request.request_id].blocks
-            problems = self.kv.write(table, found.cells, positions)
+            problems = self.kv.write(tables, found.cells, positions)
             if problems:
                 raise Divergence(
                     f"{request.request_id!r} has no slot: " + "; ".join(problems), "placement"
@@ -267,6 +283,7 @@ class SchedulerRules(RequestInvariants):
                 bonus = (bonus + 1) % 4  # the model's token where it disagreed with the draft
             if rejected:
                 event("outcome: drafts rejected")
+                self.tally("drafts rejected")
             request.num_computed_tokens -= len(rejected)
             request.tokens += [*item.drafts[:accepted], bonus]
             if request.num_tokens >= request.final_length:

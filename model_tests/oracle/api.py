@@ -7,16 +7,18 @@ accepts: ``package.module:factory``, ``exec:./program [args]``, ``reference`` or
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pagedkv.model_tests.machines.manager_machine import Contract
+from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle import targets, trace
 from pagedkv.model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.known import KnownDifferences
 from pagedkv.model_tests.oracle.known import load as load_known
 from pagedkv.model_tests.oracle.record import Corpus, record_level
+from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.targets import Factory
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
 from pagedkv.specs.policy import profile as named_profile
@@ -38,6 +40,7 @@ def check(
     policy: Mapping[str, str] | None = None,
     known: KnownDifferences | str | Path | None = None,
     contract: Contract = "any",
+    groups: Sequence[GroupKind] = LAYOUTS,
 ) -> CheckResult:
     """Drive ``target`` and the reference (under ``profile``, with ``policy``'s options
     overriding it; ``specs/policy.md``) or the safety tier alone (``profile="safety"``) with
@@ -46,7 +49,8 @@ def check(
     ``timeout`` seconds (None: ``$PAGEDKV_TIMEOUT`` or 30; ``math.inf``: forever). A target that
     cannot be loaded or built raises ``targets.TargetError``. ``known`` differences (a file's
     path, or a ``KnownDifferences``; ``specs/oracle.md`` §9) are counted and stepped past; a bad
-    file raises ``known.KnownError``."""
+    file raises ``known.KnownError``. At the request level, ``groups`` are the group layouts
+    the runs draw from (``full``, ``window``, ``hybrid``: all three by default)."""
     chosen = named_profile(profile, dict(policy or {}))
     if known is not None and not isinstance(known, KnownDifferences):
         known = load_known(known, level)
@@ -61,6 +65,7 @@ def check(
         profile=chosen,
         known=known,
         contract=contract,
+        layouts=groups,
     )
 
 

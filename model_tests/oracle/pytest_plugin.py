@@ -5,10 +5,11 @@ In an engine's own test suite, either use the fixture::
     def test_my_allocator_matches_pagedkv(pagedkv_oracle):
         pagedkv_oracle(make_manager)                 # or "mypkg.adapter:make_manager"
         pagedkv_oracle(make_pool, level="pool", steps=500, seed=1)
+        pagedkv_oracle(make_kv_cache_manager, level="request")  # vLLM v1's KVCacheManager kind
 
 or add a generated test item from the command line::
 
-    pytest --pagedkv-target mypkg.adapter:make_manager [--pagedkv-level manager|pool]
+    pytest --pagedkv-target mypkg.adapter:make_manager [--pagedkv-level manager|pool|request]
            [--pagedkv-steps N] [--pagedkv-seed S]
 
 A divergence fails the test with the same report as ``pagedkv check``: the shrunk numbered

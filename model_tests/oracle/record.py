@@ -20,6 +20,7 @@ from pagedkv.model_tests.machines.hypothesis_internals import run_search
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.check import machine_case
 from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.specs.request_types import AttentionKind, KVGroup, RequestConfig
 from pagedkv.specs.types import ManagerConfig, PoolConfig
 
 REFUSED_CONFIGS: dict[Level, list[Any]] = {
@@ -32,6 +33,11 @@ REFUSED_CONFIGS: dict[Level, list[Any]] = {
         PoolConfig(num_blocks=0, block_size=2),
         PoolConfig(num_blocks=2, block_size=0),
         PoolConfig(num_blocks=2, block_size=2, enable_caching=1),  # type: ignore[arg-type]
+    ],
+    "request": [
+        RequestConfig(num_blocks=1, block_size=2),
+        RequestConfig(num_blocks=4, block_size=0),
+        RequestConfig(num_blocks=4, block_size=2, groups=(KVGroup(AttentionKind.SLIDING_WINDOW),)),
     ],
 }
 MAX_BATCHES = 10

@@ -25,8 +25,8 @@ from pagedkv.model_tests.lockstep.request_exact_session import RequestSession
 from pagedkv.model_tests.lockstep.request_isomorphic_session import IsomorphicRequestSession
 from pagedkv.model_tests.lockstep.request_reading import RequestReading
 from pagedkv.model_tests.lockstep.request_safety_session import RequestSafetySession
-from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.machines.draws import sampled
+from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.machines.request_machine import RequestLockstep
 from pagedkv.model_tests.machines.request_misuse import MISUSES
 from pagedkv.model_tests.oracle.request_layouts import LAYOUTS

@@ -40,7 +40,13 @@ from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSessio
 from pagedkv.model_tests.lockstep.show import show_call, show_value
 from pagedkv.model_tests.machines.manager_machine import held_references, mapping_problems
 from pagedkv.model_tests.oracle import codec, trace
+from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import close_target
+from pagedkv.model_tests.oracle.request_soak import (
+    RequestLockstep,
+    RequestWalk,
+    random_request_config,
+)
 from pagedkv.model_tests.oracle.watchdog import watched
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import invariants
@@ -58,7 +64,7 @@ CHECKPOINT = 64
 TEMPLATE: tuple[Token, ...] = (3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8)
 EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=2), ExtraKey(cache_salt="s"))
 
-Factory = Callable[[ManagerConfig], Any]
+Factory = Callable[[Any], Any]
 
 
 @dataclass
@@ -69,7 +75,9 @@ class SoakResult:
     cpu_seconds: float = 0.0
     checkpoints: int = 0
     failure: str | None = None
-    config: ManagerConfig | None = None
+    config: Any = None
+    """The failing episode's configuration (a ``ManagerConfig``, or at the request level a
+    ``RequestConfig``)."""
     calls: list[RecordedCall] = field(default_factory=list)
     """The failing episode's calls, shrunk (the failing one last)."""
     unshrunk: int = 0
@@ -340,6 +348,19 @@ class Walk:
 
 
 Progress = Callable[[int], None]
+Side = Lockstep | RequestLockstep
+
+
+def make_side(level: Level, factory: Any, config: Any, exact: bool) -> Side:
+    if level == "request":
+        return RequestLockstep(factory, config, exact)
+    return Lockstep(factory, config, exact)
+
+
+def make_walk(level: Level, rng: random.Random, side: Side) -> Walk | RequestWalk:
+    if isinstance(side, RequestLockstep):
+        return RequestWalk(rng, side)
+    return Walk(rng, side)
 
 
 @watched
@@ -351,19 +372,21 @@ def soak(
     exact: bool,
     trace_out: str | Path | None = None,
     progress: Progress | None = None,
+    level: Level = "manager",
 ) -> SoakResult:
-    """About ``steps`` calls in lockstep; on the first divergence, the shrunk trace."""
+    """About ``steps`` calls in lockstep at ``level`` (the manager's or the request level's
+    walk); on the first divergence, the shrunk trace."""
     rng = random.Random(seed)
     result = SoakResult()
     start, cpu = time.perf_counter(), time.process_time()
     while result.steps < steps and result.passed:
-        config = random_config(rng)
+        config = random_request_config(rng) if level == "request" else random_config(rng)
         try:
-            side = Lockstep(factory, config, exact)
+            side = make_side(level, factory, config, exact)
         except TargetStopped as stopped:  # a hang is a FAIL, as under check
             result.failure, result.hung, result.config = str(stopped), True, config
             break
-        walk = Walk(rng, side)
+        walk = make_walk(level, rng, side)
         result.episodes += 1
         next_check = CHECKPOINT
         episode_end = min(steps, result.steps + EPISODE)
@@ -391,19 +414,23 @@ def soak(
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu
     if result.failure is not None and result.config is not None and not result.hung:
-        _shrink_and_write(result, factory, exact, trace_out)
+        _shrink_and_write(result, factory, exact, trace_out, level)
     return result
 
 
 def diverges(
-    factory: Factory, config: ManagerConfig, calls: list[RecordedCall], exact: bool
+    factory: Factory,
+    config: Any,
+    calls: list[RecordedCall],
+    exact: bool,
+    level: Level = "manager",
 ) -> str | None:
     """Why replaying ``calls`` diverges (comparing the whole state after every call), or None."""
-    side = Lockstep(factory, config, exact)
+    side = make_side(level, factory, config, exact)
     try:
         side.begin()
         for method, args in calls:
-            side.call(call_named("manager", method, args))
+            side.call(call_named(level, method, args))
             side.check_state(f"after {method}")
     except Divergence as failure:
         return str(failure)
@@ -415,7 +442,11 @@ def diverges(
 
 
 def shrink(
-    factory: Factory, config: ManagerConfig, calls: list[RecordedCall], exact: bool
+    factory: Factory,
+    config: Any,
+    calls: list[RecordedCall],
+    exact: bool,
+    level: Level = "manager",
 ) -> list[RecordedCall]:
     """Delete chunks of calls (halves, then quarters, ... then single calls) while the replay
     still diverges; what is left ends at the call that diverges."""
@@ -426,7 +457,7 @@ def shrink(
         removed = False
         while index < len(current):
             candidate = current[:index] + current[index + chunk :]
-            if candidate and diverges(factory, config, candidate, exact) is not None:
+            if candidate and diverges(factory, config, candidate, exact, level) is not None:
                 current = candidate
                 removed = True
             else:
@@ -434,21 +465,25 @@ def shrink(
         if not removed:
             chunk //= 2
     for end in range(1, len(current) + 1):  # cut what follows the first divergence
-        if diverges(factory, config, current[:end], exact) is not None:
+        if diverges(factory, config, current[:end], exact, level) is not None:
             return current[:end]
     return current
 
 
 def _shrink_and_write(
-    result: SoakResult, factory: Factory, exact: bool, trace_out: str | Path | None
+    result: SoakResult,
+    factory: Factory,
+    exact: bool,
+    trace_out: str | Path | None,
+    level: Level = "manager",
 ) -> None:
     assert result.config is not None
     result.unshrunk = len(result.calls)
-    result.calls = shrink(factory, result.config, result.calls, exact)
-    message = diverges(factory, result.config, result.calls, exact)
+    result.calls = shrink(factory, result.config, result.calls, exact, level)
+    message = diverges(factory, result.config, result.calls, exact, level)
     if message is not None:
         result.failure = message
-    found = result.trace = trace.trace_of_calls("manager", result.config, result.calls)
+    found = result.trace = trace.trace_of_calls(level, result.config, result.calls)
     if trace_out is not None:
         result.trace_path = trace.write(found, trace_out)
     result.replays = not trace.replay(found, factory).ok

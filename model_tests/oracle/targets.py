@@ -41,6 +41,7 @@ ALIASES = {
     "optimized": {
         "manager": "pagedkv.optimized.block_manager:OptimizedBlockSpaceManager",
         "pool": "pagedkv.optimized.block_pool:OptimizedBlockPool",
+        "request": "pagedkv.optimized.request_manager:RequestManager",
     },
     "independent": {"manager": "pagedkv.model_tests.independent.manager:IndependentManager"},
 }

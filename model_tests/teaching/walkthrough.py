@@ -302,9 +302,9 @@ class TargetAlone:
         self.logged = len(self.recorder.log)
         target = self.targets[-1]
         if self.loaded.level == "request":
-            rows = _request_rows(target, sorted(session.requests), lambda _, __: None)
+            tables = _request_rows(target, sorted(session.requests), lambda _, __: None)
             count = _count(_ask(lambda: target.num_free_blocks))
-            side = TargetSide(theirs, (FreeCount("pool", count, None),), rows)
+            side = TargetSide(theirs, (FreeCount("pool", count, None),), tables)
         elif self.loaded.level == "pool":
             free: tuple[FreeCount, ...] = (
                 FreeCount("pool", _count(_ask(lambda: target.num_free_blocks)), None),

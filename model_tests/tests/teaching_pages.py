@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 
 from pagedkv.model_tests.oracle import trace
 from pagedkv.model_tests.oracle.trace import Trace
+from pagedkv.specs.request_types import Request, RequestConfig
 from pagedkv.specs.types import ManagerConfig
 
 SWAP_TRACE = """\
@@ -36,6 +37,20 @@ def swap_trace() -> Trace:
     loaded = trace.loads(SWAP_TRACE)
     assert loaded.config == ManagerConfig(2, 2, 1, 0.0, None, True)
     return loaded
+
+
+def request_order_trace() -> Trace:
+    """A request-level trace on which a manager that gives blocks back head first evicts the
+    head of a cached chain where vLLM v1 evicts its tail: request ``a`` caches two blocks and
+    goes; request ``b`` takes the two blank blocks, then the first cached one."""
+    config = RequestConfig(num_blocks=5, block_size=2)
+    a, b = Request("a", (1, 2, 3, 4, 5), 5), Request("b", (7,) * 6, 6)
+    calls = [
+        ("allocate_slots", (a, 5, 0, None, 0)),
+        ("free", ("a",)),
+        ("allocate_slots", (b, 6, 0, None, 0)),
+    ]
+    return trace.trace_of_calls("request", config, calls)
 
 
 @dataclass

@@ -15,8 +15,10 @@ from pagedkv.model_tests.independent.manager import IndependentManager
 from pagedkv.model_tests.oracle import codec
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs import interface, named_calls, operations
 from pagedkv.specs.types import ExtraKey
 
@@ -29,7 +31,7 @@ IMPLEMENTATIONS: dict[operations.Level, list[type[Any]]] = {
         IndependentManager,
     ],
     "pool": [interface.BlockPool, ReferenceBlockPool, OptimizedBlockPool],
-    "request": [interface.RequestKVManager],
+    "request": [interface.RequestKVManager, ReferenceRequestKVManager, RequestManager],
 }
 EXTRA_PARAMETERS = {"choice"}
 """Trailing optional parameters an implementation may add: the reference pool's ``choice``, the

@@ -4,9 +4,28 @@ invariants; and planted wrong managers that the machine must catch."""
 
 from __future__ import annotations
 
-from pagedkv.model_tests.machines.request_machine import request_lockstep_case
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from pagedkv.model_tests.lockstep.calls import Divergence
+from pagedkv.model_tests.machines.hypothesis_internals import shrinking_for
+from pagedkv.model_tests.machines.request_draws import GroupKind
+from pagedkv.model_tests.machines.request_machine import (
+    RequestLockstep,
+    request_lockstep_case,
+    request_settings,
+)
+from pagedkv.model_tests.machines.request_replay import replay_calls, replay_program
+from pagedkv.model_tests.tests.request_planted import (
+    PLANTED_EXACT,
+    PLANTED_SAFETY,
+    ReleasesInsideWindow,
+    hit_without_cap,
+)
 from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
+from pagedkv.specs.interface import RequestKVManagerFactory
 
 TestExactFull = request_lockstep_case(
     RequestManager, group_kind="full", model=ReferenceRequestKVManager
@@ -20,3 +39,57 @@ TestExactHybrid = request_lockstep_case(
 TestReferenceAloneHybrid = request_lockstep_case(
     ReferenceRequestKVManager, group_kind="hybrid", mode="alone"
 ).TestCase
+
+
+SHRINK_SECONDS = 5.0
+
+
+def found_failure(machine: type[RequestLockstep]) -> BaseException:
+    """Runs ``machine`` until it fails (a fixed seed, a bounded search, a few seconds of
+    shrinking); the failure."""
+    budget = settings(
+        request_settings(),
+        max_examples=200,
+        derandomize=True,
+        database=None,
+        report_multiple_bugs=False,
+    )
+    with pytest.raises(Exception) as found, shrinking_for(SHRINK_SECONDS):
+        run_state_machine_as_test(machine, settings=budget)
+    return found.value
+
+
+@pytest.mark.parametrize("planted", PLANTED_EXACT, ids=lambda p: p.__name__)
+def test_exact_mode_catches_a_planted_manager(planted: RequestKVManagerFactory) -> None:
+    machine = request_lockstep_case(planted, group_kind="hybrid", model=ReferenceRequestKVManager)
+    error = found_failure(machine)
+    assert isinstance(error, Divergence), error
+    notes = "\n".join(getattr(error, "__notes__", []))
+    assert "replayable" in notes and "manager.allocate_slots(" in notes, notes
+
+
+@pytest.mark.parametrize("planted", PLANTED_SAFETY, ids=lambda p: p.__name__)
+def test_the_invariants_alone_catch_a_planted_manager(planted: RequestKVManagerFactory) -> None:
+    kind: GroupKind = "window" if planted is ReleasesInsideWindow else "hybrid"
+    machine = request_lockstep_case(planted, group_kind=kind, mode="alone")
+    error = found_failure(machine)
+    assert isinstance(error, Divergence), error
+    assert error.kind in {"kv", "accounting"}, error
+
+
+def test_the_printed_program_replays_the_divergence() -> None:
+    """The shrunk run's calls, replayed on the planted manager and on the reference, part
+    where the machine said they do."""
+    machine = request_lockstep_case(
+        hit_without_cap, group_kind="hybrid", model=ReferenceRequestKVManager
+    )
+    found_failure(machine)
+    assert machine.failing_run is not None
+    config, calls = machine.failing_run
+    planted = replay_calls(hit_without_cap, config, calls)
+    reference = replay_calls(ReferenceRequestKVManager, config, calls)
+    assert planted != reference
+    outcomes = replay_calls(ReferenceRequestKVManager, config, calls)
+    program = replay_program(config, calls, outcomes)
+    namespace: dict[str, object] = {"make_manager": ReferenceRequestKVManager}
+    exec(program, namespace)  # the printed program runs as it stands

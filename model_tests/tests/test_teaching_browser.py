@@ -21,7 +21,8 @@ import pytest
 from pagedkv.model_tests.independent import broken
 from pagedkv.model_tests.teaching import demo, page
 from pagedkv.model_tests.teaching.walkthrough import walk_trace
-from pagedkv.model_tests.tests.teaching_pages import SWAP_TARGET, swap_trace
+from pagedkv.model_tests.tests.request_oracle_targets import HERE, head_first
+from pagedkv.model_tests.tests.teaching_pages import SWAP_TARGET, request_order_trace, swap_trace
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -141,3 +142,31 @@ def test_the_demo_page_opens_at_the_step_its_address_names(browser: Any, tmp_pat
     current = browser.find_element(By.CSS_SELECTOR, "section.step.current")
     assert "copies for the kernel: 3 → 5" in current.text
     assert browser.execute_script("return window.scrollY") == 0  # the header stays in view
+
+
+def test_a_request_level_divergence_opens_and_steps_to_its_mark(
+    browser: Any, tmp_path: Path
+) -> None:
+    """A request-level trace (another free order than vLLM v1's, which evicts the wrong cached
+    block two calls later) drawn with its target: the tables per request and group, the pool,
+    and the marked step. ``PAGEDKV_SCREENSHOT_REQUEST=path.png`` keeps the screenshot."""
+    loaded = request_order_trace()
+    walk = walk_trace(loaded, "request.jsonl", head_first, f"{HERE}:head_first")
+    path = page.write(walk, tmp_path / "request.html")
+    browser.get(path.as_uri())
+    last = len(loaded.ops)
+    for step in range(1, last + 1):
+        browser.find_element(By.ID, "next").click()
+        assert shown(browser) == [str(step)]
+    marked = browser.find_element(By.CSS_SELECTOR, "section.step.current")
+    assert "diverges" in (marked.get_attribute("class") or "")
+    finding = marked.find_element(By.CSS_SELECTOR, ".finding")
+    assert "evicted its cached block 2" in finding.text
+    assert "request 'b' group 0" in marked.text
+    screenshot = tmp_path / "request-divergence.png"
+    assert browser.save_screenshot(str(screenshot))
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    keep = os.environ.get("PAGEDKV_SCREENSHOT_REQUEST")
+    if keep:
+        Path(keep).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(screenshot, keep)

@@ -1,0 +1,91 @@
+"""Wrong request-level managers the request machine must catch (``test_request_machine.py``):
+the reference with one clause of ``specs/request_level.md`` broken. The first two break a policy
+(caught in exact mode, against the reference); the others break safety, which the machine's
+invariants catch with no reference beside the target."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pagedkv.reference import request_manager as ops
+from pagedkv.reference.free_queue import touch
+from pagedkv.reference.request_adapter import ReferenceRequestKVManager
+from pagedkv.specs.policy import PAGEDKV
+from pagedkv.specs.request_types import GroupBlocks, Request, RequestConfig, RequestId
+
+
+def hit_without_cap(config: RequestConfig) -> ReferenceRequestKVManager:
+    """A hit may cover every token: a fully cached prompt recomputes nothing (policy)."""
+    return ReferenceRequestKVManager(config, replace(PAGEDKV, request_hit_cap="n"))
+
+
+def frees_head_first(config: RequestConfig) -> ReferenceRequestKVManager:
+    """``free`` gives a request's blocks back head first: a chain's head is evicted before its
+    tail (policy)."""
+    return ReferenceRequestKVManager(config, replace(PAGEDKV, request_free_order="head_first"))
+
+
+class CachesUncomputedPrompt(ReferenceRequestKVManager):
+    """Caches every full block of the committed tokens at once, the prompt's chunks not yet
+    computed among them: a hit then reads KV nobody wrote (safety)."""
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: GroupBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+    ) -> GroupBlocks | None:
+        answer = super().allocate_slots(
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            num_lookahead_tokens,
+        )
+        if answer is not None:
+            slots = min(len(blocks) for blocks in self.get_block_ids(request.request_id))
+            slots *= self.config.block_size
+            self.state = ops.cache_full_blocks(self.state, request, min(request.num_tokens, slots))
+        return answer
+
+
+class ReleasesInsideWindow(ReferenceRequestKVManager):
+    """Releases a window group's blocks one block early: the last block the window still reads
+    goes back to the pool (safety)."""
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: GroupBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+    ) -> GroupBlocks | None:
+        answer = super().allocate_slots(
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            num_lookahead_tokens,
+        )
+        if answer is not None:
+            early = request.num_computed_tokens + self.config.block_size
+            self.state = ops.release_window(self.state, request.request_id, early)
+        return answer
+
+
+class FreeForgetsLastGroup(ReferenceRequestKVManager):
+    """``free`` gives back every group's blocks but the last group's, which leak (safety)."""
+
+    def free(self, request_id: RequestId) -> None:
+        table = self.state.requests.get(request_id)
+        super().free(request_id)
+        if table is not None and len(table.blocks) > 1:
+            kept = table.blocks[-1]
+            self.state = touch(self.state, [b for b in kept if b])  # held by nobody
+
+
+PLANTED_EXACT = (hit_without_cap, frees_head_first, CachesUncomputedPrompt)
+PLANTED_SAFETY = (CachesUncomputedPrompt, ReleasesInsideWindow, FreeForgetsLastGroup)
