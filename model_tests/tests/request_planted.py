@@ -10,6 +10,7 @@ from dataclasses import replace
 from pagedkv.reference import request_manager as ops
 from pagedkv.reference.free_queue import touch
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
+from pagedkv.reference.request_state import RequestState
 from pagedkv.specs.policy import PAGEDKV
 from pagedkv.specs.request_types import GroupBlocks, Request, RequestConfig, RequestId
 
@@ -25,55 +26,49 @@ def frees_head_first(config: RequestConfig) -> ReferenceRequestKVManager:
     return ReferenceRequestKVManager(config, replace(PAGEDKV, request_free_order="head_first"))
 
 
-class CachesUncomputedPrompt(ReferenceRequestKVManager):
+class AfterAllocation(ReferenceRequestKVManager):
+    """The reference, and something wrong done after each allocation that succeeded."""
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: GroupBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+    ) -> GroupBlocks | None:
+        answer = super().allocate_slots(
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            num_lookahead_tokens,
+        )
+        if answer is not None:
+            self.state = self.wrong_after(self.state, request)
+        return answer
+
+    def wrong_after(self, state: RequestState, request: Request) -> RequestState:
+        raise NotImplementedError
+
+
+class CachesUncomputedPrompt(AfterAllocation):
     """Caches every full block of the committed tokens at once, the prompt's chunks not yet
     computed among them: a hit then reads KV nobody wrote (safety)."""
 
-    def allocate_slots(
-        self,
-        request: Request,
-        num_new_tokens: int,
-        num_new_computed_tokens: int = 0,
-        new_computed_blocks: GroupBlocks | None = None,
-        num_lookahead_tokens: int = 0,
-    ) -> GroupBlocks | None:
-        answer = super().allocate_slots(
-            request,
-            num_new_tokens,
-            num_new_computed_tokens,
-            new_computed_blocks,
-            num_lookahead_tokens,
-        )
-        if answer is not None:
-            slots = min(len(blocks) for blocks in self.get_block_ids(request.request_id))
-            slots *= self.config.block_size
-            self.state = ops.cache_full_blocks(self.state, request, min(request.num_tokens, slots))
-        return answer
+    def wrong_after(self, state: RequestState, request: Request) -> RequestState:
+        slots = min(len(blocks) for blocks in state.requests[request.request_id].blocks)
+        slots *= self.config.block_size
+        return ops.cache_full_blocks(state, request, min(request.num_tokens, slots))
 
 
-class ReleasesInsideWindow(ReferenceRequestKVManager):
+class ReleasesInsideWindow(AfterAllocation):
     """Releases a window group's blocks one block early: the last block the window still reads
     goes back to the pool (safety)."""
 
-    def allocate_slots(
-        self,
-        request: Request,
-        num_new_tokens: int,
-        num_new_computed_tokens: int = 0,
-        new_computed_blocks: GroupBlocks | None = None,
-        num_lookahead_tokens: int = 0,
-    ) -> GroupBlocks | None:
-        answer = super().allocate_slots(
-            request,
-            num_new_tokens,
-            num_new_computed_tokens,
-            new_computed_blocks,
-            num_lookahead_tokens,
-        )
-        if answer is not None:
-            early = request.num_computed_tokens + self.config.block_size
-            self.state = ops.release_window(self.state, request.request_id, early)
-        return answer
+    def wrong_after(self, state: RequestState, request: Request) -> RequestState:
+        early = request.num_computed_tokens + self.config.block_size
+        return ops.release_window(state, request.request_id, early)
 
 
 class FreeForgetsLastGroup(ReferenceRequestKVManager):

@@ -10,7 +10,9 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from pagedkv.model_tests.lockstep.calls import Divergence
 from pagedkv.model_tests.machines.hypothesis_internals import shrinking_for
+from pagedkv.model_tests.machines.request_checks import stored_problems
 from pagedkv.model_tests.machines.request_draws import GroupKind
+from pagedkv.model_tests.machines.request_kv_model import RequestKVModel, contents
 from pagedkv.model_tests.machines.request_machine import (
     RequestLockstep,
     request_lockstep_case,
@@ -26,6 +28,8 @@ from pagedkv.model_tests.tests.request_planted import (
 from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.interface import RequestKVManagerFactory
+from pagedkv.specs.request_types import BlockStored
+from pagedkv.specs.types import ExtraKey
 
 TestExactFull = request_lockstep_case(
     RequestManager, group_kind="full", model=ReferenceRequestKVManager
@@ -41,7 +45,7 @@ TestReferenceAloneHybrid = request_lockstep_case(
 ).TestCase
 
 
-SHRINK_SECONDS = 5.0
+SHRINK_SECONDS = 2.0
 
 
 def found_failure(machine: type[RequestLockstep]) -> BaseException:
@@ -93,3 +97,26 @@ def test_the_printed_program_replays_the_divergence() -> None:
     program = replay_program(config, calls, outcomes)
     namespace: dict[str, object] = {"make_manager": ReferenceRequestKVManager}
     exec(program, namespace)  # the printed program runs as it stands
+
+
+def test_a_stored_event_is_read_as_vllm_writes_it() -> None:
+    """A window group's run may skip null blocks, or hold none but them (vLLM's
+    ``cache_full_blocks``): its tokens cover the whole run, its hashes only the held blocks,
+    its parent the hash before the run. Wrong tokens or a wrong parent are refused."""
+    size = 2
+    kv = RequestKVModel(size)
+    found = contents([3, 1, 4, 1, 5, 9, 2], ExtraKey(), (), size)
+    kv.remember(found, 3)
+    h0, h1, h2 = found.hashes
+    tokens = (3, 1, 4, 1, 5, 9)
+
+    def stored(hashes: tuple[bytes, ...], parent: bytes | None, ids: tuple[int, ...]) -> list[str]:
+        return stored_problems(BlockStored(hashes, parent, ids, size, None, 1), kv, size)
+
+    assert stored((), h0, (4, 1)) == []  # a run of null blocks only
+    assert stored((h2,), h0, (4, 1, 5, 9)) == []  # block 1 null, block 2 held
+    assert stored((h0, h1, h2), None, tokens) == []
+    assert stored((h1, h2), h0, tokens[2:]) == []
+    assert stored((h1, h2), None, tokens[2:])  # the parent is block 0's hash
+    assert stored((h1, h2), h0, (4, 1, 5, 8))  # not the blocks' tokens
+    assert stored((h0,), None, (3,))  # not whole blocks
