@@ -1,8 +1,8 @@
 """Run the corpus: each wrong variant through ``pagedkv check``'s default budget, for given seeds;
 print or write ``specs/corpus.md``'s table (``make corpus``).
 
-    python -m pagedkv.model_tests.corpus.measure [--seeds 0,1,2] [--only NAME ...] [--jobs N]
-                                         [--write specs/corpus.md]
+    python -m pagedkv.model_tests.corpus.measure [--seeds 0,1,2] [--only NAME ... | --level L]
+                                         [--jobs N] [--write specs/corpus.md]
 
 Exit status 1 if a variant passes a check, or is reported with more than ``MAX_SHRUNK_STEPS``
 steps. Each check runs in a worker process (``--jobs``, default 2), by the variant's name.
@@ -145,9 +145,26 @@ def _clause_cell(clauses: Iterable[str]) -> str:
     return "<br>".join(cells)
 
 
-def table(outcomes: dict[tuple[str, int], Outcome], seeds: Sequence[int]) -> str:
+def shown_figures(page: Path) -> dict[str, tuple[str, str]]:
+    """The figures the page's table shows now, by variant: (calls, steps)."""
+    content = page.read_text(encoding="utf-8")
+    rows = content.partition(BEGIN + "\n")[2].partition(END)[0].splitlines()[2:]
+    figures = {}
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip().strip("|").split(" | ")]
+        if len(cells) == 5:
+            figures[cells[0].strip("`")] = (cells[3], cells[4])
+    return figures
+
+
+def table(
+    outcomes: dict[tuple[str, int], Outcome],
+    seeds: Sequence[int],
+    kept: dict[str, tuple[str, str]] | None = None,
+) -> str:
     """The markdown table: each variant, the clauses it breaks, and per seed the calls the
-    default budget took to catch it and the steps of its shrunk trace."""
+    default budget took to catch it and the steps of its shrunk trace. A variant not measured
+    now keeps the figures in ``kept`` (the page's, when only some variants were run)."""
     per_seed = "/".join(str(s) for s in seeds)
     lines = [
         f"| variant | level, profile | clause it breaks | calls to catch it, seeds {per_seed}"
@@ -159,6 +176,8 @@ def table(outcomes: dict[tuple[str, int], Outcome], seeds: Sequence[int]) -> str
         calls = " / ".join("?" if o is None else "missed" if o.calls is None else str(o.calls)
                            for o in found)  # fmt: skip
         steps = " / ".join("?" if o is None or o.steps is None else str(o.steps) for o in found)
+        if kept and each.name in kept and all(o is None for o in found):
+            calls, steps = kept[each.name]
         lines.append(
             f"| `{each.name}` | {each.level}, {each.profile} | {_clause_cell(each.clauses)}"
             f" | {calls} | {steps} |"
@@ -182,18 +201,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--steps", type=int, default=DEFAULT_STEPS, help="the budget (default: check's)"
     )
-    parser.add_argument("--write", type=Path, default=None, metavar="PAGE")
+    parser.add_argument("--level", default=None, help="only the variants of this level")
+    parser.add_argument(
+        "--write",
+        type=Path,
+        default=None,
+        metavar="PAGE",
+        help="write the table (variants not run keep the page's figures) and the traces",
+    )
     args = parser.parse_args(argv)
-    if args.write is not None and args.only:
-        parser.error("--write needs every variant (leave out --only)")
     seeds = [int(s) for s in args.seeds.split(",")]
-    names = args.only or [v.name for v in VARIANTS]
+    chosen = [v.name for v in VARIANTS if args.level in (None, v.level)]
+    names = args.only or chosen
     for name in names:
         variant(name)  # an unknown name fails before any check runs
     started = time.perf_counter()
     outcomes = measure_all(names, seeds, args.jobs, args.steps)
     bad = [outcome for outcome in outcomes.values() if verdict(outcome) != "caught"]
-    text = table(outcomes, seeds)
+    kept = shown_figures(args.write) if args.write is not None else None
+    text = table(outcomes, seeds, kept)
     if args.write is not None:
         write_table(args.write, text)
         written = write_traces(outcomes, seeds)
@@ -201,9 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(text)
     slowest = max(outcomes.values(), key=lambda o: o.seconds)
+    longest = max(outcomes.values(), key=lambda o: o.steps or 0)
     print(
         f"{len(outcomes)} checks in {time.perf_counter() - started:.0f} s; slowest"
-        f" {slowest.name} seed {slowest.seed}, {slowest.seconds} s; {len(bad)} missed or too long"
+        f" {slowest.name} seed {slowest.seed}, {slowest.seconds} s; longest trace"
+        f" {longest.name} seed {longest.seed}, {longest.steps} steps;"
+        f" {len(bad)} missed or too long"
     )
     return 1 if bad else 0
 

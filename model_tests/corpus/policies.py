@@ -11,6 +11,7 @@ from typing import Any
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.policy import OPTIONS, PROFILES, Policy
 
 
@@ -47,7 +48,11 @@ class OtherChoice:
         return self._reference(PROFILES[self.profile], f"reference under {self.profile}")
 
     def _reference(self, policy: Policy, name: str) -> Callable[[Any], Any]:
-        made = ReferenceBlockSpaceManager if self.level == "manager" else ReferenceBlockPool
+        made: Callable[[Any, Policy], Any] = {
+            "manager": ReferenceBlockSpaceManager,
+            "pool": ReferenceBlockPool,
+            "request": ReferenceRequestKVManager,
+        }[self.level]
 
         def other_choice(config: Any) -> Any:
             return made(config, policy)
@@ -87,5 +92,8 @@ OTHER_CHOICES: tuple[OtherChoice, ...] = (
     OtherChoice("encoder", "false"),
     OtherChoice("atomic", "false"),
     OtherChoice("unsupported", "get_num_cached_tokens"),
+    OtherChoice("request_hit_cap", "n", "request"),
+    OtherChoice("request_release_before_fit", "false", "request"),
+    OtherChoice("request_free_order", "head_first", "request"),
 )
 """One other choice per option, at the level and under the profile where it shows."""

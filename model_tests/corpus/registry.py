@@ -16,12 +16,32 @@ from typing import Any
 
 from pagedkv.model_tests.corpus import pools
 from pagedkv.model_tests.corpus.policies import OTHER_CHOICES
-from pagedkv.model_tests.independent import broken
+from pagedkv.model_tests.independent import broken, request_broken
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.specs.operations import OPERATIONS
 from pagedkv.specs.policy import OPTIONS
 
 INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8")
+REQUEST_PAGES = {
+    "get_computed_blocks": "§3",
+    "allocate_slots": "§4",
+    "free": "§5",
+    "get_block_ids": "§6",
+    "num_free_blocks": "§6",
+    "usage": "§6",
+    "reset_prefix_cache": "§9",
+    "take_events": "§9",
+}
+"""Where ``request_level.md`` states each request-level operation."""
+REQUEST_SAFETY = {
+    "refs": "ref counts equal holders",
+    "accounting": "held or free, exactly once",
+    "hit data": "a hit's blocks hold the request's tokens",
+    "none": "a None changes nothing else",
+    "committed": "only committed tokens cached",
+    "events": "events fold into the cached keys",
+}
+"""The request level's safety promises (``request_level.md`` §10), each a clause."""
 PROMISES = ("can_allocate", "can_append_slots", "can_swap_out", "can_swap_in", "NEVER")
 
 
@@ -32,6 +52,14 @@ def _clauses() -> dict[str, str]:
     clauses |= {name: f"invariants.md {name}" for name in INVARIANTS}
     clauses |= {f"promise {p}": f"block_manager.md §5.2, promise of `{p}`" for p in PROMISES}
     clauses |= {f"policy {name}": f"policy.md §4 `{name}`" for name in OPTIONS}
+    clauses |= {
+        f"request {op}": f"request_level.md {REQUEST_PAGES[op]} `{op}`"
+        for op in OPERATIONS["request"]
+    }
+    clauses |= {
+        f"request safety: {name}": f"request_level.md §10, safety: {what}"
+        for name, what in REQUEST_SAFETY.items()
+    }
     return clauses
 
 
@@ -123,6 +151,72 @@ def _variants() -> tuple[Variant, ...]:
         _fixture(p.PoolResetRefusesCachedBlocks, ("pool reset_prefix_cache",), level="pool"),
         _fixture(p.MirroredPoolMissingOneFree, ("pool num_free_blocks",), level="pool"),
     ]
+    r = request_broken
+    safety = "request safety: "
+    request = [
+        _fixture(r.RequestHitNotCapped, ("request get_computed_blocks",), level="request"),
+        _fixture(r.RequestWindowHitShort, ("request get_computed_blocks",), level="request"),
+        _fixture(r.RequestHybridTakesFullLength, ("request get_computed_blocks",), level="request"),
+        _fixture(r.RequestLookupTakesLatest, ("request get_computed_blocks",), level="request"),
+        _fixture(r.RequestCachesDrafts, (safety + "committed",), level="request"),
+        _fixture(r.RequestCachesLookahead, (safety + "committed",), level="request"),
+        _fixture(r.RequestCachesWhenOff, ("request take_events",), level="request"),
+        _fixture(r.RequestCacheDeduplicates, ("request allocate_slots",), level="request"),
+        _fixture(r.RequestNoneStillTouches, (safety + "none",), level="request"),
+        _fixture(r.RequestNoneStillAllocates, (safety + "none",), level="request"),
+        _fixture(r.RequestCountSkipsEvictableHits, ("request allocate_slots",), level="request"),
+        _fixture(r.RequestIgnoresMaxModelLen, ("request allocate_slots",), level="request"),
+        _fixture(r.RequestWindowNotReleased, ("request allocate_slots",), level="request"),
+        _fixture(r.RequestWindowReleasesOneMore, ("request allocate_slots",), level="request"),
+        _fixture(r.RequestWindowReleaseAscending, ("request allocate_slots",), level="request"),
+        _fixture(
+            r.RequestWindowReleaseAfterAllocating,
+            ("request allocate_slots", "policy request_release_before_fit"),
+            level="request",
+        ),
+        _fixture(
+            r.RequestFreeHeadFirst,
+            ("request free", "policy request_free_order"),
+            level="request",
+        ),
+        _fixture(r.RequestUncachedToBack, ("request free",), level="request"),
+        _fixture(r.RequestTakesFromBack, ("request allocate_slots",), level="request"),
+        _fixture(r.RequestEvictionSilent, (safety + "events",), level="request"),
+        _fixture(r.RequestStoredEventOneTooMany, (safety + "events",), level="request"),
+        _fixture(r.RequestEventsRepeatHit, ("request take_events",), level="request"),
+        _fixture(r.RequestResetWhileInUse, ("request reset_prefix_cache",), level="request"),
+        _fixture(r.RequestUsageCountsNull, ("request usage",), level="request"),
+        _fixture(r.RequestFreeCountSkipsCached, ("request num_free_blocks",), level="request"),
+        _fixture(r.RequestTakeEventsKeeps, ("request take_events",), level="request"),
+        _fixture(r.RequestBlockIdsHideNulls, ("request get_block_ids",), level="request"),
+        _fixture(r.RequestFreeUnknownRaises, ("request free",), level="request"),
+        _fixture(r.RequestHitTouchKeepsRefCount, (safety + "refs",), level="request"),
+        _fixture(
+            r.RequestWindowReleaseKeepsEntry,
+            (safety + "refs", safety + "accounting"),
+            level="request",
+        ),
+        _fixture(r.RequestEvictionKeepsKey, (safety + "hit data",), level="request"),
+        _fixture(r.RequestHashIgnoresSalt, (safety + "hit data",), level="request"),
+        _fixture(r.RequestHashIgnoresLora, (safety + "hit data",), level="request"),
+        _fixture(r.RequestHashIgnoresMultimodal, (safety + "hit data",), level="request"),
+    ]
+    request_safety = [
+        _fixture(cls, clauses, level="request", profile="safety")
+        for cls, clauses in (
+            (r.RequestCachesLookahead, (safety + "committed", safety + "hit data")),
+            (r.RequestNoneStillTouches, (safety + "none", safety + "refs")),
+            (r.RequestNoneStillAllocates, (safety + "none", safety + "accounting")),
+            (r.RequestEvictionSilent, (safety + "events",)),
+            (r.RequestStoredEventOneTooMany, (safety + "events",)),
+            (r.RequestHitTouchKeepsRefCount, (safety + "refs",)),
+            (r.RequestWindowReleaseKeepsEntry, (safety + "refs", safety + "accounting")),
+            (r.RequestEvictionKeepsKey, (safety + "hit data",)),
+            (r.RequestHashIgnoresSalt, (safety + "hit data",)),
+            (r.RequestHashIgnoresLora, (safety + "hit data",)),
+            (r.RequestHashIgnoresMultimodal, (safety + "hit data",)),
+        )
+    ]
     extra = {"promotion": ("pool append_tokens",)}
     policy = [
         Variant(
@@ -136,7 +230,7 @@ def _variants() -> tuple[Variant, ...]:
         )
         for choice in OTHER_CHOICES
     ]
-    return (*manager, *pool, *policy)
+    return (*manager, *pool, *request, *request_safety, *policy)
 
 
 VARIANTS: tuple[Variant, ...] = _variants()

@@ -8,4 +8,8 @@ the highest ids first, a dict evictor that breaks ties by the highest id, and th
 reference's while its behaviour is the same up to the spec's allowed choices, which is what the
 oracle's isomorphic mode must accept. ``broken`` holds subclasses with one deliberate bug each,
 which the oracle must reject.
+
+``request_manager.IndependentRequestManager`` does the same at the request level (vLLM v1's
+``KVCacheManager``, the ``RequestKVManager`` protocol), written from the request level's sheet
+without reading the reference's request modules; ``request_broken`` holds its broken variants.
 """

@@ -74,13 +74,32 @@ LIVE = (
     "PoolForkForgetsLastBlock",
     "PoolMarkComputedSkipsCached",
     "reference with window_release=computed_blocks",
+    "RequestFreeHeadFirst",
 )
 """Variants ``make test`` searches for live, one of each kind (a broken manager, one under the
-safety tier, a wrong pool, another policy choice), each with one of the three seeds; ``make
-corpus`` searches for every variant with all three."""
+safety tier, a wrong pool, another policy choice, a broken request manager), each with one of
+the three seeds; ``make corpus`` searches for every variant with all three."""
 
 
-@pytest.mark.parametrize("each", VARIANTS, ids=lambda each: each.name)
+UNCAUGHT = {
+    "RequestEvictionSilent (safety)": "the request-level safety session does not hold the"
+    " events to the cached keys: an eviction without BlockRemoved passes (specs/corpus.md)",
+    "RequestStoredEventOneTooMany (safety)": "the request-level safety session does not hold"
+    " the events to the cached keys: a BlockStored for a block never stored passes",
+    "reference with request_release_before_fit=false": "the scheduler machine seldom answers"
+    " None to a known window request that just released blocks (specs/corpus.md)",
+}
+"""Variants no seed caught (so ``make corpus`` stored no trace): each a gap of the oracle, kept
+as a strict expected failure that turns into a failure once a trace exists."""
+
+
+def _stored(each: Variant) -> object:
+    if each.name in UNCAUGHT:
+        return pytest.param(each, marks=pytest.mark.xfail(reason=UNCAUGHT[each.name], strict=True))
+    return each
+
+
+@pytest.mark.parametrize("each", [_stored(each) for each in VARIANTS], ids=lambda each: each.name)
 def test_the_stored_trace_fails_the_variant_and_passes_without_the_bug(each: Variant) -> None:
     """The trace ``make corpus`` stored for the variant still shows its bug, and only its bug."""
     path = trace_path(each.name)
