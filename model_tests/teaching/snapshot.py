@@ -231,9 +231,3 @@ def _key(lora_id: int | None, cache_salt: str | None) -> str:
 
 def pool_picture(view: PoolView) -> Picture:
     return Picture((device_picture("pool", view),), ())
-
-
-def picture_of(view: ManagerView | PoolView) -> Picture:
-    if isinstance(view, ManagerView):
-        return manager_picture(view)
-    return pool_picture(view)

@@ -51,7 +51,7 @@ def test_the_demo_tells_what_the_reference_does() -> None:
 
     def picture(n: int) -> Picture:
         drawn = frames[n].picture
-        assert drawn is not None
+        assert isinstance(drawn, Picture)
         return drawn
 
     def gpu(n: int) -> DevicePicture:
