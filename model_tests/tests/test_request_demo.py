@@ -10,15 +10,14 @@ from typing import Any
 
 import html5lib
 import pytest
-from rich.console import Console
 
 from pagedkv import cli
 from pagedkv.model_tests.lockstep.show import show_value
-from pagedkv.model_tests.teaching import request_demo, terminal
+from pagedkv.model_tests.teaching import request_demo
 from pagedkv.model_tests.teaching.pictures import picture_of
 from pagedkv.model_tests.teaching.request_demo import PARTS, Scene
 from pagedkv.model_tests.teaching.request_snapshot import RequestPicture
-from pagedkv.model_tests.tests.teaching_pages import read_page
+from pagedkv.model_tests.tests.teaching_pages import drawn_with_rich, read_page
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.request_hashes import request_block_hashes
 from pagedkv.specs.request_types import NULL_BLOCK, BlockRemoved, BlockStored, KVEvent, Request
@@ -108,11 +107,7 @@ def test_the_demo_runs_to_the_end_on_an_ascii_only_stdout() -> None:
 
 def test_the_demo_draws_with_rich_on_a_terminal() -> None:
     walk = request_demo.walk()
-    console = Console(file=io.StringIO(), width=110, force_terminal=True, color_system="standard")
-    console.print(terminal.rich_opening(walk))
-    for frame in walk.frames:
-        console.print(terminal.rich_frame(frame, len(walk.frames) - 1))
-    text = console.file.getvalue()  # type: ignore[attr-defined]
+    text = drawn_with_rich(walk)
     assert "\x1b[" in text and "free queue, front first" in text and "event: BlockStored" in text
 
 
