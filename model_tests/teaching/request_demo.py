@@ -115,7 +115,7 @@ PART_1 = Part(
     "Part 1. A request-level manager (vLLM v1's KVCacheManager) with one full-attention group:"
     " 10 blocks of 4 tokens, ids 0-9, prefix caching on. Block 0 is the null block: never handed"
     " out, never free. The free queue holds every block nobody holds, front first: allocation"
-    " takes from the front.",
+    f" takes from the front. [{PAGE} §1]",
     (
         Scene(
             "Request a arrives: an 8-token system prompt and an 8-token question, 16 tokens. The"
@@ -241,7 +241,7 @@ PART_2 = Part(
     f" cache groups, g0 full attention and g1 a window of {WINDOW} tokens, sharing one pool of"
     " 16 blocks of 4 tokens. Every request has a table in each group. A window layer reads only"
     f" the last {WINDOW} tokens, so its blocks before the window go back to the pool and its"
-    " table points at the null block there.",
+    f" table points at the null block there. [{PAGE} §1]",
     (
         Scene(
             "Request x (20 tokens) is prefilled: 5 blocks in each group, 1-5 for g0 and 6-10 for"

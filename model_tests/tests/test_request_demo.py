@@ -5,6 +5,7 @@ its page is valid HTML that reaches nothing outside the file."""
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,10 @@ def test_each_frame_shows_the_reference_s_answer_state_and_events() -> None:
     replayed = Replayed()
     frames = request_demo.walk().frames
     assert [f.number for f in frames] == list(range(TOTAL + 1))
+    for frame in frames:  # every sentence, the parts' openings too, cites its clause
+        assert re.search(
+            r" \[specs/request_level\.md §\d+(\.\d)?(, §\d+(\.\d)?)*\]$", frame.narration
+        )
     for number, (scene, result, view, events) in replayed.steps.items():
         frame = frames[number]
         assert frame.outcome == show_value(result)
