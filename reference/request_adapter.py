@@ -16,6 +16,9 @@ class ReferenceRequestKVManager:
 
     def __init__(self, config: RequestConfig, policy: Policy = PAGEDKV) -> None:
         self.state: RequestState = new_request_state(config, policy)
+        self.atomic = True
+        """Every call its checks refuse changes nothing (``specs/request_level.md`` §8); a
+        ``None`` from ``allocate_slots`` is an answer, not a failure."""
 
     @property
     def config(self) -> RequestConfig:

@@ -648,6 +648,7 @@ def test_a_bad_call_raises_its_typed_error_naming_the_value_and_changes_nothing(
     named: str,
 ) -> None:
     m = _prepared()
+    assert m.atomic is True
     assert m.view().blocks[1].cached is not None and m.view().blocks[2].cached is not None
     before, events = m.view(), m.state.events
     with pytest.raises(error) as raised:
