@@ -228,7 +228,7 @@ PART_1 = Part(
         ),
         Scene(
             "Request d (5 tokens, nothing cached) needs 2 blocks: 8 from the front, then 6,"
-            " evicted (BlockRemoved). b's head, 5, stays cached.",
+            " evicted (BlockRemoved). 5, the block before it in b's chain, stays cached.",
             "§1, §4.6, §9",
             calls.allocate_slots(D_PREFILL, 5),
         ),
