@@ -7,7 +7,7 @@ conformance traces, and teach the algorithm.
                    [--timeout SECONDS]
     pagedkv record [--level manager|pool|request|all] [--out DIR] [--runs N] [--seed S] [--force]
     pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS]
-    pagedkv demo   [--step] [-o PAGE]
+    pagedkv demo   [--level manager|request] [--step] [-o PAGE]
     pagedkv show   TRACE [-o PAGE] [--target T]
     pagedkv bench  [--baseline REV] [--target T ...] [--kernels] [--json PATH] [--plot PATH]
                    [--timeout SECONDS] ...
@@ -78,7 +78,7 @@ from pagedkv.model_tests.oracle.request_layouts import LAYOUTS, parse_layouts
 from pagedkv.model_tests.oracle.soak import CHECKPOINT, soak
 from pagedkv.model_tests.oracle.trace import Trace
 from pagedkv.model_tests.oracle.watchdog import Interrupted
-from pagedkv.model_tests.teaching import demo, page, terminal
+from pagedkv.model_tests.teaching import demo, page, request_demo, terminal
 from pagedkv.model_tests.teaching.frames import Frame, Walk
 from pagedkv.model_tests.teaching.walkthrough import walk_trace
 from pagedkv.specs.policy import PROFILE_NAMES, Profile
@@ -364,7 +364,7 @@ def _page_beside(trace_path: Path) -> Path:
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
     if args.step and args.out is None and out.keys is None:
         raise UsageError("--step waits for Enter on standard input, which is closed")
-    walk = demo.walk()
+    walk = request_demo.walk() if args.level == "request" else demo.walk()
     if args.out is not None:
         path = _write_page(walk, args.out)
         out.line(f"wrote {path}: the demo's {len(walk.frames) - 1} steps as a page", "bold")
@@ -683,6 +683,12 @@ def parser() -> argparse.ArgumentParser:
     _timeout_option(replay)
 
     narrated = commands.add_parser("demo", help="a narrated walk through the algorithm")
+    narrated.add_argument(
+        "--level",
+        default="manager",
+        choices=["manager", "request"],
+        help="the block space manager (default) or the request level (vLLM v1's KV cache manager)",
+    )
     narrated.add_argument("--step", action="store_true", help="wait for Enter between steps")
     narrated.add_argument(
         "-o", "--out", default=None, help="write the demo as an HTML page instead"

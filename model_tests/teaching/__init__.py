@@ -5,4 +5,9 @@
 ``page`` as one self-contained HTML file. ``demo`` is the scripted scenario of ``pagedkv demo``;
 ``walkthrough`` replays a trace through the reference (and a target, side by side) for
 ``pagedkv show``; ``rules`` names the rule of ``specs/oracle.md`` a divergence broke.
+
+The request level (``specs/request_level.md``) has its own picture (``request_snapshot``), drawn
+by ``request_terminal`` and ``request_page`` beside the others, and its own scenario
+(``request_demo``, ``pagedkv demo --level request``); ``pictures.picture_of`` draws any level's
+view, which is what ``walkthrough`` calls.
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pagedkv.model_tests.teaching.request_snapshot import RequestPicture
 from pagedkv.model_tests.teaching.rules import Rule
 from pagedkv.model_tests.teaching.snapshot import Picture
 from pagedkv.specs.operations import OPERATIONS, Level
@@ -81,7 +82,7 @@ class Frame:
     """0 is the state before the first call (creating the manager or pool)."""
     call: str
     outcome: str
-    picture: Picture | None
+    picture: Picture | RequestPicture | None
     """The reference's state after the step; None when there is none (a refused configuration)."""
     narration: str = ""
     copies: tuple[CopyPair, ...] = ()
@@ -99,7 +100,8 @@ class Walk:
     """Every frame of a scenario or a trace, and what it is about."""
 
     title: str
-    level: Level
+    level: str
+    """The level's name: "pool", "manager" or "request"."""
     config: str
     frames: list[Frame] = field(default_factory=list)
     target: str | None = None

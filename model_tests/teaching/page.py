@@ -15,6 +15,8 @@ from pathlib import Path
 
 from pagedkv.model_tests.oracle.trace import write_text
 from pagedkv.model_tests.teaching.frames import Frame, TargetSide, Walk
+from pagedkv.model_tests.teaching.request_page import request_picture_html
+from pagedkv.model_tests.teaching.request_snapshot import RequestPicture
 from pagedkv.model_tests.teaching.snapshot import BlockCell, DevicePicture, Picture, TableRow
 from pagedkv.model_tests.teaching.terminal import copies_text, heading, tokens_text
 
@@ -246,9 +248,12 @@ def _step(
         parts.append(
             f'<p class="copies">copies for the kernel: {_e(copies_text(frame.copies))}</p>'
         )
-    if frame.picture is not None:
-        previous = None if before is None else before.picture
-        parts.append(_picture(frame.picture, previous))
+    previous = None if before is None else before.picture
+    if isinstance(frame.picture, RequestPicture):
+        earlier = previous if isinstance(previous, RequestPicture) else None
+        parts.append(request_picture_html(frame.picture, earlier))
+    elif frame.picture is not None:
+        parts.append(_picture(frame.picture, previous if isinstance(previous, Picture) else None))
     parts.append("</div>")
     if frame.target is not None:
         parts.append(_target(frame.target, frame.outcome, target_name or "target"))

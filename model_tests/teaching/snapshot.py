@@ -1,8 +1,8 @@
 """What a learner sees of a state: per device the blocks with their ref counts, free / cached /
 evictable, the hash chains; every sequence's block table; pending copies.
 
-A ``Picture`` is plain data drawn from a ``ManagerView``, a ``PoolView`` or a request level's
-``RequestManagerView`` (``specs/``), so that the terminal and the HTML page draw the same thing.
+A ``Picture`` is plain data drawn from a ``ManagerView`` or a ``PoolView`` (``specs/``), so that
+the terminal and the HTML page draw the same thing.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from typing import Literal
 from pagedkv.specs.content_hash import ROOT
 from pagedkv.specs.manager_view import ManagerView
 from pagedkv.specs.pool_view import PoolView
-from pagedkv.specs.request_types import NULL_BLOCK
-from pagedkv.specs.request_view import RequestManagerView
 from pagedkv.specs.types import NEVER_ACCESSED, BlockHash, BlockId, CopyPair, Device, Token
 
 HASH_DIGITS = 6
@@ -233,57 +231,3 @@ def _key(lora_id: int | None, cache_salt: str | None) -> str:
 
 def pool_picture(view: PoolView) -> Picture:
     return Picture((device_picture("pool", view),), ())
-
-
-def request_picture(view: RequestManagerView) -> Picture:
-    """The one pool of a request-level manager: blocks in use and cached ones (the view holds
-    their keys, not their tokens), the null block, the blank free ones; a table per request and
-    group (the null block where a sliding window released a block)."""
-    size = view.config.block_size
-    queue = set(view.free_queue)
-    cells = [BlockCell(NULL_BLOCK, "null", 0, (), size, None, False, NEVER_ACCESSED)]
-    chain = []
-    for block in sorted(view.blocks):
-        seen = view.blocks[block]
-        key = seen.cached
-        if key is not None:
-            shown = f"g{key.group}{short_hash(key.block_hash)}"
-            chain.append(ChainLink(block, shown, None, 0, (), block in queue))
-        if seen.ref_count or key is not None:
-            state: State = "evictable" if block in queue else "used"
-            shown_hash = None if key is None else short_hash(key.block_hash)
-            cells.append(
-                BlockCell(block, state, seen.ref_count, (), size, shown_hash, False, NEVER_ACCESSED)
-            )
-    blank = tuple(b for b in view.free_queue if view.blocks[b].cached is None)
-    device = DevicePicture(
-        "pool",
-        tuple(cells),
-        blank,
-        view.config.num_blocks,
-        tuple(chain),
-        (),
-        0,
-        0,
-        view.config.enable_caching,
-    )
-    rows = [
-        TableRow(
-            f"request {request_id!r} group {group}",
-            "pool",
-            len(blocks) * size,
-            blocks,
-            NULL_BLOCK,
-        )
-        for request_id in sorted(view.requests)
-        for group, blocks in enumerate(view.requests[request_id].blocks)
-    ]
-    return Picture((device,), tuple(rows))
-
-
-def picture_of(view: ManagerView | PoolView | RequestManagerView) -> Picture:
-    if isinstance(view, ManagerView):
-        return manager_picture(view)
-    if isinstance(view, RequestManagerView):
-        return request_picture(view)
-    return pool_picture(view)

@@ -15,7 +15,13 @@ from rich.rule import Rule as RichRule
 from rich.table import Table
 from rich.text import Text
 
+from pagedkv.model_tests.teaching.columns import columns
 from pagedkv.model_tests.teaching.frames import Frame, Walk
+from pagedkv.model_tests.teaching.request_snapshot import RequestPicture
+from pagedkv.model_tests.teaching.request_terminal import (
+    plain_request_picture,
+    rich_request_picture,
+)
 from pagedkv.model_tests.teaching.snapshot import (
     BlockCell,
     ChainLink,
@@ -70,7 +76,7 @@ def _headers(device: DevicePicture) -> list[str]:
 
 
 def _cell_columns(cell: BlockCell, with_access: bool) -> list[str]:
-    columns = [
+    shown = [
         str(cell.block),
         str(cell.ref_count),
         cell.state,
@@ -79,8 +85,8 @@ def _cell_columns(cell: BlockCell, with_access: bool) -> list[str]:
         "yes" if cell.computed else "",
     ]
     if with_access:
-        columns.append(cell.accessed if cell.state != "null" else "")
-    return columns
+        shown.append(cell.accessed if cell.state != "null" else "")
+    return shown
 
 
 def _chain_line(link: ChainLink) -> str:
@@ -98,20 +104,12 @@ def _chain_indent(link: ChainLink) -> str:
 # --- plain -------------------------------------------------------------------------------------
 
 
-def _columns(rows: list[list[str]], indent: str) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        (indent + "  ".join(text.ljust(widths[i]) for i, text in enumerate(row))).rstrip()
-        for row in rows
-    ]
-
-
 def plain_device(device: DevicePicture) -> list[str]:
     lines = [f"{device.name}  {device.counts()}"]
     if device.cells:
         access = _with_access(device)
         rows = [_headers(device)] + [_cell_columns(cell, access) for cell in device.cells]
-        lines += _columns(rows, "    ")
+        lines += columns(rows, "    ")
     lines.append(free_text(device))
     if device.chain:
         lines.append("    hash chains:")
@@ -131,7 +129,7 @@ def plain_picture(picture: Picture) -> list[str]:
             [row.label, row.device, row.length, table_text(row), row.extra_key]
             for row in picture.tables
         ]
-        lines += _columns(rows, "    ")
+        lines += columns(rows, "    ")
     elif len(picture.devices) > 1:
         lines.append("block tables: none")
     return lines
@@ -143,7 +141,9 @@ def plain_frame(frame: Frame, total: int) -> str:
     if frame.narration:
         lines += textwrap.wrap(frame.narration, WIDTH, initial_indent="  ", subsequent_indent="  ")
     lines.append("")
-    if frame.picture is not None:
+    if isinstance(frame.picture, RequestPicture):
+        lines += plain_request_picture(frame.picture)
+    elif frame.picture is not None:
         lines += plain_picture(frame.picture)
     if frame.copies:
         lines.append(f"copies for the kernel: {copies_text(frame.copies)}")
@@ -207,7 +207,9 @@ def rich_frame(frame: Frame, total: int) -> RenderableType:
     if frame.narration:
         parts.append(Text(frame.narration, "italic"))
     parts.append(Text(""))
-    if frame.picture is not None:
+    if isinstance(frame.picture, RequestPicture):
+        parts.append(rich_request_picture(frame.picture))
+    elif frame.picture is not None:
         parts.append(rich_picture(frame.picture))
     if frame.copies:
         parts.append(Text(f"copies for the kernel: {copies_text(frame.copies)}", "magenta"))

@@ -36,8 +36,8 @@ from pagedkv.model_tests.teaching.frames import (
     Walk,
     copies_of,
 )
+from pagedkv.model_tests.teaching.pictures import picture_of
 from pagedkv.model_tests.teaching.rules import CREATE, STALE, rule_of
-from pagedkv.model_tests.teaching.snapshot import picture_of
 from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.manager_view import ManagerView
 from pagedkv.specs.named_calls import call_named

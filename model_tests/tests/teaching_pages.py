@@ -4,11 +4,16 @@ that would reach out of the file."""
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from rich.console import Console
+
 from pagedkv.model_tests.oracle import trace
 from pagedkv.model_tests.oracle.trace import Trace
+from pagedkv.model_tests.teaching import terminal
+from pagedkv.model_tests.teaching.frames import Walk
 from pagedkv.specs.request_types import Request, RequestConfig
 from pagedkv.specs.types import ManagerConfig
 
@@ -120,3 +125,13 @@ def read_page(text: str) -> PageReader:
     reader.feed(text)
     reader.close()
     return reader
+
+
+def drawn_with_rich(walk: Walk) -> str:
+    """Every frame of ``walk`` as a colour terminal 110 columns wide shows it."""
+    stream = io.StringIO()
+    console = Console(file=stream, width=110, force_terminal=True, color_system="standard")
+    console.print(terminal.rich_opening(walk))
+    for frame in walk.frames:
+        console.print(terminal.rich_frame(frame, len(walk.frames) - 1))
+    return stream.getvalue()

@@ -14,18 +14,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 from pagedkv import cli
 from pagedkv.model_tests.independent import broken
 from pagedkv.model_tests.independent.manager import IndependentManager
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.trace import Trace
-from pagedkv.model_tests.teaching import demo, page, rules, terminal
+from pagedkv.model_tests.teaching import demo, page, rules
 from pagedkv.model_tests.teaching.frames import Frame
 from pagedkv.model_tests.teaching.snapshot import DevicePicture, Picture
 from pagedkv.model_tests.teaching.walkthrough import walk_trace
-from pagedkv.model_tests.tests.teaching_pages import SWAP_TARGET, read_page, swap_trace
+from pagedkv.model_tests.tests.teaching_pages import (
+    SWAP_TARGET,
+    drawn_with_rich,
+    read_page,
+    swap_trace,
+)
 from pagedkv.specs.errors import ConfigurationError
 from pagedkv.specs.types import CopyPair, ManagerConfig, PoolConfig
 
@@ -51,7 +55,7 @@ def test_the_demo_tells_what_the_reference_does() -> None:
 
     def picture(n: int) -> Picture:
         drawn = frames[n].picture
-        assert drawn is not None
+        assert isinstance(drawn, Picture)
         return drawn
 
     def gpu(n: int) -> DevicePicture:
@@ -115,11 +119,7 @@ def test_demo_step_waits_for_enter_and_q_stops_it() -> None:
 
 def test_the_demo_draws_with_rich_on_a_terminal() -> None:
     walk = demo.walk()
-    console = Console(file=io.StringIO(), width=110, force_terminal=True, color_system="standard")
-    console.print(terminal.rich_opening(walk))
-    for frame in walk.frames:
-        console.print(terminal.rich_frame(frame, len(walk.frames) - 1))
-    text = console.file.getvalue()  # type: ignore[attr-defined]
+    text = drawn_with_rich(walk)
     assert "\x1b[" in text and "copies for the kernel: 3 → 5" in text and "#7910d4" in text
 
 
