@@ -231,6 +231,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="RESULTS",
         help="run only the mutants an earlier --results file left as gaps (after adding killers)",
     )
+    parser.add_argument(
+        "--skip-done",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="RESULTS",
+        help="leave out the mutants these --results files already hold (to finish a stopped run)",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the runner then stops its children
     if args.jobs < 1 or (args.timeout is not None and args.timeout <= 0) or args.sample < 0:
@@ -240,6 +248,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.files and args.rerun_gaps is None:
         args.files = list(files_to_mutate())
     chosen = (gaps_of(args.rerun_gaps) if args.rerun_gaps else []) + _chosen(args)
+    if args.skip_done:
+        done = read_results(args.skip_done)
+        chosen = [m for m in chosen if m not in done]
+        print(f"{len(done)} mutants already run are left out: {len(chosen)} to run")
 
     sets = list(dict.fromkeys(killers_for(m.file) for m in chosen))
     slowest = 0.0
