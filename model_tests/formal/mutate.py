@@ -233,11 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--skip-done",
-        nargs="+",
+        action="append",
         type=Path,
         default=[],
         metavar="RESULTS",
-        help="leave out the mutants these --results files already hold (to finish a stopped run)",
+        help="leave out the mutants this --results file already holds (to finish a stopped run)",
     )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the runner then stops its children
