@@ -45,6 +45,8 @@ _TESTS = "pagedkv/model_tests/tests/"
 KILLERS = (
     _TESTS + "test_adapter_declarations.py",
     _TESTS + "test_fast_paths.py",
+    _TESTS + "test_block_manager_gaps.py",
+    _TESTS + "test_block_pool_gaps.py",
     _TESTS + "test_hash_index.py",
     _TESTS + "test_pool_null_block.py",
     _TESTS + "test_evictor.py",

@@ -97,6 +97,105 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "with `_live` emptied every entry left in the heap is stale: `pop` skips it and the next"
         " rebuild drops it"
     ),
+    (
+        "reference/block_manager.py",
+        "if window is None or null_block is None:",
+        "Or -> And",
+    ): (
+        "append_slots takes the null block (take_null_block) before it calls"
+        " _release_out_of_window, and takes one exactly when there is a window: there the window"
+        " is None exactly when the null block is, so `or` and `and` agree"
+    ),
+    ("reference/block_manager.py", "stopped = ComputedList((), stopped=True)", "True -> False"): (
+        "the first entry changed only because release_blocks pointed it at the null block, which"
+        " is never computed (mark_computed marks full blocks only, it holds no token, and having"
+        " no hash it is never a hit): an empty list that may grow stops at it at once, and a"
+        " swap keeps null entries where they are"
+    ),
+    (
+        "reference/block_manager.py",
+        "for seq_id, table in zip(ids, tables, strict=True):",
+        "True -> False",
+    ): "tables is built with one entry per id: zip's strict check can never fire",
+    (
+        "reference/block_manager.py",
+        "if kept.stopped or len(kept.blocks) >= limit:",
+        "GtE -> Gt",
+    ): (
+        "at len == limit (not stopped) the mutant takes no block from table.blocks[limit:limit]"
+        " and returns ComputedList(kept.blocks, stopped=limit < limit), which is kept itself"
+    ),
+    (
+        "reference/block_manager.py",
+        "if not state.config.enable_caching or not lists:",
+        "Or -> And",
+    ): (
+        "without caching no block is ever computed (mark_computed returns first, and a hit,"
+        " which marks under promoted_batch, needs the cache), so every kept list is empty and"
+        " the common prefix is [] either way; with no lists the loop meets no column"
+    ),
+    (
+        "reference/block_manager.py",
+        "return state.cached_at_allocate.get(int(seq_id), 0)",
+        "0 -> 1",
+    ): (
+        "under cached_tokens=hits_at_allocate allocate records every new sequence and fork"
+        " copies its parent's entry, so the default is never read"
+    ),
+    ("reference/block_pool.py", "release_clock=state.release_clock + 1,", "1 -> 2"): (
+        "release times are only compared with each other (the earliest given back first,"
+        " allocation.py) and a step of 2 still makes them rise: no order changes; no view shows"
+        " them"
+    ),
+    (
+        "reference/block_pool.py",
+        'if view.ref_count == 0 and state.policy.eviction == "free_list":',
+        "And -> Or",
+    ): (
+        "the extra release times go to held blocks (free_list), or to blocks that fall to zero"
+        " under the other policies; `released` is read only for blocks nobody holds, whose"
+        " time is always that of their last release to zero (set again there, later), and under"
+        " lru and release_order only for evictable blocks, which lines below stamp again; no"
+        " view shows it"
+    ),
+    (
+        "reference/block_pool.py",
+        'if state.policy.common_prefix == "nonempty_runs" and len(runs) > 1:',
+        "Gt -> GtE",
+    ): (
+        "one run filtered is itself, or [[]] when it is empty: the common prefix of one run is"
+        " that run either way"
+    ),
+    ("reference/block_table.py", "missed = True", "True -> False"): (
+        "this branch takes the last chunk (a partial one), after which `missed` is never read,"
+        " or a full chunk after a miss under lookup=stop_at_first_miss, where it is True already"
+    ),
+    ("optimized/block_manager.py", "self._window = 0", "0 -> 1"): (
+        "_window is read only when there is a null block, which exists only with a sliding"
+        " window, and then the next line sets _window to it"
+    ),
+    ("optimized/block_manager.py", "self._access_stamps = itertools.count(1)", "1 -> 2"): (
+        "the manager's pools take access stamps from this counter alone (the manager never"
+        " calls the pools' mark_accessed) and compare them with each other and with 0 (never"
+        " accessed): stamps from 2 keep every comparison"
+    ),
+    (
+        "optimized/block_manager.py",
+        "if len(members) * most_blocks_touched(num_new, lookahead) <= free:",
+        "LtE -> Lt",
+    ): (
+        "at equality the exact count runs instead, and each sequence's exact worst case is at"
+        " most the bound (specs/accounting.py, _bounded): their sum is at most free, so True"
+        " either way"
+    ),
+    (
+        "optimized/block_manager.py",
+        "if most_blocks_touched(len(new_tokens), lookahead) > gpu.num_free:",
+        "Gt -> GtE",
+    ): (
+        "at equality the exact count runs, which is at most the bound (specs/accounting.py,"
+        " _bounded), so it is at most the free blocks and nothing is raised either way"
+    ),
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {
