@@ -78,14 +78,15 @@ def test_an_id_equal_to_a_known_one_but_not_an_int_is_refused(
     and group 1: only the plain int may take the shortcut."""
     manager = factory(ManagerConfig(block_size=2, num_gpu_blocks=4, num_cpu_blocks=4))
     manager.allocate(1, [1], [1, 2, 3])
-    for call, args in (
+    calls: list[tuple[Callable[..., object], tuple[object, ...]]] = [
         (manager.get_block_table, ()),
         (manager.can_swap_out, ()),
         (manager.can_append_slots, (1, 0)),
         (manager.append_slots, ([4],)),
-    ):
+    ]
+    for call, args in calls:
         with pytest.raises(InvalidArgumentError):
-            call(bad, *args)  # type: ignore[operator]
+            call(bad, *args)
     assert manager.get_block_table(1) == [0, 1]
 
 
@@ -111,7 +112,8 @@ def test_each_prompt_is_read_for_itself(
     itself; a list is checked again on every call (it may have changed); a missing prompt, or
     one that is no list or tuple, is refused (first, before any prompt is remembered)."""
     manager = factory(ManagerConfig(block_size=1, num_gpu_blocks=4, num_cpu_blocks=4))
-    for missing in (None, (), [], b"ab", {1: 2}):  # bytes and a dict's keys iterate as ints
+    not_prompts: list[object] = [None, (), [], b"ab", {1: 2}]  # bytes, a dict's keys: ints
+    for missing in not_prompts:
         with pytest.raises(InvalidArgumentError):
             manager.can_allocate(missing)  # type: ignore[arg-type]
     assert manager.can_allocate((1, 2, 3)) is AllocStatus.OK
