@@ -32,6 +32,7 @@ import random
 import signal
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -201,6 +202,17 @@ def read_results(paths: Sequence[Path]) -> dict[Mutant, Outcome]:
     return merged
 
 
+def current_results(results: dict[Mutant, Outcome]) -> list[Outcome]:
+    """The outcomes whose mutant is still a mutant of its file as it is now: a result from
+    before an edit that moved or changed its line scores nothing (its file must be run again)."""
+    now = {file: set(mutants_of(file)) for file in {m.file for m in results}}
+    current = [o for m, o in results.items() if m in now[m.file]]
+    stale = Counter(m.file for m in results if m not in now[m.file])
+    for file, count in sorted(stale.items()):
+        print(f"{file}: {count} results from an earlier version of the file left out")
+    return current
+
+
 def gaps_of(paths: Sequence[Path]) -> list[Mutant]:
     """The non-equivalent survivors of results files, checked against the files as they are now
     (a mutant whose line moved or changed must be run afresh, not by its old number)."""
@@ -246,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.jobs < 1 or (args.timeout is not None and args.timeout <= 0) or args.sample < 0:
         parser.error("--jobs and --timeout must be positive, --sample not negative")
     if args.rescore:
-        return report(list(read_results(args.rescore).values()))
+        return report(current_results(read_results(args.rescore)))
     if not args.files and args.rerun_gaps is None:
         args.files = list(files_to_mutate())
     chosen = (gaps_of(args.rerun_gaps) if args.rerun_gaps else []) + _chosen(args)
