@@ -111,6 +111,15 @@ def test_the_score_counts_gaps_and_leaves_out_only_equivalent_survivors(
     assert "KILLED though EQUIVALENT" in capsys.readouterr().out
 
 
+def test_the_first_pass_is_a_prefix_of_every_files_killers_without_the_machines() -> None:
+    """So a mutant the first pass kills is killed by the whole set, which runs the same files
+    first (pytest ``-x``)."""
+    for file in files_to_mutate():
+        first, every = mutate.first_pass_killers(file), mutate.killers_for(file)
+        assert every[: len(first)] == first and len(first) < len(every)
+        assert not any("lockstep" in k or "exhaustive" in k for k in first)
+
+
 def test_a_result_from_an_earlier_version_of_its_file_scores_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
