@@ -238,3 +238,31 @@ def test_slots_first_takes_the_lookahead_blocks_before_the_copy() -> None:
     manager.allocate(1, [1, 2], [1])
     assert manager.append_slots(1, [2], 2) == [(0, 2)]
     assert manager.get_block_table(1) == [2, 1]
+
+
+# --- pagedkv's own policy, both managers --------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])
+def test_a_swap_in_counts_the_lookahead_blocks(make: BlockSpaceManagerFactory) -> None:
+    """A group of two one-token blocks swapped out, three or two of five GPU blocks left free:
+    each lookahead slot needs one block more, and more than five never fit."""
+    answers = []
+    for held in (2, 3):
+        manager = make(ManagerConfig(block_size=1, num_gpu_blocks=5, num_cpu_blocks=4))
+        manager.allocate(1, [1], [1, 2])
+        manager.swap_out(1)
+        manager.allocate(2, [2], list(range(held)))
+        answers.append([manager.can_swap_in(1, lookahead) for lookahead in range(5)])
+    ok, later, never = AllocStatus.OK, AllocStatus.LATER, AllocStatus.NEVER
+    assert answers == [[ok, ok, later, later, never], [ok, later, later, later, never]]
+
+
+@pytest.mark.parametrize("make", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])
+def test_nothing_is_computed_before_a_mark(make: BlockSpaceManagerFactory) -> None:
+    manager = make(ManagerConfig(4, 8, 4, enable_caching=True))
+    manager.allocate(1, [1], list(range(12)))
+    assert manager.get_common_computed_block_ids([1]) == []
+    assert manager.get_num_cached_tokens(1) == 0
+    manager.mark_blocks_as_computed(1)
+    assert manager.get_common_computed_block_ids([1]) == [0, 1]
