@@ -196,6 +196,14 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "at equality the exact count runs, which is at most the bound (specs/accounting.py,"
         " _bounded), so it is at most the free blocks and nothing is raised either way"
     ),
+    ("optimized/block_table.py", "access_stamp: int = 0", "0 -> 1"): (
+        "the pending access covers entries num_released .. access_end, empty (access_end 0)"
+        " until access() sets the stamp, the time and the end together"
+    ),
+    ("optimized/block_table.py", "access_end: int = 0", "0 -> 1"): (
+        "an entry pending with stamp 0 is never applied: pool.touch and the view apply a pending"
+        " access only if its stamp exceeds the block's, and block stamps are never below 0"
+    ),
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {
