@@ -204,6 +204,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "an entry pending with stamp 0 is never applied: pool.touch and the view apply a pending"
         " access only if its stamp exceeds the block's, and block stamps are never below 0"
     ),
+    ("optimized/block_table.py", "if known is None or known[0] < stamp:", "Lt -> LtE"): (
+        "two pending accesses never share a stamp: each access() takes a new one from the"
+        " manager's counter, and fork does not copy the parent's pending access"
+    ),
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {
