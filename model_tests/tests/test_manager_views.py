@@ -7,16 +7,19 @@ later."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs.errors import OutOfBlocksError
+from pagedkv.specs.interface import BlockSpaceManager
 from pagedkv.specs.types import ManagerConfig
 
 
 def test_accesses_and_swaps_leave_the_same_state() -> None:
     config = ManagerConfig(block_size=2, num_gpu_blocks=6, num_cpu_blocks=4, enable_caching=True)
     reference, optimized = ReferenceBlockSpaceManager(config), OptimizedBlockSpaceManager(config)
-    steps = [
+    steps: list[Callable[[BlockSpaceManager], object]] = [
         lambda m: m.allocate(1, [1], [1, 2, 3]),
         lambda m: m.fork(1, 2),
         lambda m: m.access_all_blocks_in_seq(1, 5.0),
