@@ -18,7 +18,7 @@ from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.optimized.block_pool import common_length
 from pagedkv.optimized.tokens import plain_tokens
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
-from pagedkv.specs.errors import InvalidArgumentError
+from pagedkv.specs.errors import InvalidArgumentError, UnknownSequenceError
 from pagedkv.specs.interface import BlockSpaceManager
 from pagedkv.specs.types import MAX_TOKEN, AllocStatus, ManagerConfig
 
@@ -83,11 +83,14 @@ def test_an_id_equal_to_a_known_one_but_not_an_int_is_refused(
         (manager.can_swap_out, ()),
         (manager.can_append_slots, (1, 0)),
         (manager.append_slots, ([4],)),
+        (manager.access_all_blocks_in_seq, (1.0,)),
     ]
     for call, args in calls:
         with pytest.raises(InvalidArgumentError):
             call(bad, *args)
     assert manager.get_block_table(1) == [0, 1]
+    with pytest.raises(UnknownSequenceError):
+        manager.access_all_blocks_in_seq(2, 1.0)
 
 
 @pytest.mark.parametrize("factory", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])

@@ -1,7 +1,8 @@
 """The optimized manager's state, as its view shows it, is the reference's after every step of
 a scenario the faster killers did not cover: a forked group accessed at two times (the later
 access wins, though its time is the smaller), swapped out and in (each distinct block moves
-once, with its pending access; pairs returned), and a swap that only just fits. Found by ``make
+once, with its pending access; pairs returned; the computed blocks answered by their new ids),
+and a swap that only just fits. Found by ``make
 mutate``'s first pass (``specs/mutation.md``); the lockstep machines find these too, minutes
 later."""
 
@@ -17,23 +18,57 @@ from pagedkv.specs.types import ManagerConfig
 
 
 def test_accesses_and_swaps_leave_the_same_state() -> None:
-    config = ManagerConfig(block_size=2, num_gpu_blocks=6, num_cpu_blocks=4, enable_caching=True)
-    reference, optimized = ReferenceBlockSpaceManager(config), OptimizedBlockSpaceManager(config)
+    config = ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=5, enable_caching=True)
     steps: list[Callable[[BlockSpaceManager], object]] = [
-        lambda m: m.allocate(1, [1], [1, 2, 3]),
+        lambda m: m.allocate(1, [1], [1, 2, 3, 4, 5]),
+        lambda m: m.mark_blocks_as_computed(1),
+        lambda m: m.get_common_computed_block_ids([1]),
         lambda m: m.fork(1, 2),
         lambda m: m.access_all_blocks_in_seq(1, 5.0),
         lambda m: m.access_all_blocks_in_seq(2, 3.0),
         lambda m: m.swap_out(1),
         lambda m: m.access_all_blocks_in_seq(2, 7.0),
         lambda m: m.swap_in(1),
+        lambda m: m.get_common_computed_block_ids([1]),
         lambda m: m.append_slots(2, [4, 5]),
         lambda m: m.access_all_blocks_in_seq(1, 9.0),
         lambda m: m.swap_out(1),
     ]
+    _agree(config, steps)
+
+
+def test_a_swap_renames_the_computed_blocks() -> None:
+    """The computed block 0 is evicted while its group is on the CPU (another group holds it
+    now): swapped in, the group's computed prefix names the block it landed in."""
+    config = ManagerConfig(block_size=2, num_gpu_blocks=5, num_cpu_blocks=4, enable_caching=True)
+    steps: list[Callable[[BlockSpaceManager], object]] = [
+        lambda m: m.allocate(1, [1], [1, 2, 3]),
+        lambda m: m.mark_blocks_as_computed(1),
+        lambda m: m.get_common_computed_block_ids([1]),
+        lambda m: m.swap_out(1),
+        lambda m: m.allocate(3, [3], [7, 7, 7, 7, 7, 7, 7, 7]),
+        lambda m: m.allocate(4, [4], [9, 9]),
+        lambda m: m.free(3),
+        lambda m: m.swap_in(1),
+        lambda m: m.mark_blocks_as_computed(1),
+        lambda m: m.get_common_computed_block_ids([1]),
+    ]
+    answers = _agree(config, steps)
+    assert answers[2] == [0] and answers[-1] not in ([], [0])
+
+
+def _agree(
+    config: ManagerConfig, steps: list[Callable[[BlockSpaceManager], object]]
+) -> list[object]:
+    """Runs the steps on both managers: the same answer and the same view after each."""
+    reference, optimized = ReferenceBlockSpaceManager(config), OptimizedBlockSpaceManager(config)
+    answers = []
     for number, step in enumerate(steps):
-        assert step(reference) == step(optimized), number
+        answer = step(reference)
+        assert answer == step(optimized), number
         assert reference.view() == optimized.view(), number
+        answers.append(answer)
+    return answers
 
 
 def test_a_swap_that_just_fits_runs_and_one_that_does_not_changes_nothing() -> None:
