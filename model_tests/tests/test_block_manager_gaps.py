@@ -260,9 +260,12 @@ def test_a_swap_in_counts_the_lookahead_blocks(make: BlockSpaceManagerFactory) -
 
 @pytest.mark.parametrize("make", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])
 def test_nothing_is_computed_before_a_mark(make: BlockSpaceManagerFactory) -> None:
+    """Before the mark nothing is computed; the mark takes the full blocks, not the partial
+    last one (eight cached tokens of eleven)."""
     manager = make(ManagerConfig(4, 8, 4, enable_caching=True))
-    manager.allocate(1, [1], list(range(12)))
+    manager.allocate(1, [1], list(range(11)))
     assert manager.get_common_computed_block_ids([1]) == []
     assert manager.get_num_cached_tokens(1) == 0
     manager.mark_blocks_as_computed(1)
     assert manager.get_common_computed_block_ids([1]) == [0, 1]
+    assert manager.get_num_cached_tokens(1) == 8

@@ -84,6 +84,7 @@ def test_an_id_equal_to_a_known_one_but_not_an_int_is_refused(
         (manager.can_append_slots, (1, 0)),
         (manager.append_slots, ([4],)),
         (manager.access_all_blocks_in_seq, (1.0,)),
+        (manager.mark_blocks_as_computed, ()),
     ]
     for call, args in calls:
         with pytest.raises(InvalidArgumentError):
@@ -91,6 +92,8 @@ def test_an_id_equal_to_a_known_one_but_not_an_int_is_refused(
     assert manager.get_block_table(1) == [0, 1]
     with pytest.raises(UnknownSequenceError):
         manager.access_all_blocks_in_seq(2, 1.0)
+    with pytest.raises(UnknownSequenceError):
+        manager.mark_blocks_as_computed(2)
 
 
 @pytest.mark.parametrize("factory", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])
