@@ -94,6 +94,11 @@ def test_an_id_equal_to_a_known_one_but_not_an_int_is_refused(
         manager.access_all_blocks_in_seq(2, 1.0)
     with pytest.raises(UnknownSequenceError):
         manager.mark_blocks_as_computed(2)
+    cached = factory(ManagerConfig(2, 4, 4, enable_caching=True))
+    cached.allocate(1, [1], [1, 2, 3])
+    for seq_ids in ([bad], [1, bad]):
+        with pytest.raises(InvalidArgumentError):
+            cached.get_common_computed_block_ids(seq_ids)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("factory", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])

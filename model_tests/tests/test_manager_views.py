@@ -88,3 +88,21 @@ def test_a_swap_that_just_fits_runs_and_one_that_does_not_changes_nothing() -> N
         else:
             raise AssertionError(f"{make.__name__} swapped two blocks into one")
         assert manager.view() == before
+
+
+def test_a_windowed_reset_keeps_its_null_block() -> None:
+    """The null block's pin is no use of the pool: a reset succeeds with only it held, and
+    fails (touching nothing) while a sequence holds a block."""
+    config = ManagerConfig(2, 4, 2, enable_caching=True, sliding_window=2)
+    steps: list[Callable[[BlockSpaceManager], object]] = [
+        lambda m: m.reset_prefix_cache(),
+        lambda m: m.allocate(1, [1], [1, 2]),  # one block besides the null block
+        lambda m: m.mark_blocks_as_computed(1),
+        lambda m: m.reset_prefix_cache(),
+        lambda m: m.free(1),
+        lambda m: m.reset_prefix_cache(),
+        lambda m: m.allocate(2, [2], [1, 2, 3]),
+        lambda m: m.get_block_table(2),
+    ]
+    answers = _agree(config, steps)
+    assert [answers[i] for i in (0, 3, 5, 7)] == [True, False, True, [1, 2]]
