@@ -208,6 +208,14 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "two pending accesses never share a stamp: each access() takes a new one from the"
         " manager's counter, and fork does not copy the parent's pending access"
     ),
+    (
+        "optimized/block_manager.py",
+        "if num_full > table.marked:  # else nothing filled since the last mark",
+        "Gt -> GtE",
+    ): (
+        "at num_full == marked, BlockTable.mark_computed starts at max(marked, num_released) >="
+        " num_full: it sets nothing and leaves marked as it is"
+    ),
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {

@@ -96,7 +96,7 @@ def test_an_id_equal_to_a_known_one_but_not_an_int_is_refused(
         manager.mark_blocks_as_computed(2)
     cached = factory(ManagerConfig(2, 4, 4, enable_caching=True))
     cached.allocate(1, [1], [1, 2, 3])
-    for seq_ids in ([bad], [1, bad]):
+    for seq_ids in ([bad], [1, bad], {0: 1}):  # a dict: not a list, though [0] reads 1
         with pytest.raises(InvalidArgumentError):
             cached.get_common_computed_block_ids(seq_ids)  # type: ignore[arg-type]
 
