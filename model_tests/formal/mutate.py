@@ -55,6 +55,7 @@ KILLERS = (
     _TESTS + "test_window_null_block.py",
     _TESTS + "test_window_release.py",
     _TESTS + "test_manager_views.py",
+    _TESTS + "test_common_computed_blocks.py",
     _TESTS + "test_policy.py",
     _TESTS + "test_pool_examples.py",
     _TESTS + "test_manager_examples.py",

@@ -216,6 +216,50 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "at num_full == marked, BlockTable.mark_computed starts at max(marked, num_released) >="
         " num_full: it sets nothing and leaves marked as it is"
     ),
+    **{
+        ("optimized/block_manager.py", source, "Sub -> Add"): (
+            "a table's kept answer never holds more than len(blocks) - 1 entries: the mutant"
+            " only never takes the shortcut, and computed_prefix gives the same list"
+        )
+        for source in (
+            "if len(known) == len(table.blocks) - 1:",
+            "if len(known) != len(table.blocks) - 1:  # else all but the last: nothing to add",
+        )
+    },
+    **{
+        ("optimized/block_manager.py", source, mutation): (
+            "the loop appends one prefix per id and a single id is answered above it, so here"
+            " there are none or at least two prefixes: with none the answer is the empty list"
+            " either way, and len(prefixes) is never 1"
+        )
+        for source, mutation in (
+            ("if len(prefixes) <= 1:", "LtE -> Lt"),
+            ("return prefixes[0] if prefixes else NO_BLOCK_IDS", "0 -> 1"),
+        )
+    },
+    **{
+        ("optimized/block_manager.py", source, "0 -> 1"): (
+            "the group only keeps the last common answer, keyed by the prefixes it was worked"
+            " out from: kept on another sequence's group it is as right, just found elsewhere"
+        )
+        for source in ("return self._common_prefix(prefixes, self._tables[seq_ids[0]].group)",)
+    },
+    ("optimized/block_manager.py", "if known is not None and known[0] == prefixes:", "0 -> 1"): (
+        "known[1] is the answer, a list of ids, never equal to a list of two or more prefixes:"
+        " the kept answer is only never used, and the answer is worked out again"
+    ),
+    ("optimized/block_manager.py", "first = prefixes[0]", "0 -> 1"): (
+        "the common prefix is a prefix of every list: cut from the second list it holds the"
+        " same ids"
+    ),
+    (
+        "optimized/block_manager.py",
+        "length = common_length(prefixes, min(len(p) for p in prefixes))",
+        "min -> max",
+    ): (
+        "common_length compares slices: past the shortest list's end the slices differ in"
+        " length, so the search finds the same longest common prefix"
+    ),
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {
