@@ -9,6 +9,7 @@ unseen (found by ``make mutate``'s first pass, ``specs/mutation.md``)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import pytest
 
@@ -40,7 +41,7 @@ def _grow(manager: BlockSpaceManager) -> None:
     manager.mark_blocks_as_computed(2)
 
 
-def _answer(manager: BlockSpaceManager, seq_ids: list[int] | tuple[int, ...]) -> object:
+def _answer(manager: BlockSpaceManager, seq_ids: Sequence[int]) -> object:
     try:
         return manager.get_common_computed_block_ids(seq_ids)
     except PagedKVError as error:
