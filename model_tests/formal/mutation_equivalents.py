@@ -260,6 +260,13 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "common_length compares slices: past the shortest list's end the slices differ in"
         " length, so the search finds the same longest common prefix"
     ),
+    ("optimized/block_table.py", "if end <= start:", "LtE -> Lt"): (
+        "at end == start the loop meets no entry and access_end is set to start, which it is"
+    ),
+    ("optimized/block_table.py", "if num_out <= self.num_released:", "LtE -> Lt"): (
+        "at num_out == num_released no entry is released and num_released stays; only the kept"
+        " computed answer is dropped, and worked out again the same"
+    ),
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {

@@ -106,3 +106,29 @@ def test_a_windowed_reset_keeps_its_null_block() -> None:
     ]
     answers = _agree(config, steps)
     assert [answers[i] for i in (0, 3, 5, 7)] == [True, False, True, [1, 2]]
+
+
+def test_a_window_and_a_free_give_the_pending_access_to_their_blocks() -> None:
+    """Accessed blocks that a window releases, or a free gives back, stay cached with the
+    access they had: the evictor orders them by it."""
+    config = ManagerConfig(2, 12, 2, enable_caching=True, sliding_window=3)
+    steps: list[Callable[[BlockSpaceManager], object]] = [
+        lambda m: m.allocate(1, [1], [1, 2, 3, 4, 5]),
+        lambda m: m.fork(1, 2),
+        lambda m: m.access_all_blocks_in_seq(1, 2.0),
+        lambda m: m.append_slots(1, [6]),
+        lambda m: m.append_slots(1, [7, 8]),
+        lambda m: m.access_all_blocks_in_seq(1, 4.0),
+        lambda m: m.access_all_blocks_in_seq(2, 3.0),
+        lambda m: m.append_slots(1, [9, 9, 9]),
+        lambda m: m.append_slots(2, [6, 6, 6, 6]),
+        lambda m: m.access_all_blocks_in_seq(2, 5.0),
+        lambda m: m.free(1),
+        lambda m: m.free(2),
+        lambda m: m.allocate(3, [3], [31, 32]),
+        lambda m: m.access_all_blocks_in_seq(3, 6.0),
+        lambda m: m.append_slots(3, [33, 34]),  # a block the access did not cover
+        lambda m: m.append_slots(3, [35, 36, 37, 38]),
+        lambda m: m.append_slots(3, [39]),  # the window passes both
+    ]
+    _agree(config, steps)
