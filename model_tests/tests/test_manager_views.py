@@ -132,3 +132,24 @@ def test_a_window_and_a_free_give_the_pending_access_to_their_blocks() -> None:
         lambda m: m.append_slots(3, [39]),  # the window passes both
     ]
     _agree(config, steps)
+
+
+def test_appends_of_every_size_with_lookahead_and_shared_blocks() -> None:
+    """Tokens that stay in the last block, fill it, or run past it, with lookahead slots, into a
+    block a fork shares and one accessed before: the same tables, pairs and state."""
+    config = ManagerConfig(4, 24, 2, enable_caching=True)
+    steps: list[Callable[[BlockSpaceManager], object]] = [
+        lambda m: m.allocate(1, [1], [1, 2, 3, 4, 5]),
+        lambda m: m.access_all_blocks_in_seq(1, 1.0),
+        lambda m: m.fork(1, 2),
+        lambda m: m.append_slots(1, [6]),
+        lambda m: m.append_slots(2, [6, 7, 8], 2),
+        lambda m: m.access_all_blocks_in_seq(2, 2.0),
+        lambda m: m.append_slots(2, [9]),
+        lambda m: m.append_slots(1, [7, 8, 9, 10, 11], 5),
+        lambda m: m.append_slots(1, []),
+        lambda m: m.append_slots(2, [], 3),
+        lambda m: m.append_slots(2, [1, 2, 3, 4, 5, 6, 7, 8, 9]),
+        lambda m: [m.get_block_table(s) for s in (1, 2)],
+    ]
+    _agree(config, steps)
