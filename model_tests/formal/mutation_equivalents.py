@@ -267,6 +267,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "at num_out == num_released no entry is released and num_released stays; only the kept"
         " computed answer is dropped, and worked out again the same"
     ),
+    ("optimized/block_table.py", "if self.access_end > index:", "Gt -> GtE"): (
+        "at access_end == index, settle(pool, index) returns at once (end <= start)"
+    ),
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {
