@@ -97,6 +97,179 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "with `_live` emptied every entry left in the heap is stale: `pop` skips it and the next"
         " rebuild drops it"
     ),
+    (
+        "reference/block_manager.py",
+        "if window is None or null_block is None:",
+        "Or -> And",
+    ): (
+        "append_slots takes the null block (take_null_block) before it calls"
+        " _release_out_of_window, and takes one exactly when there is a window: there the window"
+        " is None exactly when the null block is, so `or` and `and` agree"
+    ),
+    ("reference/block_manager.py", "stopped = ComputedList((), stopped=True)", "True -> False"): (
+        "the first entry changed only because release_blocks pointed it at the null block, which"
+        " is never computed (mark_computed marks full blocks only, it holds no token, and having"
+        " no hash it is never a hit): an empty list that may grow stops at it at once, and a"
+        " swap keeps null entries where they are"
+    ),
+    (
+        "reference/block_manager.py",
+        "for seq_id, table in zip(ids, tables, strict=True):",
+        "True -> False",
+    ): "tables is built with one entry per id: zip's strict check can never fire",
+    (
+        "reference/block_manager.py",
+        "if kept.stopped or len(kept.blocks) >= limit:",
+        "GtE -> Gt",
+    ): (
+        "at len == limit (not stopped) the mutant takes no block from table.blocks[limit:limit]"
+        " and returns ComputedList(kept.blocks, stopped=limit < limit), which is kept itself"
+    ),
+    (
+        "reference/block_manager.py",
+        "if not state.config.enable_caching or not lists:",
+        "Or -> And",
+    ): (
+        "without caching no block is ever computed (mark_computed returns first, and a hit,"
+        " which marks under promoted_batch, needs the cache), so every kept list is empty and"
+        " the common prefix is [] either way; with no lists the loop meets no column"
+    ),
+    (
+        "reference/block_manager.py",
+        "return state.cached_at_allocate.get(int(seq_id), 0)",
+        "0 -> 1",
+    ): (
+        "under cached_tokens=hits_at_allocate allocate records every new sequence and fork"
+        " copies its parent's entry, so the default is never read"
+    ),
+    ("reference/block_pool.py", "release_clock=state.release_clock + 1,", "1 -> 2"): (
+        "release times are only compared with each other (the earliest given back first,"
+        " allocation.py) and a step of 2 still makes them rise: no order changes; no view shows"
+        " them"
+    ),
+    (
+        "reference/block_pool.py",
+        'if view.ref_count == 0 and state.policy.eviction == "free_list":',
+        "And -> Or",
+    ): (
+        "the extra release times go to held blocks (free_list), or to blocks that fall to zero"
+        " under the other policies; `released` is read only for blocks nobody holds, whose"
+        " time is always that of their last release to zero (set again there, later), and under"
+        " lru and release_order only for evictable blocks, which lines below stamp again; no"
+        " view shows it"
+    ),
+    (
+        "reference/block_pool.py",
+        'if state.policy.common_prefix == "nonempty_runs" and len(runs) > 1:',
+        "Gt -> GtE",
+    ): (
+        "one run filtered is itself, or [[]] when it is empty: the common prefix of one run is"
+        " that run either way"
+    ),
+    ("reference/block_table.py", "missed = True", "True -> False"): (
+        "this branch takes the last chunk (a partial one), after which `missed` is never read,"
+        " or a full chunk after a miss under lookup=stop_at_first_miss, where it is True already"
+    ),
+    ("optimized/block_manager.py", "self._window = 0", "0 -> 1"): (
+        "_window is read only when there is a null block, which exists only with a sliding"
+        " window, and then the next line sets _window to it"
+    ),
+    ("optimized/block_manager.py", "self._access_stamps = itertools.count(1)", "1 -> 2"): (
+        "the manager's pools take access stamps from this counter alone (the manager never"
+        " calls the pools' mark_accessed) and compare them with each other and with 0 (never"
+        " accessed): stamps from 2 keep every comparison"
+    ),
+    (
+        "optimized/block_manager.py",
+        "if len(members) * most_blocks_touched(num_new, lookahead) <= free:",
+        "LtE -> Lt",
+    ): (
+        "at equality the exact count runs instead, and each sequence's exact worst case is at"
+        " most the bound (specs/accounting.py, _bounded): their sum is at most free, so True"
+        " either way"
+    ),
+    (
+        "optimized/block_manager.py",
+        "if most_blocks_touched(len(new_tokens), lookahead) > gpu.num_free:",
+        "Gt -> GtE",
+    ): (
+        "at equality the exact count runs, which is at most the bound (specs/accounting.py,"
+        " _bounded), so it is at most the free blocks and nothing is raised either way"
+    ),
+    ("optimized/block_table.py", "access_stamp: int = 0", "0 -> 1"): (
+        "the pending access covers entries num_released .. access_end, empty (access_end 0)"
+        " until access() sets the stamp, the time and the end together"
+    ),
+    ("optimized/block_table.py", "access_end: int = 0", "0 -> 1"): (
+        "an entry pending with stamp 0 is never applied: pool.touch and the view apply a pending"
+        " access only if its stamp exceeds the block's, and block stamps are never below 0"
+    ),
+    ("optimized/block_table.py", "if known is None or known[0] < stamp:", "Lt -> LtE"): (
+        "two pending accesses never share a stamp: each access() takes a new one from the"
+        " manager's counter, and fork does not copy the parent's pending access"
+    ),
+    (
+        "optimized/block_manager.py",
+        "if num_full > table.marked:  # else nothing filled since the last mark",
+        "Gt -> GtE",
+    ): (
+        "at num_full == marked, BlockTable.mark_computed starts at max(marked, num_released) >="
+        " num_full: it sets nothing and leaves marked as it is"
+    ),
+    **{
+        ("optimized/block_manager.py", source, "Sub -> Add"): (
+            "a table's kept answer never holds more than len(blocks) - 1 entries: the mutant"
+            " only never takes the shortcut, and computed_prefix gives the same list"
+        )
+        for source in (
+            "if len(known) == len(table.blocks) - 1:",
+            "if len(known) != len(table.blocks) - 1:  # else all but the last: nothing to add",
+        )
+    },
+    **{
+        ("optimized/block_manager.py", source, mutation): (
+            "the loop appends one prefix per id and a single id is answered above it, so here"
+            " there are none or at least two prefixes: with none the answer is the empty list"
+            " either way, and len(prefixes) is never 1"
+        )
+        for source, mutation in (
+            ("if len(prefixes) <= 1:", "LtE -> Lt"),
+            ("return prefixes[0] if prefixes else NO_BLOCK_IDS", "0 -> 1"),
+        )
+    },
+    **{
+        ("optimized/block_manager.py", source, "0 -> 1"): (
+            "the group only keeps the last common answer, keyed by the prefixes it was worked"
+            " out from: kept on another sequence's group it is as right, just found elsewhere"
+        )
+        for source in ("return self._common_prefix(prefixes, self._tables[seq_ids[0]].group)",)
+    },
+    ("optimized/block_manager.py", "if known is not None and known[0] == prefixes:", "0 -> 1"): (
+        "known[1] is the answer, a list of ids, never equal to a list of two or more prefixes:"
+        " the kept answer is only never used, and the answer is worked out again"
+    ),
+    ("optimized/block_manager.py", "first = prefixes[0]", "0 -> 1"): (
+        "the common prefix is a prefix of every list: cut from the second list it holds the"
+        " same ids"
+    ),
+    (
+        "optimized/block_manager.py",
+        "length = common_length(prefixes, min(len(p) for p in prefixes))",
+        "min -> max",
+    ): (
+        "common_length compares slices: past the shortest list's end the slices differ in"
+        " length, so the search finds the same longest common prefix"
+    ),
+    ("optimized/block_table.py", "if end <= start:", "LtE -> Lt"): (
+        "at end == start the loop meets no entry and access_end is set to start, which it is"
+    ),
+    ("optimized/block_table.py", "if num_out <= self.num_released:", "LtE -> Lt"): (
+        "at num_out == num_released no entry is released and num_released stays; only the kept"
+        " computed answer is dropped, and worked out again the same"
+    ),
+    ("optimized/block_table.py", "if self.access_end > index:", "Gt -> GtE"): (
+        "at access_end == index, settle(pool, index) returns at once (end <= start)"
+    ),
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs.errors import OutOfBlocksError, UnsupportedError
@@ -33,6 +34,13 @@ def test_the_reference_pool_declares_and_keeps_atomicity() -> None:
 @pytest.mark.parametrize("atomic", [True, False])
 def test_the_reference_manager_is_as_atomic_as_its_policy(atomic: bool) -> None:
     assert ReferenceBlockSpaceManager(MANAGER, replace(PAGEDKV, atomic=atomic)).atomic is atomic
+
+
+def test_the_optimized_manager_declares_and_keeps_atomicity() -> None:
+    manager = OptimizedBlockSpaceManager(MANAGER)
+    with pytest.raises(OutOfBlocksError):
+        manager.allocate(1, [1], list(range(9)))
+    assert manager.atomic is True and manager.get_num_free_gpu_blocks() == 4
 
 
 def test_an_operation_not_offered_is_refused_before_its_arguments_are_read() -> None:

@@ -3,7 +3,10 @@ check of a prompt's tokens (``optimized/tokens.py``) reads the top byte of each 
 some. Sampled inputs rarely put the one bad token where a wrong stride skips it (a gap found by
 ``make mutate``, ``specs/mutation.md``), so every position is tried here. Its append counts
 skip the full check for a plain int, and anything else is still refused; the common prefix of
-chains is found by a binary search, which must agree with a plain scan."""
+chains is found by a binary search, which must agree with a plain scan. Ids, lookahead counts
+and prompts have shortcuts too (a dict hit for a plain int, the last tuple prompt remembered):
+a value that is not a plain int, a different prompt, or a list changed since its last check
+must each still reach the full rule."""
 
 from __future__ import annotations
 
@@ -15,9 +18,9 @@ from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.optimized.block_pool import common_length
 from pagedkv.optimized.tokens import plain_tokens
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
-from pagedkv.specs.errors import InvalidArgumentError
+from pagedkv.specs.errors import InvalidArgumentError, UnknownSequenceError
 from pagedkv.specs.interface import BlockSpaceManager
-from pagedkv.specs.types import MAX_TOKEN, ManagerConfig
+from pagedkv.specs.types import MAX_TOKEN, AllocStatus, ManagerConfig
 
 
 @pytest.mark.parametrize("bad", [MAX_TOKEN + 1, 2**64 - 1])
@@ -64,3 +67,72 @@ def test_the_binary_search_for_a_common_prefix_agrees_with_the_plain_scan() -> N
                 for limit in range(length + 1):
                     expected = plain_common_length(chains, limit)
                     assert common_length(chains, limit) == expected, (chains, limit)
+
+
+@pytest.mark.parametrize("factory", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])
+@pytest.mark.parametrize("bad", [True, 1.0])
+def test_an_id_equal_to_a_known_one_but_not_an_int_is_refused(
+    factory: Callable[[ManagerConfig], BlockSpaceManager], bad: object
+) -> None:
+    """``True == 1.0 == 1`` and they hash alike, so a dict looked up with them finds sequence
+    and group 1: only the plain int may take the shortcut."""
+    manager = factory(ManagerConfig(block_size=2, num_gpu_blocks=4, num_cpu_blocks=4))
+    manager.allocate(1, [1], [1, 2, 3])
+    calls: list[tuple[Callable[..., object], tuple[object, ...]]] = [
+        (manager.get_block_table, ()),
+        (manager.can_swap_out, ()),
+        (manager.can_append_slots, (1, 0)),
+        (manager.append_slots, ([4],)),
+        (manager.access_all_blocks_in_seq, (1.0,)),
+        (manager.mark_blocks_as_computed, ()),
+    ]
+    for call, args in calls:
+        with pytest.raises(InvalidArgumentError):
+            call(bad, *args)
+    assert manager.get_block_table(1) == [0, 1]
+    with pytest.raises(UnknownSequenceError):
+        manager.access_all_blocks_in_seq(2, 1.0)
+    with pytest.raises(UnknownSequenceError):
+        manager.mark_blocks_as_computed(2)
+    cached = factory(ManagerConfig(2, 4, 4, enable_caching=True))
+    cached.allocate(1, [1], [1, 2, 3])
+    for seq_ids in ([bad], [1, bad], {0: 1}):  # a dict: not a list, though [0] reads 1
+        with pytest.raises(InvalidArgumentError):
+            cached.get_common_computed_block_ids(seq_ids)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("factory", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])
+@pytest.mark.parametrize("bad", [True, 1.0, -1])
+def test_lookahead_that_skips_the_fast_type_check_is_still_refused(
+    factory: Callable[[ManagerConfig], BlockSpaceManager], bad: object
+) -> None:
+    manager = factory(ManagerConfig(block_size=2, num_gpu_blocks=4, num_cpu_blocks=4))
+    manager.allocate(1, [1], [1, 2, 3])
+    with pytest.raises(InvalidArgumentError, match="num_lookahead_slots"):
+        manager.can_allocate([1], bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="num_lookahead_slots"):
+        manager.append_slots(1, [4], bad)  # type: ignore[arg-type]
+    assert manager.get_block_table(1) == [0, 1]
+
+
+@pytest.mark.parametrize("factory", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])
+def test_each_prompt_is_read_for_itself(
+    factory: Callable[[ManagerConfig], BlockSpaceManager],
+) -> None:
+    """A tuple prompt checked once is remembered: another prompt (tuple or list) is read for
+    itself; a list is checked again on every call (it may have changed); a missing prompt, or
+    one that is no list or tuple, is refused (first, before any prompt is remembered)."""
+    manager = factory(ManagerConfig(block_size=1, num_gpu_blocks=4, num_cpu_blocks=4))
+    not_prompts: list[object] = [None, (), [], b"ab", {1: 2}]  # bytes, a dict's keys: ints
+    for missing in not_prompts:
+        with pytest.raises(InvalidArgumentError):
+            manager.can_allocate(missing)  # type: ignore[arg-type]
+    assert manager.can_allocate((1, 2, 3)) is AllocStatus.OK
+    assert manager.can_allocate((1, 2, 3, 4, 5)) is AllocStatus.NEVER
+    assert manager.can_allocate((1,)) is AllocStatus.OK
+    assert manager.can_allocate([1, 2, 3, 4, 5]) is AllocStatus.NEVER
+    prompt = [1, 2]
+    assert manager.can_allocate(prompt) is AllocStatus.OK
+    prompt.append(-1)
+    with pytest.raises(InvalidArgumentError):
+        manager.can_allocate(prompt)

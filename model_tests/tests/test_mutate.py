@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from types import CodeType
 
 import pytest
@@ -108,6 +109,29 @@ def test_the_score_counts_gaps_and_leaves_out_only_equivalent_survivors(
     # an "equivalent" mutant that a test kills is reported, and fails the run
     assert mutate.report([_outcome(equivalent[0], "killed"), *results[1:3]]) == 1
     assert "KILLED though EQUIVALENT" in capsys.readouterr().out
+
+
+def test_the_first_pass_is_a_prefix_of_every_files_killers_without_the_machines() -> None:
+    """So a mutant the first pass kills is killed by the whole set, which runs the same files
+    first (pytest ``-x``)."""
+    for file in files_to_mutate():
+        first, every = mutate.first_pass_killers(file), mutate.killers_for(file)
+        assert every[: len(first)] == first and len(first) < len(every)
+        assert not any("lockstep" in k or "exhaustive" in k for k in first)
+
+
+def test_a_result_from_an_earlier_version_of_its_file_scores_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A mutant whose line has moved since it ran is no mutant of the file now: ``--rescore``
+    leaves it out (and says so) rather than count a kill the current file never had."""
+    current = mutants_of("optimized/evictor.py")[0]
+    moved = replace(current, line=current.line + 1)
+    kept = mutate.current_results(
+        {current: _outcome(current, "killed"), moved: _outcome(moved, "killed")}
+    )
+    assert [o.mutant for o in kept] == [current]
+    assert "optimized/evictor.py: 1 results from an earlier version" in capsys.readouterr().out
 
 
 def test_a_misbehaving_control_refuses_the_score() -> None:

@@ -1,0 +1,52 @@
+"""Small scenarios for the reference pool's rarer branches (``reference/block_pool.py``): a
+shared cached block given back by one holder, a promoted block freed before the mark, chains
+that part and meet again. The machines run pagedkv's own policy and build chains from tables, so
+a change to these lines went unseen (gaps found by ``make mutate``, ``specs/mutation.md``)."""
+
+from __future__ import annotations
+
+from pagedkv.reference.pool_adapter import ReferenceBlockPool
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.policy import PAGEDKV
+from pagedkv.specs.types import PoolConfig
+
+ROOT = Prefix()
+
+
+def reference(policy: dict[str, str], num_blocks: int = 4) -> ReferenceBlockPool:
+    """A caching reference pool of one-token blocks under pagedkv's policy with ``policy``'s
+    options overridden."""
+    return ReferenceBlockPool(PoolConfig(num_blocks, 1), PAGEDKV.overridden(policy))
+
+
+def test_a_shared_block_keeps_its_hash_until_its_last_holder_goes() -> None:
+    """``keep_freed_cache=false`` drops a block's hash with its last holder, not its first: a
+    block two hold, given back once, is still a hit."""
+    pool = reference({"keep_freed_cache": "false"})
+    block = pool.allocate_immutable(ROOT, [1])
+    assert pool.allocate_immutable(ROOT, [1]) == block
+    pool.free(block)
+    assert pool.lookup(ROOT.child_hash([1])) == block
+    assert pool.allocate_immutable(ROOT, [1]) == block
+
+
+def test_a_promoted_block_freed_before_the_mark_stays_uncomputed() -> None:
+    """``computed_marks=promoted_batch`` marks the promoted blocks still held: one given back
+    before the mark is not marked (a hit that takes it back marks it then)."""
+    pool = reference({"computed_marks": "promoted_batch"})
+    held = pool.allocate_immutable(ROOT, [1])
+    freed = pool.allocate_immutable(ROOT, [2])
+    pool.free(freed)
+    pool.mark_computed([])
+    assert (pool.block(held).computed, pool.block(freed).computed) == (True, False)
+
+
+def test_the_common_prefix_stops_at_the_first_difference() -> None:
+    """Two chains that differ in their first block and share their second: the common prefix
+    is empty (a shared block further on is no prefix)."""
+    pool = reference({}, num_blocks=6)
+    first, second, shared, tail = (pool.allocate_immutable(ROOT, [t]) for t in (1, 2, 3, 4))
+    pool.mark_computed([first, second, shared])
+    chains = [[first, shared, tail], [second, shared, tail]]
+    assert pool.common_computed_prefix(chains) == []
+    assert pool.common_computed_prefix([[first, shared, tail], [first, shared]]) == [first]
