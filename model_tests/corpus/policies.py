@@ -95,5 +95,7 @@ OTHER_CHOICES: tuple[OtherChoice, ...] = (
     OtherChoice("request_hit_cap", "n", "request"),
     OtherChoice("request_release_before_fit", "false", "request"),
     OtherChoice("request_free_order", "head_first", "request"),
+    OtherChoice("request_window_retention", "replay_boundary", "request"),
+    OtherChoice("request_clear_event", "always", "request"),
 )
 """One other choice per option, at the level and under the profile where it shows."""
