@@ -99,10 +99,10 @@ def test_the_printed_program_replays_the_divergence() -> None:
     exec(program, namespace)  # the printed program runs as it stands
 
 
-def test_a_stored_event_is_read_as_vllm_writes_it() -> None:
-    """A window group's run may skip null blocks, or hold none but them (vLLM's
-    ``cache_full_blocks``): its tokens cover the whole run, its hashes only the held blocks,
-    its parent the hash before the run. Wrong tokens or a wrong parent are refused."""
+def test_a_stored_event_must_name_exactly_what_it_stored() -> None:
+    """``specs/request_level.md`` §4.7 (D1): a ``BlockStored`` names one run of consecutive
+    blocks, with its parent and exactly its tokens. vLLM's whole-range form, a wrong parent, an
+    empty event, another block's tokens or a broken run are each refused."""
     size = 2
     kv = RequestKVModel(size)
     found = contents([3, 1, 4, 1, 5, 9, 2], ExtraKey(), (), size)
@@ -113,10 +113,14 @@ def test_a_stored_event_is_read_as_vllm_writes_it() -> None:
     def stored(hashes: tuple[bytes, ...], parent: bytes | None, ids: tuple[int, ...]) -> list[str]:
         return stored_problems(BlockStored(hashes, parent, ids, size, None, 1), kv, size)
 
-    assert stored((), h0, (4, 1)) == []  # a run of null blocks only
-    assert stored((h2,), h0, (4, 1, 5, 9)) == []  # block 1 null, block 2 held
     assert stored((h0, h1, h2), None, tokens) == []
     assert stored((h1, h2), h0, tokens[2:]) == []
+    assert stored((h2,), h1, tokens[4:]) == []
+    assert stored((h2,), h0, (4, 1, 5, 9))  # vLLM's whole range: block 1 null, block 2 stored
+    assert stored((), h0, (4, 1))  # vLLM's empty event: nothing stored
     assert stored((h1, h2), None, tokens[2:])  # the parent is block 0's hash
+    assert stored((h2,), h0, tokens[4:])  # the parent is the hash just before, block 1's
     assert stored((h1, h2), h0, (4, 1, 5, 8))  # not the blocks' tokens
+    assert stored((h1,), h0, tokens[4:])  # tokens of another block
+    assert stored((h0, h2), None, (3, 1, 5, 9))  # not a run: block 1 left out
     assert stored((h0,), None, (3,))  # not whole blocks
