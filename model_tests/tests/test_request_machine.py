@@ -4,6 +4,8 @@ invariants; and planted wrong managers that the machine must catch."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -28,7 +30,8 @@ from pagedkv.model_tests.tests.request_planted import (
 from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.interface import RequestKVManagerFactory
-from pagedkv.specs.request_types import BlockStored
+from pagedkv.specs.policy import PAGEDKV
+from pagedkv.specs.request_types import BlockStored, RequestConfig
 from pagedkv.specs.types import ExtraKey
 
 TestExactFull = request_lockstep_case(
@@ -124,3 +127,24 @@ def test_a_stored_event_must_name_exactly_what_it_stored() -> None:
     assert stored((h1,), h0, tokens[4:])  # tokens of another block
     assert stored((h0, h2), None, (3, 1, 5, 9))  # not a run: block 1 left out
     assert stored((h0,), None, (3,))  # not whole blocks
+
+
+CLEARS_ALWAYS = replace(PAGEDKV, request_clear_event="always")
+
+
+def clears_always(config: RequestConfig) -> ReferenceRequestKVManager:
+    """The reference sending ``AllBlocksCleared`` at every reset, caching or not (vLLM's)."""
+    return ReferenceRequestKVManager(config, CLEARS_ALWAYS)
+
+
+def test_a_clear_event_without_caching_is_read_as_the_policy_says() -> None:
+    """``specs/request_level.md`` §9: under ``request_clear_event=always`` a manager without
+    caching announces its resets; under ``with_caching`` the same event is refused."""
+    honoured = request_lockstep_case(
+        clears_always, group_kind="full", mode="alone", policy=CLEARS_ALWAYS
+    )
+    budget = settings(request_settings(), max_examples=60, derandomize=True, database=None)
+    run_state_machine_as_test(honoured, settings=budget)
+    refused = request_lockstep_case(clears_always, group_kind="full", mode="alone")
+    error = found_failure(refused)
+    assert isinstance(error, Divergence) and "caching is off" in str(error), error
