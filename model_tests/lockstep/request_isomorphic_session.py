@@ -9,14 +9,13 @@ block the reference took blank binds to whatever blank block the target took the
 block is not a choice: the target must put the counterpart of the reference's cached block. And
 taking one of the reference's cached blocks blank (evicting it) while the reference kept it is
 a divergence of kind ``choice``: the free queue says which block goes first
-(``specs/request_level.md``). Events are compared as what they fold into: the multiset of
-cached keys ``(group, hash)`` (each stored block adds its key, each removed one takes it away,
-``AllBlocksCleared`` empties it), so a target may batch them otherwise.
+(``specs/request_level.md``). Events carry no block ids: the target's ``take_events()`` must
+answer the model's events exactly, one for one and in order (a divergence of kind ``events``), for
+a router reads their hashes, parents and tokens, not only the keys they fold into.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
@@ -33,8 +32,8 @@ from pagedkv.model_tests.lockstep.manager_session import same_rate
 from pagedkv.model_tests.lockstep.request_reading import (
     Position,
     RequestReading,
-    fold_events,
     read_target,
+    show_event,
     unchanged_by_failure,
 )
 from pagedkv.model_tests.lockstep.show import free_count_differs, show_call, show_value
@@ -68,8 +67,6 @@ class IsomorphicRequestSession:
         self.answers = Answers(self.target, "request")
         self.ids.bind(NULL_BLOCK, NULL_BLOCK)
         self.seen = self._read(self.model.view())
-        self.model_keys: Counter[CachedKey] = Counter()
-        self.target_keys: Counter[CachedKey] = Counter()
 
     def _read(self, view: RequestManagerView) -> RequestReading:
         return read_target(self.target, view.requests)
@@ -338,25 +335,20 @@ class IsomorphicRequestSession:
             )
 
     def _compare_events(self, shown: str, mine: list[KVEvent], theirs: list[KVEvent]) -> None:
-        fold_events(self.model_keys, mine)
-        unfolded = fold_events(self.target_keys, theirs)
-        if unfolded:
-            raise Divergence(
-                f"{shown}: the target's events cannot be folded: " + "; ".join(unfolded)
-            )
-        if self.model_keys == self.target_keys:
+        """Events carry no block ids, only pagedkv's own values (hashes, parents, tokens): under
+        a profile they are the model's, one for one and in order (``specs/request_level.md``
+        §4.7, §9). A router reads their contents, so folding into the same keys is not enough."""
+        if list(theirs) == list(mine):
             return
-        extra = self.target_keys - self.model_keys
-        lacking = self.model_keys - self.target_keys
-        said = []
-        if extra:
-            said.append(f"cached only by the target's: {_show_keys(extra)}")
-        if lacking:
-            said.append(f"cached only by the model's: {_show_keys(lacking)}")
+        at = next(
+            (i for i, pair in enumerate(zip(mine, theirs, strict=False)) if pair[0] != pair[1]),
+            min(len(mine), len(theirs)),
+        )
         raise Divergence(
-            f"{shown}: the events so far fold into other cached keys than the model's ("
-            + "; ".join(said)
-            + ")"
+            f"{shown}: the model sends {len(mine)} events, the target {len(theirs)}; event {at}"
+            f" is the model's {_show_event_at(mine, at)}, the target's"
+            f" {_show_event_at(theirs, at)}",
+            "events",
         )
 
     def problems(self) -> list[str]:
@@ -387,12 +379,8 @@ def _show_key(key: CachedKey | None) -> str:
     return f"group {key.group} hash {key.block_hash.hex()[:8]}…"
 
 
-def _show_keys(keys: Counter[CachedKey]) -> str:
-    shown = [
-        _show_key(key) + (f" x{count}" if count > 1 else "")
-        for key, count in sorted(keys.items(), key=lambda item: (item[0].group, item[0].block_hash))
-    ]
-    return ", ".join(shown[:6]) + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
+def _show_event_at(events: Sequence[KVEvent], at: int) -> str:
+    return show_event(events[at]) if at < len(events) else "(none)"
 
 
 def _null_differs(shown: str, where: Position, mine: BlockId, theirs: BlockId) -> str:

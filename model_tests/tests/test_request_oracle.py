@@ -205,9 +205,8 @@ def test_the_safety_session_refuses_a_cached_draft_token() -> None:
     config = RequestConfig(num_blocks=8, block_size=2)
     session = RequestSafetySession(planted.DraftsCached(config), config)
     request = Request("r", (1, 2, 3), 3)
-    session.call(calls.allocate_slots(request, 3 + 1))  # one draft token fills block 1
     with pytest.raises(Divergence, match="draft or lookahead token cached") as caught:
-        session.call(calls.take_events())
+        session.call(calls.allocate_slots(request, 3 + 1))  # one draft token fills block 1
     assert caught.value.kind == "kv"
 
 
