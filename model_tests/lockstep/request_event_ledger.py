@@ -83,8 +83,9 @@ class EventLedger:
             )
 
     def read(self, events: Sequence[KVEvent], allocation: Allocation | None) -> list[Finding]:
-        """Fold the events one call caused; what a router would be misled by, in words (kind
-        ``kv`` for a block cached that holds no committed tokens, else ``events``)."""
+        """Fold the events one call caused (each stored key announced, right or wrong, as a
+        router would); what a router would be misled by, in words (kind ``kv`` for a block
+        cached that holds no committed tokens, else ``events``)."""
         problems: list[Finding] = []
         stored_now: set[tuple[CachedKey, BlockId]] = set()
         for item in events:
@@ -97,11 +98,9 @@ class EventLedger:
                 uncommitted = [h for h in item.block_hashes if h not in self.committed]
                 if uncommitted:
                     problems.append(("kv", self._uncommitted(item, uncommitted[0])))
-                    continue
-                wrong = self.stored_problems(item)
-                problems += _events(wrong)
-                if not wrong:
-                    problems += _events(self._stored(item, allocation, stored_now))
+                else:
+                    problems += _events(self._misnamed(item))
+                problems += _events(self._stored(item, allocation, stored_now))
             else:
                 problems.append(("events", f"take_events answered {item!r}, not a KV event"))
         if allocation is not None:
@@ -114,35 +113,35 @@ class EventLedger:
             " block of committed tokens that hashes so (a draft or lookahead token cached?)"
         )
 
-    def stored_problems(self, item: BlockStored) -> list[str]:
-        """§4.7: one run of consecutive committed blocks, its parent, exactly its tokens."""
-        if not item.block_hashes or item.block_size != self.block_size:
-            return [f"{_show_stored(item)} names no block, or not in blocks of {self.block_size}"]
-        blocks = []
-        for digest in item.block_hashes:
-            block = self.committed.get(digest)
-            if block is None:
-                return [self._uncommitted(item, digest)]
-            blocks.append(block)
+    def _misnamed(self, item: BlockStored) -> list[str]:
+        """§4.7: one run of consecutive blocks (all committed: ``read`` checked), the parent of
+        the first, exactly their tokens."""
+        head = _show_stored(item)
+        if not item.block_hashes:
+            return [f"{head} names no block (tokens {list(item.token_ids)})"]
+        if item.block_size != self.block_size:
+            return [f"{head} is in blocks of {item.block_size}, not {self.block_size}"]
+        blocks = [self.committed[digest] for digest in item.block_hashes]
         problems = []
-        for before, block, digest in zip(
-            item.block_hashes, blocks[1:], item.block_hashes[1:], strict=False
+        if any(
+            blocks[j].parent != item.block_hashes[j - 1] for j in range(1, len(item.block_hashes))
         ):
-            if block.parent != before:
-                problems.append(
-                    f"{_show_stored(item)}: {digest.hex()[:8]}… does not follow"
-                    f" {before.hex()[:8]}…, not one run of consecutive blocks"
-                )
+            problems.append(f"{head} names blocks that are not one run")
         if item.parent_hash != blocks[0].parent:
             problems.append(
-                f"{_show_stored(item)}: the parent of its first block is"
+                f"{head} gives its first block the parent {_show_hash(item.parent_hash)}, not"
                 f" {_show_hash(blocks[0].parent)}"
             )
-        tokens = tuple(token for block in blocks for token in block.tokens)
-        if tuple(item.token_ids) != tokens:
-            problems.append(f"{_show_stored(item)}: its blocks hold the tokens {list(tokens)}")
+        tokens = [token for block in blocks for token in block.tokens]
+        if list(item.token_ids) != tokens:
+            problems.append(
+                f"{head}: its blocks hold the tokens {tokens}, yet it names the tokens"
+                f" {list(item.token_ids)}"
+            )
         if item.lora_id != blocks[0].lora_id:
-            problems.append(f"{_show_stored(item)}: its blocks' LoRA id is {blocks[0].lora_id}")
+            problems.append(
+                f"{head}: its blocks' LoRA id is {blocks[0].lora_id}, not {item.lora_id}"
+            )
         return problems
 
     def hit_problems(self, request: Request, blocks: Sequence[Sequence[BlockId]]) -> list[str]:
@@ -249,7 +248,4 @@ def _show_key(key: CachedKey) -> str:
 
 def _show_stored(item: BlockStored) -> str:
     hashes = ", ".join(_show_hash(h) for h in item.block_hashes)
-    return (
-        f"BlockStored(group {item.group}, hashes [{hashes}], parent {_show_hash(item.parent_hash)},"
-        f" tokens {list(item.token_ids)})"
-    )
+    return f"BlockStored(group {item.group}, hashes [{hashes}])"

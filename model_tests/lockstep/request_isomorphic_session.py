@@ -29,11 +29,11 @@ from pagedkv.model_tests.lockstep.calls import (
     shared_error,
 )
 from pagedkv.model_tests.lockstep.manager_session import same_rate
+from pagedkv.model_tests.lockstep.request_event_difference import describe_event_difference
 from pagedkv.model_tests.lockstep.request_reading import (
     Position,
     RequestReading,
     read_target,
-    show_event,
     unchanged_by_failure,
 )
 from pagedkv.model_tests.lockstep.show import free_count_differs, show_call, show_value
@@ -338,18 +338,8 @@ class IsomorphicRequestSession:
         """Events carry no block ids, only pagedkv's own values (hashes, parents, tokens): under
         a profile they are the model's, one for one and in order (``specs/request_level.md``
         §4.7, §9). A router reads their contents, so folding into the same keys is not enough."""
-        if list(theirs) == list(mine):
-            return
-        at = next(
-            (i for i, pair in enumerate(zip(mine, theirs, strict=False)) if pair[0] != pair[1]),
-            min(len(mine), len(theirs)),
-        )
-        raise Divergence(
-            f"{shown}: the model sends {len(mine)} events, the target {len(theirs)}; event {at}"
-            f" is the model's {_show_event_at(mine, at)}, the target's"
-            f" {_show_event_at(theirs, at)}",
-            "events",
-        )
+        if list(theirs) != list(mine):
+            raise Divergence(f"{shown}: {describe_event_difference(mine, theirs)}", "events")
 
     def problems(self) -> list[str]:
         return []
@@ -377,10 +367,6 @@ def _show_key(key: CachedKey | None) -> str:
     if key is None:
         return "uncached"
     return f"group {key.group} hash {key.block_hash.hex()[:8]}…"
-
-
-def _show_event_at(events: Sequence[KVEvent], at: int) -> str:
-    return show_event(events[at]) if at < len(events) else "(none)"
 
 
 def _null_differs(shown: str, where: Position, mine: BlockId, theirs: BlockId) -> str:
