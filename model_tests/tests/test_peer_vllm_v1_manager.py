@@ -696,12 +696,12 @@ KNOWN = sources.ROOT / "model_tests" / "peers" / "known" / "vllm-0.33.0-manager.
 def test_the_known_entry_matches_d1_and_nothing_else() -> None:
     """The known file's D1 entries match a message made only of the misnamings D1 makes the
     oracle report of vLLM's events (no hash; not one run; another parent; the whole range's
-    tokens, which hold the blocks' tokens and more), under the profile at ``take_events`` and
-    under the safety tier at the ``allocate_slots`` that stored, and no message with anything
-    else in it (other keys, tokens that do not hold the blocks', a wrong LoRA id, a missing
-    ``BlockRemoved``, another operation or kind)."""
+    tokens, which hold the blocks' tokens and more), under the profile and the safety tier at
+    the ``allocate_slots`` that stored (the profile also at ``take_events``), and no message
+    with anything else in it (other keys, tokens that do not hold the blocks', a wrong LoRA id,
+    a missing ``BlockRemoved``, another operation or kind)."""
     profile, safety = tomllib.loads(KNOWN.read_text(encoding="utf-8"))["difference"]
-    assert (profile["operation"], profile["kind"]) == ("take_events", "events")
+    assert (profile["operation"], profile["kind"]) == (["allocate_slots", "take_events"], "events")
     assert (safety["operation"], safety["kind"]) == ("allocate_slots", "events")
     in_profile, in_safety = re.compile(profile["message"]), re.compile(safety["message"])
     start = "take_events(): the target's events store and remove the model's keys in order, but "
@@ -711,8 +711,11 @@ def test_the_known_entry_matches_d1_and_nothing_else() -> None:
         " the tokens [3, 4, 5, 6]"
     )
     parent = "event 0, a BlockStored of group 1, gives its first block another parent"
+    call = "allocate_slots(Request('r1', tokens=[3, 4, 5, 6] (4), computed=0), 4, 0, [[], []], 0)"
     for message in (empty, whole, f"{whole}; {parent}", f"{parent}; {empty}"):
         assert in_profile.search(start + message), message
+        assert in_profile.search(f"{call}, then {start}{message}"), message
+    assert not in_profile.search(f"{call}: {start}{empty}")
     other_tokens = whole.replace("[3, 4, 5, 6]", "[3, 4, 5, 7]")
     other_keys = (
         "take_events(): the target's events store or remove other keys than the model's (or in"
