@@ -219,6 +219,12 @@ def test_the_reference_passes(tmp_path: Path) -> None:
     assert result.calls > 100 and result.layouts == ("full", "window", "hybrid")
 
 
+def test_the_independent_manager_is_a_named_target() -> None:
+    """``--target independent`` at the request level is the independent request manager."""
+    result = api.check("independent", "request", steps=300, seed=0)
+    assert result.passed, result.message
+
+
 def test_a_hit_without_the_cap_fails_with_a_trace_replay_reproduces(tmp_path: Path) -> None:
     out = tmp_path / "nocap.jsonl"
     result = api.check(f"{HERE}:no_hit_cap", "request", steps=4000, seed=0, trace_out=out)
