@@ -302,15 +302,9 @@ class RequestStoredEventOneTooMany(IndependentRequestManager):
     yet computed, never stored, is announced as cached."""
 
     def stored_event(
-        self,
-        request: Request,
-        g: int,
-        start: int,
-        end: int,
-        stored: list[BlockHash],
-        hashes: Sequence[BlockHash],
+        self, request: Request, g: int, first: int, end: int, hashes: Sequence[BlockHash]
     ) -> BlockStored:
-        event = super().stored_event(request, g, start, end, stored, hashes)
+        event = super().stored_event(request, g, first, end, hashes)
         if end < len(hashes):
             event = replace(event, block_hashes=(*event.block_hashes, hashes[end]))
         return event

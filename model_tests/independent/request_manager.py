@@ -298,6 +298,8 @@ class IndependentRequestManager:
         return self.hashes(request)
 
     def cache_blocks(self, request: Request, n: int) -> None:
+        """Each group's blocks newly filled by committed tokens get their keys; every unbroken
+        stretch of them (a null block breaks it) is announced by one event."""
         hashes = self.cacheable_hashes(request, n)
         full = min(n // self.B, len(hashes))
         rid = request.request_id
@@ -305,33 +307,38 @@ class IndependentRequestManager:
             start = self.num_cached[rid][g]
             if start >= full:
                 continue
-            stored = []
+            stretch: list[int] = []
             for i in range(start, full):
-                if table[i] != NULL_BLOCK:
-                    self.store(table[i], CachedKey(g, hashes[i]))
-                    stored.append(hashes[i])
+                if table[i] == NULL_BLOCK:
+                    self.announce(request, g, stretch, hashes)
+                    stretch = []
+                    continue
+                self.store(table[i], CachedKey(g, hashes[i]))
+                stretch.append(i)
+            self.announce(request, g, stretch, hashes)
             self.num_cached[rid][g] = full
-            self.events.append(self.stored_event(request, g, start, full, stored, hashes))
+
+    def announce(
+        self, request: Request, g: int, stretch: list[int], hashes: Sequence[BlockHash]
+    ) -> None:
+        """A router learns of an unbroken stretch of stored blocks; of nothing, it hears
+        nothing."""
+        if stretch:
+            self.events.append(self.stored_event(request, g, stretch[0], stretch[-1] + 1, hashes))
 
     def store(self, block: BlockId, key: CachedKey) -> None:
         self.key_of[block] = key
         self.cache.setdefault(key, []).append(block)
 
     def stored_event(
-        self,
-        request: Request,
-        g: int,
-        start: int,
-        end: int,
-        stored: list[BlockHash],
-        hashes: Sequence[BlockHash],
+        self, request: Request, g: int, first: int, end: int, hashes: Sequence[BlockHash]
     ) -> BlockStored:
-        """As vLLM's ``cache_full_blocks``: the run's stored hashes, the hash before the run,
-        the run's tokens."""
+        """Blocks ``first .. end-1``, just stored: their own hashes, the one chained before
+        them, and precisely the tokens they hold."""
         return BlockStored(
-            block_hashes=tuple(stored),
-            parent_hash=hashes[start - 1] if start else None,
-            token_ids=request.tokens[start * self.B : end * self.B],
+            block_hashes=tuple(hashes[first:end]),
+            parent_hash=hashes[first - 1] if first > 0 else None,
+            token_ids=tuple(request.tokens[first * self.B : end * self.B]),
             block_size=self.B,
             lora_id=request.extra_key.lora_id,
             group=g,

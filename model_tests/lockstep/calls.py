@@ -42,6 +42,7 @@ DivergenceKind = Literal[
     "kv",
     "type",
     "answer",
+    "events",
 ]
 """What a divergence is about. Against the reference: a result that differs; an error on one
 side only (or another class); an error that is not of ``pagedkv.specs.errors``; a failed call that
@@ -52,7 +53,8 @@ safety tier (``specs/safety.md``), the rule broken: S1 aliasing, S2 accounting, 
 copy and swap pairs, S5 KV data (S6 is ``untyped`` or ``atomicity``, S7 ``promise``). Under
 every mode (``answers.py``): an answer that is not the protocol's exact value (``type``: a float, a
 numpy scalar, a mock where an ``int`` is due), and one that later turned into another answer
-(``answer``: a list reused for the next one)."""
+(``answer``: a list reused for the next one). At the request level: KV events that are not the
+model's (``events``, under a profile) or that mislead a router (under the safety tier)."""
 
 KINDS: tuple[DivergenceKind, ...] = get_args(DivergenceKind)
 

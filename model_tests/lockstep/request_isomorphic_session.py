@@ -9,14 +9,15 @@ block the reference took blank binds to whatever blank block the target took the
 block is not a choice: the target must put the counterpart of the reference's cached block. And
 taking one of the reference's cached blocks blank (evicting it) while the reference kept it is
 a divergence of kind ``choice``: the free queue says which block goes first
-(``specs/request_level.md``). Events are compared as what they fold into: the multiset of
-cached keys ``(group, hash)`` (each stored block adds its key, each removed one takes it away,
-``AllBlocksCleared`` empties it), so a target may batch them otherwise.
+(``specs/request_level.md``). Events carry no block ids: the target's ``take_events()`` must
+answer the model's events exactly, one for one and in order (a divergence of kind ``events``), for
+a router reads their hashes, parents and tokens, not only the keys they fold into. The session
+takes both sides' events after every call and compares them there (handing them to the driver's
+next ``take_events``), so each call's events are checked beside it.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
@@ -30,10 +31,10 @@ from pagedkv.model_tests.lockstep.calls import (
     shared_error,
 )
 from pagedkv.model_tests.lockstep.manager_session import same_rate
+from pagedkv.model_tests.lockstep.request_event_difference import describe_event_difference
 from pagedkv.model_tests.lockstep.request_reading import (
     Position,
     RequestReading,
-    fold_events,
     read_target,
     unchanged_by_failure,
 )
@@ -68,8 +69,10 @@ class IsomorphicRequestSession:
         self.answers = Answers(self.target, "request")
         self.ids.bind(NULL_BLOCK, NULL_BLOCK)
         self.seen = self._read(self.model.view())
-        self.model_keys: Counter[CachedKey] = Counter()
-        self.target_keys: Counter[CachedKey] = Counter()
+        self.drained: list[KVEvent] = []
+        """Events taken from both sides after a call and found equal, for the driver's next
+        ``take_events``."""
+        self.draining = True
 
     def _read(self, view: RequestManagerView) -> RequestReading:
         return read_target(self.target, view.requests)
@@ -101,6 +104,11 @@ class IsomorphicRequestSession:
         observed = self._read(after)
         self._align(shown, before, after, observed)
         self._compare_result(method, args, model_result, target_result)
+        if method == "take_events":
+            model_result = cast(Any, [*self.drained, *cast(list[KVEvent], model_result)])
+            self.drained = []
+        else:
+            self._drain(shown)
         if observed.free != len(after.free_queue):
             raise Divergence(
                 free_count_differs(shown, "", len(after.free_queue), observed.free), "count"
@@ -338,29 +346,32 @@ class IsomorphicRequestSession:
             )
 
     def _compare_events(self, shown: str, mine: list[KVEvent], theirs: list[KVEvent]) -> None:
-        fold_events(self.model_keys, mine)
-        unfolded = fold_events(self.target_keys, theirs)
-        if unfolded:
-            raise Divergence(
-                f"{shown}: the target's events cannot be folded: " + "; ".join(unfolded)
-            )
-        if self.model_keys == self.target_keys:
+        """Events carry no block ids, only pagedkv's own values (hashes, parents, tokens): under
+        a profile they are the model's, one for one and in order (``specs/request_level.md``
+        §4.7, §9). A router reads their contents, so folding into the same keys is not enough."""
+        if list(theirs) != list(mine):
+            raise Divergence(f"{shown}: {describe_event_difference(mine, theirs)}", "events")
+
+    def _drain(self, shown: str) -> None:
+        """Take both sides' events after every call and compare them there, so that a call's
+        events are checked even if the driver takes them late or never (the answer a driver
+        that took them after every call would get)."""
+        if not self.draining:
             return
-        extra = self.target_keys - self.model_keys
-        lacking = self.model_keys - self.target_keys
-        said = []
-        if extra:
-            said.append(f"cached only by the target's: {_show_keys(extra)}")
-        if lacking:
-            said.append(f"cached only by the model's: {_show_keys(lacking)}")
-        raise Divergence(
-            f"{shown}: the events so far fold into other cached keys than the model's ("
-            + "; ".join(said)
-            + ")"
-        )
+        mine, _ = run_call(self.model, _take_events())
+        theirs, _ = run_call(self.target, _take_events())
+        if not isinstance(mine, list) or not isinstance(theirs, list):
+            self.draining = False  # the driver's own take_events meets whatever this was
+            return
+        self._compare_events(f"{shown}, then take_events()", mine, theirs)
+        self.drained += cast(list[KVEvent], mine)
 
     def problems(self) -> list[str]:
         return []
+
+
+def _take_events() -> Call[Any, Any]:
+    return Call("take_events", (), lambda side: side.take_events)
 
 
 def _get_block_ids(request_id: str) -> Call[Any, Any]:
@@ -385,14 +396,6 @@ def _show_key(key: CachedKey | None) -> str:
     if key is None:
         return "uncached"
     return f"group {key.group} hash {key.block_hash.hex()[:8]}…"
-
-
-def _show_keys(keys: Counter[CachedKey]) -> str:
-    shown = [
-        _show_key(key) + (f" x{count}" if count > 1 else "")
-        for key, count in sorted(keys.items(), key=lambda item: (item[0].group, item[0].block_hash))
-    ]
-    return ", ".join(shown[:6]) + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
 
 
 def _null_differs(shown: str, where: Position, mine: BlockId, theirs: BlockId) -> str:

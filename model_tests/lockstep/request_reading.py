@@ -115,3 +115,21 @@ def fold_events(keys: Counter[CachedKey], events: Iterable[KVEvent]) -> list[str
                 if not keys[key]:
                     del keys[key]
     return problems
+
+
+def show_event(event: KVEvent) -> str:
+    """An event in a divergence's words: hashes shortened, tokens as they are."""
+    if isinstance(event, BlockStored):
+        parent = "none" if event.parent_hash is None else event.parent_hash.hex()[:8] + "…"
+        return (
+            f"BlockStored(group {event.group}, hashes {_short(event.block_hashes)}, parent"
+            f" {parent}, tokens {list(event.token_ids)}, block size {event.block_size}, lora id"
+            f" {event.lora_id})"
+        )
+    if isinstance(event, BlockRemoved):
+        return f"BlockRemoved(group {event.group}, hashes {_short(event.block_hashes)})"
+    return repr(event)
+
+
+def _short(hashes: Iterable[bytes]) -> str:
+    return "[" + ", ".join(h.hex()[:8] + "…" for h in hashes) + "]"

@@ -8,8 +8,8 @@ No reference runs beside the target. After every call the session checks what it
   requests' committed tokens fill that block alike (same chained hash: tokens, keys and
   everything before);
 - S2 accounting: the free count is the pool less the null block less the distinct blocks the
-  tables hold, ``usage()`` is what that count makes it, events never remove a key no event
-  stored, and ``reset_prefix_cache`` never succeeds while a table holds a block;
+  tables hold, ``usage()`` is what that count makes it, and ``reset_prefix_cache`` never
+  succeeds while a table holds a block;
 - S3 placement: every id is in the pool, no block in two groups, the null block only in a
   sliding-window group and only where the window no longer reads; after ``allocate_slots`` a
   slot for every token asked for, a hit's blocks at their places, and a ``None`` that changed
@@ -18,21 +18,24 @@ No reference runs beside the target. After every call the session checks what it
   into its slot (in the target's ids), clears the blocks an allocation hands out, and reads every
   hit back: a hit whose blocks hold other tokens, keys or positions (or nothing: a block cached
   with draft tokens in it) is caught there;
-- S6 typed errors, and a failed call changes nothing (every request-level call is atomic).
+- S6 typed errors, and a failed call changes nothing (every request-level call is atomic);
+- the KV events, what a router relies on (``request_event_ledger.py``): each ``BlockStored``
+  names exactly committed blocks, the announced keys cover every hit and drop a block before it
+  is handed out blank. The session takes the events after every call to read them beside it and
+  hands them to the driver's ``take_events`` in order.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from pagedkv.model_tests.lockstep.answers import Answers
 from pagedkv.model_tests.lockstep.calls import Divergence, DivergenceKind, run_call
+from pagedkv.model_tests.lockstep.request_event_ledger import Allocation, EventLedger
 from pagedkv.model_tests.lockstep.request_reading import (
     RequestReading,
-    fold_events,
     read_target,
     unchanged_by_failure,
 )
@@ -44,12 +47,10 @@ from pagedkv.specs.request_hashes import block_identifiers, request_block_hashes
 from pagedkv.specs.request_types import (
     NULL_BLOCK,
     AttentionKind,
-    BlockStored,
     KVEvent,
     Request,
     RequestConfig,
 )
-from pagedkv.specs.request_view import CachedKey
 from pagedkv.specs.types import BlockId, ExtraKey, Token
 
 T = TypeVar("T")
@@ -79,10 +80,11 @@ class RequestSafetySession:
         self.requests: dict[str, Request] = {}
         """The requests the target holds tables for, as last passed."""
         self.kv: dict[tuple[BlockId, int], SlotContent] = {}
-        self.keys: Counter[CachedKey] = Counter()
-        self.committed: set[bytes] = set()
-        """The chained hash of every full block of committed tokens any request was passed
-        with: all a manager may cache."""
+        self.ledger = EventLedger(self.config.block_size)
+        self.drained: list[KVEvent] = []
+        """Events the session took after a call (``request_event_ledger.py``), not yet handed
+        to the driver."""
+        self.draining = True
         self.seen = read_target(self.target, ())
 
     @property
@@ -101,9 +103,10 @@ class RequestSafetySession:
         findings: list[Finding] = []
         request = args[0] if args and type(args[0]) is Request else None
         if request is not None and method == "allocate_slots":
-            self.committed.update(request_block_hashes(request, self.block_size))
+            self.ledger.learn(request)
         if method == "get_computed_blocks" and request is not None:
             findings += self._hit(request, result[0], result[1], "the hit it answers")
+            findings += [("events", p) for p in self.ledger.hit_problems(request, result[0])]
         if method == "allocate_slots" and request is not None:
             findings += self._allocated(request, args, result)
         if method == "free" and isinstance(args[0], str):
@@ -119,8 +122,11 @@ class RequestSafetySession:
                 ("accounting", "reset_prefix_cache() succeeded while tables hold blocks")
             )
         if method == "take_events":
-            findings += [("accounting", problem) for problem in fold_events(self.keys, result)]
-            findings += self._stored_committed(result)
+            findings += self.ledger.read(result, None)
+            result = cast(T, [*self.drained, *result])
+            self.drained = []
+        else:
+            findings += self._drain(self._allocation(request, args, result, now))
         if method == "usage":
             findings += self._usage(cast(float, result), now.free)
         findings += self._tables(now)
@@ -392,24 +398,31 @@ class RequestSafetySession:
                 )
         return findings
 
-    def _stored_committed(self, events: list[KVEvent]) -> list[Finding]:
-        """Only blocks of committed tokens are cached: every stored hash is one of a full block
-        of committed tokens some request was passed with (a draft or lookahead token cached
-        makes a chain no request committed)."""
-        for event in events:
-            if isinstance(event, BlockStored):
-                for digest in event.block_hashes:
-                    if digest not in self.committed:
-                        return [
-                            (
-                                "kv",
-                                f"BlockStored of group {event.group} hash {digest.hex()[:8]}…"
-                                f" (tokens {list(event.token_ids)}): no request was passed"
-                                " a full block of committed tokens that hashes so (a draft or"
-                                " lookahead token cached?)",
-                            )
-                        ]
-        return []
+    def _allocation(
+        self, request: Request | None, args: tuple[Any, ...], result: Any, now: RequestReading
+    ) -> Allocation | None:
+        """The allocation whose events are read next (None for any other call)."""
+        if request is None or not isinstance(result, list) or type(args[1]) is not int:
+            return None
+        table = now.tables.get(request.request_id)
+        if table is None:
+            return None
+        new_computed = args[2] if len(args) > 2 and type(args[2]) is int else 0
+        total = request.num_computed_tokens + new_computed
+        computed = min(total + args[1], request.num_tokens)
+        blank = frozenset(b for ids in result if isinstance(ids, list) for b in ids)
+        return Allocation(request, table, blank, computed)
+
+    def _drain(self, allocation: Allocation | None) -> list[Finding]:
+        """Take the events this call caused and read them beside it; kept for the driver."""
+        if not self.draining:
+            return []
+        events, error = run_call(self.target, _take_events())
+        if error is not None or not isinstance(events, list):
+            self.draining = False  # the driver's own take_events meets whatever this was
+            return []
+        self.drained += events
+        return self.ledger.read(events, allocation)
 
     # --- after every call ----------------------------------------------------------------------
 
@@ -485,6 +498,10 @@ def _held(reading: RequestReading) -> bool:
     return any(
         block != NULL_BLOCK for groups in reading.tables.values() for ids in groups for block in ids
     )
+
+
+def _take_events() -> Call[Any, Any]:
+    return Call("take_events", (), lambda side: side.take_events)
 
 
 def _get_block_ids(request_id: str) -> Call[Any, Any]:

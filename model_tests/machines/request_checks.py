@@ -203,36 +203,30 @@ def fold_events(
 
 
 def stored_problems(item: BlockStored, kv: RequestKVModel, block_size: int) -> list[str]:
-    """A ``BlockStored`` covers a run of one request's blocks, ``start .. end - 1``: its token ids
-    are the run's tokens, its hashes those of the run's blocks that are not the null block (a
-    window group's run may have none: then it says nothing else to check), its parent the hash
-    of block ``start - 1`` (None at the start), as vLLM's ``BlockPool.cache_full_blocks``."""
-    if item.block_size != block_size or len(item.token_ids) % block_size:
-        return [f"{item!r}: block size {item.block_size}, {len(item.token_ids)} tokens"]
+    """A ``BlockStored`` names exactly the run of consecutive blocks it stored
+    (``specs/request_level.md`` §4.7): at least one hash, each the next block of the same chain,
+    its parent the hash before the first (None at a request's start), its tokens exactly those
+    blocks' tokens. A router that trusts the tokens or the parent is misled by anything else."""
+    if item.block_size != block_size or not item.block_hashes:
+        return [f"{item!r}: block size {item.block_size} or no hashes"]
     blocks: list[tuple[Cell, ...]] = []
     for block_hash in item.block_hashes:
         known = kv.by_hash.get(block_hash)
         if known is None:
             return [f"BlockStored of {block_hash.hex()[:12]}, no request's full block"]
         blocks.append(known)
-    if not blocks:
-        return []
-    end = blocks[-1][0].position // block_size + 1
-    start = end - len(item.token_ids) // block_size
     problems = []
-    for cells in blocks:
-        index = cells[0].position // block_size
-        offset = (index - start) * block_size
-        tokens = tuple(cell.token for cell in cells)
-        if index < start or tuple(item.token_ids[offset : offset + block_size]) != tokens:
-            problems.append(
-                f"BlockStored's tokens {item.token_ids} do not hold block {index}'s {tokens}"
-            )
+    for j in range(1, len(blocks)):
+        before, here = item.block_hashes[j - 1], item.block_hashes[j]
+        if blocks[j][0].parent != before:
+            problems.append(f"BlockStored's {here.hex()[:12]} does not follow {before.hex()[:12]}")
     first = blocks[0][0]
-    if first.position // block_size == start:
-        parent = None if start == 0 else first.parent
-        if item.parent_hash != parent:
-            problems.append(f"BlockStored's parent is {item.parent_hash!r}, not {parent!r}")
+    parent = None if first.position == 0 else first.parent
+    if item.parent_hash != parent:
+        problems.append(f"BlockStored's parent is {item.parent_hash!r}, not {parent!r}")
+    tokens = tuple(cell.token for cells in blocks for cell in cells)
+    if tuple(item.token_ids) != tokens:
+        problems.append(f"BlockStored's tokens are {item.token_ids}, its blocks hold {tokens}")
     if item.lora_id != first.extra_key.lora_id:
         problems.append(f"BlockStored's lora id is {item.lora_id}, not {first.extra_key.lora_id}")
     return problems

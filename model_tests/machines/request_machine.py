@@ -28,6 +28,7 @@ from pagedkv.model_tests.machines.request_misuse import MisuseRules
 from pagedkv.model_tests.machines.request_replay import RecordedCall, replay_program
 from pagedkv.model_tests.machines.request_scheduler import SchedulerRules
 from pagedkv.specs.interface import RequestKVManagerFactory
+from pagedkv.specs.policy import PAGEDKV, Policy
 from pagedkv.specs.request_types import RequestConfig
 
 
@@ -76,6 +77,7 @@ def request_lockstep_case(
     group_kind: GroupKind,
     mode: RequestMode = "exact",
     model: RequestKVManagerFactory | None = None,
+    policy: Policy = PAGEDKV,
 ) -> type[RequestLockstep]:
     """A machine class checking ``factory``'s managers for one group configuration (full
     attention, sliding window, or a hybrid of both): against ``model`` (the reference, in exact
@@ -88,6 +90,7 @@ def request_lockstep_case(
             "make_model": None if model is None else staticmethod(model),
             "mode": mode,
             "group_kind": group_kind,
+            "policy": policy,
         },
     )
     machine.TestCase.settings = request_settings()  # type: ignore[attr-defined]

@@ -43,7 +43,10 @@ ALIASES = {
         "pool": "pagedkv.optimized.block_pool:OptimizedBlockPool",
         "request": "pagedkv.optimized.request_manager:RequestManager",
     },
-    "independent": {"manager": "pagedkv.model_tests.independent.manager:IndependentManager"},
+    "independent": {
+        "manager": "pagedkv.model_tests.independent.manager:IndependentManager",
+        "request": "pagedkv.model_tests.independent.request_manager:IndependentRequestManager",
+    },
 }
 """Short names for the targets pagedkv ships."""
 

@@ -82,10 +82,6 @@ the three seeds; ``make corpus`` searches for every variant with all three."""
 
 
 UNCAUGHT = {
-    "RequestEvictionSilent (safety)": "the request-level safety session does not hold the"
-    " events to the cached keys: an eviction without BlockRemoved passes (specs/corpus.md)",
-    "RequestStoredEventOneTooMany (safety)": "the request-level safety session does not hold"
-    " the events to the cached keys: a BlockStored for a block never stored passes",
     "reference with request_release_before_fit=false": "the scheduler machine seldom answers"
     " None to a known window request that just released blocks (specs/corpus.md)",
     "reference with request_clear_event=always": "the isomorphic request session folds events"

@@ -219,7 +219,7 @@ CATCH_ALLS = {
             "operation": "*",
             "kind": [
                 *("result", "error", "untyped", "atomicity", "block", "table", "choice"),
-                *("count", "promise", "type", "answer"),
+                *("count", "promise", "type", "answer", "events"),
             ],
         }
     ],
@@ -229,7 +229,7 @@ CATCH_ALLS = {
             "operation": "*",
             "kind": [
                 *("untyped", "atomicity", "table", "promise", "aliasing", "accounting"),
-                *("placement", "pairs", "kv", "type", "answer"),
+                *("placement", "pairs", "kv", "type", "answer", "events"),
             ],
         }
     ],

@@ -694,30 +694,50 @@ KNOWN = sources.ROOT / "model_tests" / "peers" / "known" / "vllm-0.33.0-manager.
 
 
 def test_the_known_entry_matches_d1_and_nothing_else() -> None:
-    """The known file's D1 entry matches a ``take_events`` message that consists only of the
-    problems D1 makes the request machine report of vLLM's events (tokens of the whole range,
-    the range's parent, an event with no hash), and no message with anything else in it (a fold
-    into other keys, a hash no request committed, a wrong LoRA id)."""
-    (entry,) = tomllib.loads(KNOWN.read_text(encoding="utf-8"))["difference"]
-    assert (entry["operation"], entry["kind"]) == ("take_events", "result")
-    d1 = re.compile(entry["message"])
-    parent = b"\x8ds;'\x86"
-    empty = BlockStored((), parent, (16, 17), 2, None, 1)
-    tokens = "BlockStored's tokens are (10, 11, 12, 13, 14, 15), its blocks hold (12, 13)"
-    fold = "the events add up to ['0a1b2c3d'], the cached keys are ['4e5f6a7b']"
-    for message in (
-        tokens,
-        f"BlockStored's parent is None, not {parent!r}; {tokens}",
-        f"{empty!r}: block size 2 or no hashes",
-        f"{empty!r}: block size 2 or no hashes; BlockStored's parent is {parent!r}, not None",
-    ):
-        assert d1.search(f"take_events(): {message}"), message
-    for message in (
-        fold,
-        f"{tokens}; {fold}",
-        f"BlockStored's parent is None, not {parent!r}; {fold}",
-        "BlockStored of 0123456789ab, no request's full block",
-        "BlockStored's lora id is 1, not None",
-        "caching is off, yet take_events() answered [AllBlocksCleared()]",
-    ):
-        assert not d1.search(f"take_events(): {message}"), message
+    """The known file's D1 entries match a message made only of the misnamings D1 makes the
+    oracle report of vLLM's events (no hash; not one run; another parent; the whole range's
+    tokens, which hold the blocks' tokens and more), under the profile and the safety tier at
+    the ``allocate_slots`` that stored (the profile also at ``take_events``), and no message
+    with anything else in it (other keys, tokens that do not hold the blocks', a wrong LoRA id,
+    a missing ``BlockRemoved``, another operation or kind)."""
+    profile, safety = tomllib.loads(KNOWN.read_text(encoding="utf-8"))["difference"]
+    assert (profile["operation"], profile["kind"]) == (["allocate_slots", "take_events"], "events")
+    assert (safety["operation"], safety["kind"]) == ("allocate_slots", "events")
+    in_profile, in_safety = re.compile(profile["message"]), re.compile(safety["message"])
+    start = "take_events(): the target's events store and remove the model's keys in order, but "
+    empty = "event 1, a BlockStored of group 1, names no block (tokens [3])"
+    whole = (
+        "event 0, a BlockStored of group 1, its blocks hold the tokens [5, 6], yet it names"
+        " the tokens [3, 4, 5, 6]"
+    )
+    parent = "event 0, a BlockStored of group 1, gives its first block another parent"
+    call = "allocate_slots(Request('r1', tokens=[3, 4, 5, 6] (4), computed=0), 4, 0, [[], []], 0)"
+    for message in (empty, whole, f"{whole}; {parent}", f"{parent}; {empty}"):
+        assert in_profile.search(start + message), message
+        assert in_profile.search(f"{call}, then {start}{message}"), message
+    assert not in_profile.search(f"{call}: {start}{empty}")
+    other_tokens = whole.replace("[3, 4, 5, 6]", "[3, 4, 5, 7]")
+    other_keys = (
+        "take_events(): the target's events store or remove other keys than the model's (or in"
+        " another order): the model sends 1 events, the target 1; event 0 is ..."
+    )
+    lora = "event 0, a BlockStored of group 1, names a block the model's events do not: ..."
+    for message in (start + other_tokens, start + f"{empty}; {other_tokens}", other_keys,
+                    start + lora, start + f"{whole}; {lora}"):  # fmt: skip
+        assert not in_profile.search(message), message
+    head = "BlockStored(group 1, hashes [0a1b2c3d…])"
+    s_empty = "BlockStored(group 0, hashes []) names no block (tokens [3])"
+    s_whole = f"{head}: its blocks hold the tokens [5, 6], yet it names the tokens [3, 4, 5, 6]"
+    s_parent = f"{head} gives its first block the parent none, not 4e5f6a7b…"
+    s_run = f"{head} names blocks that are not one run"
+    for part in (s_empty, s_whole, s_parent, s_run):  # each finding of the call is matched alone
+        assert in_safety.search(part), part
+    stale = (
+        "block 3 was handed out blank, yet group 1 hash 0a1b2c3d…, announced for it, was never"
+        " removed (a missing BlockRemoved)"
+    )
+    s_lora = f"{head}: its blocks' LoRA id is 1, not None"
+    s_tokens = s_whole.replace("[3, 4, 5, 6]", "[3, 4]")
+    short = "request 'r1' group 0 has 1 blocks of 1, for 4 token slots"
+    for part in (stale, f"{s_whole}; {stale}", s_lora, s_tokens, short, f"{s_empty}; {short}"):
+        assert not in_safety.search(part), part

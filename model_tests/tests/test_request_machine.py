@@ -4,6 +4,8 @@ invariants; and planted wrong managers that the machine must catch."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -28,7 +30,8 @@ from pagedkv.model_tests.tests.request_planted import (
 from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.interface import RequestKVManagerFactory
-from pagedkv.specs.request_types import BlockStored
+from pagedkv.specs.policy import PAGEDKV
+from pagedkv.specs.request_types import BlockStored, RequestConfig
 from pagedkv.specs.types import ExtraKey
 
 TestExactFull = request_lockstep_case(
@@ -99,10 +102,10 @@ def test_the_printed_program_replays_the_divergence() -> None:
     exec(program, namespace)  # the printed program runs as it stands
 
 
-def test_a_stored_event_is_read_as_vllm_writes_it() -> None:
-    """A window group's run may skip null blocks, or hold none but them (vLLM's
-    ``cache_full_blocks``): its tokens cover the whole run, its hashes only the held blocks,
-    its parent the hash before the run. Wrong tokens or a wrong parent are refused."""
+def test_a_stored_event_must_name_exactly_what_it_stored() -> None:
+    """``specs/request_level.md`` §4.7 (D1): a ``BlockStored`` names one run of consecutive
+    blocks, with its parent and exactly its tokens. vLLM's whole-range form, a wrong parent, an
+    empty event, another block's tokens or a broken run are each refused."""
     size = 2
     kv = RequestKVModel(size)
     found = contents([3, 1, 4, 1, 5, 9, 2], ExtraKey(), (), size)
@@ -113,10 +116,35 @@ def test_a_stored_event_is_read_as_vllm_writes_it() -> None:
     def stored(hashes: tuple[bytes, ...], parent: bytes | None, ids: tuple[int, ...]) -> list[str]:
         return stored_problems(BlockStored(hashes, parent, ids, size, None, 1), kv, size)
 
-    assert stored((), h0, (4, 1)) == []  # a run of null blocks only
-    assert stored((h2,), h0, (4, 1, 5, 9)) == []  # block 1 null, block 2 held
     assert stored((h0, h1, h2), None, tokens) == []
     assert stored((h1, h2), h0, tokens[2:]) == []
+    assert stored((h2,), h1, tokens[4:]) == []
+    assert stored((h2,), h0, (4, 1, 5, 9))  # vLLM's whole range: block 1 null, block 2 stored
+    assert stored((), h0, (4, 1))  # vLLM's empty event: nothing stored
     assert stored((h1, h2), None, tokens[2:])  # the parent is block 0's hash
+    assert stored((h2,), h0, tokens[4:])  # the parent is the hash just before, block 1's
     assert stored((h1, h2), h0, (4, 1, 5, 8))  # not the blocks' tokens
+    assert stored((h1,), h0, tokens[4:])  # tokens of another block
+    assert stored((h0, h2), None, (3, 1, 5, 9))  # not a run: block 1 left out
     assert stored((h0,), None, (3,))  # not whole blocks
+
+
+CLEARS_ALWAYS = replace(PAGEDKV, request_clear_event="always")
+
+
+def clears_always(config: RequestConfig) -> ReferenceRequestKVManager:
+    """The reference sending ``AllBlocksCleared`` at every reset, caching or not (vLLM's)."""
+    return ReferenceRequestKVManager(config, CLEARS_ALWAYS)
+
+
+def test_a_clear_event_without_caching_is_read_as_the_policy_says() -> None:
+    """``specs/request_level.md`` §9: under ``request_clear_event=always`` a manager without
+    caching announces its resets; under ``with_caching`` the same event is refused."""
+    honoured = request_lockstep_case(
+        clears_always, group_kind="full", mode="alone", policy=CLEARS_ALWAYS
+    )
+    budget = settings(request_settings(), max_examples=60, derandomize=True, database=None)
+    run_state_machine_as_test(honoured, settings=budget)
+    refused = request_lockstep_case(clears_always, group_kind="full", mode="alone")
+    error = found_failure(refused)
+    assert isinstance(error, Divergence) and "caching is off" in str(error), error

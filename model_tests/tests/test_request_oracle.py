@@ -205,9 +205,8 @@ def test_the_safety_session_refuses_a_cached_draft_token() -> None:
     config = RequestConfig(num_blocks=8, block_size=2)
     session = RequestSafetySession(planted.DraftsCached(config), config)
     request = Request("r", (1, 2, 3), 3)
-    session.call(calls.allocate_slots(request, 3 + 1))  # one draft token fills block 1
     with pytest.raises(Divergence, match="draft or lookahead token cached") as caught:
-        session.call(calls.take_events())
+        session.call(calls.allocate_slots(request, 3 + 1))  # one draft token fills block 1
     assert caught.value.kind == "kv"
 
 
@@ -218,6 +217,12 @@ def test_the_reference_passes(tmp_path: Path) -> None:
     result = api.check("reference", "request", steps=900, seed=0, trace_out=tmp_path / "t.jsonl")
     assert result.passed, result.message
     assert result.calls > 100 and result.layouts == ("full", "window", "hybrid")
+
+
+def test_the_independent_manager_is_a_named_target() -> None:
+    """``--target independent`` at the request level is the independent request manager."""
+    result = api.check("independent", "request", steps=300, seed=0)
+    assert result.passed, result.message
 
 
 def test_a_hit_without_the_cap_fails_with_a_trace_replay_reproduces(tmp_path: Path) -> None:
