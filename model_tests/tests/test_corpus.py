@@ -84,8 +84,6 @@ the three seeds; ``make corpus`` searches for every variant with all three."""
 UNCAUGHT = {
     "reference with request_release_before_fit=false": "the scheduler machine seldom answers"
     " None to a known window request that just released blocks (specs/corpus.md)",
-    "reference with request_clear_event=always": "the isomorphic request session folds events"
-    " into cached keys, so an AllBlocksCleared without caching folds to nothing (specs/corpus.md)",
 }
 """Variants no seed caught (so ``make corpus`` stored no trace): each a gap of the oracle, kept
 as a strict expected failure that turns into a failure once a trace exists."""
