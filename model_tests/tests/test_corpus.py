@@ -86,8 +86,6 @@ UNCAUGHT = {
     " events to the cached keys: an eviction without BlockRemoved passes (specs/corpus.md)",
     "RequestStoredEventOneTooMany (safety)": "the request-level safety session does not hold"
     " the events to the cached keys: a BlockStored for a block never stored passes",
-    "reference with request_release_before_fit=false": "the scheduler machine seldom answers"
-    " None to a known window request that just released blocks (specs/corpus.md)",
 }
 """Variants no seed caught (so ``make corpus`` stored no trace): each a gap of the oracle, kept
 as a strict expected failure that turns into a failure once a trace exists."""
