@@ -11,7 +11,8 @@ One concern a file: ``request_base.py`` (state, the session, the KV contents),
 ``request_scheduler.py`` (the scheduler's rules), ``request_misuse.py`` (calls that must fail),
 ``request_invariants.py`` (what must hold), ``request_checks.py`` (the checks, pure),
 ``request_kv_model.py`` (the slots), ``request_book.py`` (the scheduler's requests),
-``request_draws.py`` (configurations and prompts).
+``request_draws.py`` (configurations and prompts), ``request_steering.py`` (the edges the
+scheduler steers to).
 """
 
 from __future__ import annotations

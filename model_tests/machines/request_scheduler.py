@@ -31,7 +31,7 @@ from pagedkv.model_tests.machines.request_draws import (
     multimodal_inputs,
     prompt_capacity,
 )
-from pagedkv.model_tests.machines.request_invariants import RequestInvariants
+from pagedkv.model_tests.machines.request_steering import RequestSteering
 from pagedkv.specs import request_calls as calls
 from pagedkv.specs.request_types import GroupBlocks, MultimodalInput
 from pagedkv.specs.types import Token
@@ -54,15 +54,21 @@ class Work:
     num_hit: int = 0
 
 
-class SchedulerRules(RequestInvariants):
+class SchedulerRules(RequestSteering):
     @precondition(lambda self: len(self.book.live()) < MAX_LIVE)
     @rule(burst=sampled((1, 1, 2, 3)), data=st.data())
     def add_requests(self, burst: int, data: st.DataObject) -> None:
-        """One to three requests arrive at once (so that several run together)."""
+        """One to three requests arrive at once (so that several run together), now and then
+        with the first one's prompt (``twin_of``)."""
+        first: Scheduled | None = None
         for _ in range(min(burst, MAX_LIVE - len(self.book.live()))):
-            self.add_request(data)
+            twin = self.twin_of(first, data)
+            if twin is not None:
+                self.book.waiting.append(twin)
+            else:
+                first = self.add_request(data)
 
-    def add_request(self, data: st.DataObject) -> None:
+    def add_request(self, data: st.DataObject) -> Scheduled:
         """A new request in the waiting queue: a shared system prompt and a question, the next
         turn of a finished conversation (its tokens and more), a repeat of an earlier prompt, or
         fresh tokens; with a LoRA id or a cache salt, and multimodal inputs."""
@@ -106,6 +112,7 @@ class SchedulerRules(RequestInvariants):
         )
         event(f"prompt: {kind}")
         self.book.waiting.append(request)
+        return request
 
     def _fresh(self, data: st.DataObject, low: int, high: int) -> list[Token]:
         count = data.draw(integers(low, max(low, high)), label="new tokens")
@@ -131,7 +138,7 @@ class SchedulerRules(RequestInvariants):
         while index < len(self.book.running) and budget > 0:
             request = self.book.running[index]
             item = self._running_work(request, budget, speculate, data)
-            if self._allocate_running(item, lookahead):
+            if self._allocate_running(item, lookahead, data):
                 work.append(item)
                 budget -= item.num_new_tokens
                 index += 1
@@ -159,10 +166,11 @@ class SchedulerRules(RequestInvariants):
         drafts = tuple(data.draw(small_tokens(count, 3), label="draft tokens"))
         return Work(request, left + count, drafts)
 
-    def _allocate_running(self, item: Work, lookahead: int) -> bool:
-        """Slots for a running request's step; on None, preempt the last running request (the
-        request itself, at worst) and say False."""
+    def _allocate_running(self, item: Work, lookahead: int, data: st.DataObject) -> bool:
+        """Slots for a running request's step (at an edge now and then, ``request_steering``);
+        on None, preempt the last running request (the request itself, at worst), say False."""
         request = item.request
+        lookahead = self.steered_lookahead(request, item.num_new_tokens, lookahead, data)
         answer = self._allocate(request, item.num_new_tokens, 0, None, lookahead)
         if answer is not None:
             return True
@@ -229,7 +237,8 @@ class SchedulerRules(RequestInvariants):
         hit: GroupBlocks | None,
         lookahead: int,
     ) -> GroupBlocks | None:
-        """``allocate_slots``; a None must change nothing but the window's release."""
+        """``allocate_slots``; a None must change nothing but the window's release (the counts,
+        read right after it, show whether the release stayed)."""
         before = self.kv_view()
         call = calls.allocate_slots(request.request(), num_new, num_hit, hit, lookahead)
         answer = self.succeeded(call)
@@ -239,6 +248,7 @@ class SchedulerRules(RequestInvariants):
             problems = none_problems(before, self.kv_view(), request.request_id)
             if problems:
                 raise Divergence(f"{call!r} answered None and " + "; ".join(problems), "atomicity")
+            self.read_counts()  # what a None left free: the window's release kept or not
             return None
         problems = answer_problems(self.kv_view(), request.request_id, answer)
         if problems:

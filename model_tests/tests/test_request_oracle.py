@@ -242,7 +242,7 @@ def test_another_free_order_fails_the_pagedkv_profile_but_not_the_safety_tier(
 ) -> None:
     target = f"{HERE}:head_first"
     out = tmp_path / "order.jsonl"
-    result = api.check(target, "request", steps=4000, seed=0, trace_out=out)
+    result = api.check(target, "request", steps=8000, seed=0, trace_out=out)
     assert not result.passed and result.trace is not None
     assert result.finding is not None and result.finding.parts[0][0] in ("choice", "table")
     assert not api.replay(out, target).ok

@@ -1,0 +1,116 @@
+"""Edges the scheduler machine steers to, states a random run seldom builds
+(``specs/corpus.md``, the request level): a running request's lookahead chosen so that its
+step fits the pool only once its window released blocks (the release comes before the fit,
+``specs/request_level.md`` §4.4), or not even then (whether a None keeps the release: policy
+``request_release_before_fit``), or so that its slots would reach past
+``max_model_len``; and requests that arrive together with one prompt, so that two blocks are
+cached under one key before a later request hits it.
+
+Each edge is read off the state the machine already sees (``kv_view``) and drawn only where one
+exists, so runs that never meet one draw nothing more."""
+
+from __future__ import annotations
+
+from hypothesis import event
+from hypothesis import strategies as st
+
+from pagedkv.model_tests.machines.draws import sampled
+from pagedkv.model_tests.machines.request_book import Scheduled
+from pagedkv.model_tests.machines.request_invariants import RequestInvariants
+from pagedkv.specs.request_types import NULL_BLOCK
+from pagedkv.specs.request_validation import cdiv
+
+TAKE_EDGE = sampled((False, True))
+"""How often an edge found is taken: half the time, so runs stay varied."""
+
+TAKE_RARE_EDGE = sampled((False, True, True, True))
+"""How often the rarest edge is taken: several blocks leave a window in the call that then
+takes one of them (their order in the free queue shows)."""
+
+TWIN = sampled((False, True))
+
+MAX_EDGE_LOOKAHEAD = 24
+"""The longest lookahead an edge may ask for (a few blocks of the largest block size)."""
+
+
+class RequestSteering(RequestInvariants):
+    """Edge lookaheads and twin prompts, for the scheduler's rules to use."""
+
+    def _needed(self, request: Scheduled, total: int) -> tuple[int, int]:
+        """The blocks a known request's step to ``total`` tokens takes from the free queue, and
+        the blocks its window release gives back first (those only it holds)."""
+        view = self.kv_view()
+        table = view.requests.get(request.request_id)
+        if table is None:
+            return 0, 0
+        size = self.config.block_size
+        needed = sum(max(cdiv(total, size) - len(blocks), 0) for blocks in table.blocks)
+        released = 0
+        computed = request.num_computed_tokens
+        for group, blocks in zip(self.config.groups, table.blocks, strict=False):
+            if group.sliding_window is None:
+                continue
+            end = min(max(0, computed - group.sliding_window + 1) // size, len(blocks))
+            for block in reversed(blocks[:end]):
+                if block == NULL_BLOCK:
+                    break
+                seen = view.blocks.get(block)
+                released += seen is not None and seen.ref_count == 1
+        return needed, released
+
+    def _edges(self, request: Scheduled, num_new: int) -> tuple[list[int], bool]:
+        """Lookaheads that put ``request``'s step at an edge: the fewest that make it fit only
+        after its window's release, the fewest that make it not fit even then (a None that
+        keeps or undoes the release), and the fewest that reach a block past
+        ``max_model_len``; and whether the first takes one of several blocks released at once."""
+        edges = []
+        rare = False
+        start = request.num_computed_tokens + num_new
+        free = len(self.kv_view().free_queue)
+        for lookahead in range(MAX_EDGE_LOOKAHEAD + 1):
+            needed, released = self._needed(request, start + lookahead)
+            if free < needed <= free + released:
+                edges.append(lookahead)
+                event("edge: fits only after the window's release")
+                rare = released > 1
+                break
+            if needed > free + released:
+                if released:
+                    edges.append(lookahead)
+                    event("edge: fits not even after the window's release")
+                break
+        limit = self.config.max_model_len
+        if limit is not None:
+            past = limit + self.config.block_size - start
+            if 0 < past <= MAX_EDGE_LOOKAHEAD:
+                edges.append(past)
+        return edges, rare
+
+    def steered_lookahead(
+        self, request: Scheduled, num_new: int, lookahead: int, data: st.DataObject
+    ) -> int:
+        """The iteration's lookahead, or now and then an edge one for this running request."""
+        edges, rare = self._edges(request, num_new)
+        if not edges or not data.draw(TAKE_RARE_EDGE if rare else TAKE_EDGE, label="edge"):
+            return lookahead
+        if rare:
+            event("edge: several blocks released, one taken back")
+            return edges[0]
+        chosen: int = data.draw(sampled(tuple(edges)), label="which edge")
+        event("edge: lookahead taken")
+        return chosen
+
+    def twin_of(self, first: Scheduled | None, data: st.DataObject) -> Scheduled | None:
+        """Now and then a request with the same prompt and keys as ``first``, which arrived with
+        it: both compute one prefix at once (vLLM caches both blocks under one key)."""
+        if first is None or not data.draw(TWIN, label="same prompt"):
+            return None
+        event("edge: two requests with one prompt")
+        return Scheduled(
+            request_id=self.book.fresh_id(),
+            tokens=list(first.tokens),
+            num_prompt_tokens=first.num_prompt_tokens,
+            final_length=first.final_length,
+            extra_key=first.extra_key,
+            multimodal=first.multimodal,
+        )
