@@ -80,6 +80,8 @@ class RequestSafetySession:
         self.requests: dict[str, Request] = {}
         """The requests the target holds tables for, as last passed."""
         self.kv: dict[tuple[BlockId, int], SlotContent] = {}
+        self.written: dict[str, int] = {}
+        """Per request the session holds, the end of the positions it has written."""
         self.ledger = EventLedger(self.config.block_size)
         self.drained: list[KVEvent] = []
         """Events the session took after a call (``request_event_ledger.py``), not yet handed
@@ -111,6 +113,7 @@ class RequestSafetySession:
             findings += self._allocated(request, args, result)
         if method == "free" and isinstance(args[0], str):
             self.requests.pop(args[0], None)
+            self.written.pop(args[0], None)
         known_before = request is not None and request.request_id in self.requests
         if method == "allocate_slots" and request is not None and (known_before or result):
             self.requests[request.request_id] = request
@@ -324,22 +327,39 @@ class RequestSafetySession:
     def _run_model(
         self, request: Request, table: list[list[BlockId]], total: int, num_new: Any
     ) -> list[Finding]:
-        """Write the KV of the committed tokens this step computes (drafts are never known)."""
+        """Write the KV of the committed tokens this step computes (drafts are never known).
+        First those the request says are computed but this session never wrote: the scheduler
+        computed them in steps the session did not see (a minimized trace drops such steps), and
+        a correct manager caches their blocks on its word."""
+        request_id = request.request_id
+        end = min(total + num_new, request.num_tokens) if type(num_new) is int else total
+        written = self.written.get(request_id, 0)
+        unseen = range(written, min(request.num_computed_tokens, total))
+        findings = self._write(request, table, unseen, computed_now=False)
+        findings += self._write(request, table, range(total, end), computed_now=True)
+        self.written[request_id] = max(written, end)
+        return findings
+
+    def _write(
+        self, request: Request, table: list[list[BlockId]], positions: range, computed_now: bool
+    ) -> list[Finding]:
+        """Write ``positions`` into every group's table; one this step computes must not be in
+        the null block (an earlier one may be, once its window has moved on: S3 checks where)."""
         findings: list[Finding] = []
         size = self.block_size
-        end = min(total + num_new, request.num_tokens) if type(num_new) is int else total
-        for position in range(total, end):
+        for position in positions:
             content = slot_content(request, position, size)
             for group, ids in enumerate(table):
                 block = ids[position // size]
                 if block == NULL_BLOCK:
-                    findings.append(
-                        (
-                            "placement",
-                            f"request {request.request_id!r} group {group}: position"
-                            f" {position}, which this step computes, is in the null block",
+                    if computed_now:
+                        findings.append(
+                            (
+                                "placement",
+                                f"request {request.request_id!r} group {group}: position"
+                                f" {position}, which this step computes, is in the null block",
+                            )
                         )
-                    )
                     continue
                 held = self.kv.get((block, position % size))
                 if held is not None and held != content and self._shared(block, request):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pagedkv import cli
+from pagedkv.model_tests.independent import request_broken
 from pagedkv.model_tests.lockstep.calls import Divergence
 from pagedkv.model_tests.lockstep.request_isomorphic_session import IsomorphicRequestSession
 from pagedkv.model_tests.lockstep.request_safety_session import RequestSafetySession
@@ -26,6 +27,7 @@ from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs import request_calls as calls
 from pagedkv.specs import wire
+from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.request_types import (
     AllBlocksCleared,
     AttentionKind,
@@ -207,6 +209,34 @@ def test_the_safety_session_refuses_a_cached_draft_token() -> None:
     request = Request("r", (1, 2, 3), 3)
     with pytest.raises(Divergence, match="draft or lookahead token cached") as caught:
         session.call(calls.allocate_slots(request, 3 + 1))  # one draft token fills block 1
+    assert caught.value.kind == "kv"
+
+
+def test_the_safety_session_trusts_tokens_computed_in_steps_it_did_not_see() -> None:
+    """A minimized trace drops the steps that computed positions 2 to 5; the request's count
+    still says they are computed, so a correct manager caches their blocks and a later hit on
+    them is no false alarm (it was: the session read them back as never written)."""
+    config = RequestConfig(num_blocks=15, block_size=2, groups=(KVGroup(), WINDOW))
+    session = RequestSafetySession(ReferenceRequestKVManager(config), config)
+    session.call(calls.allocate_slots(Request("r1", (3, 1, 4, 1), 4), 2))
+    grown = Request("r1", (3, 1, 4, 1, 0, 0, 0), 4, num_computed_tokens=6)
+    session.call(calls.allocate_slots(grown, 1))
+    answer = session.call(calls.get_computed_blocks(Request("r6", (3, 1, 4, 1, 0, 0, 0, 0), 8)))
+    assert not isinstance(answer, PagedKVError)
+    blocks, hit = answer
+    assert hit == 6 and len(blocks[0]) == 3
+
+
+def test_the_safety_session_reads_a_block_cached_from_lookahead_slots_as_unwritten() -> None:
+    """Lookahead slots counted as computed: the block is cached before its KV is written, and
+    the KV check alone (events not read) catches the hit on it."""
+    config = RequestConfig(num_blocks=9, block_size=4, groups=(KVGroup(), WINDOW))
+    session = RequestSafetySession(request_broken.RequestCachesLookahead(config), config)
+    session.draining = False  # a target whose events nobody reads
+    request = Request("r2", (3, 1, 4, 1, 0, 0), 6)
+    session.call(calls.allocate_slots(request, 2, 0, None, 2))  # positions 2 and 3: lookahead
+    with pytest.raises(Divergence, match="slot 2 holds nothing") as caught:
+        session.call(calls.get_computed_blocks(request))
     assert caught.value.kind == "kv"
 
 
