@@ -4,7 +4,7 @@ safety tier, and print one table.
     python -m pagedkv.model_tests.peers.run fetch
     python -m pagedkv.model_tests.peers.run check [--peer NAME ...] [--steps N] [--seed S]
                                           [--switch NAME ...] [--policy NAME=VALUE ...]
-                                          [--traces DIR] [--known [FILE]]
+                                          [--groups LAYOUTS] [--traces DIR] [--known [FILE]]
 
 ``check`` runs ``pagedkv check``'s search (``run_check``) on each peer at its level: under
 its profile (``vllm-v0``, ``vllm-v1``, ``nano-vllm``, ``nano-vllm-upstream``;
@@ -28,6 +28,11 @@ file in ``known/`` (``known/<peer>.toml``, none for a peer without defects; ``--
 takes one file for every peer chosen), and the table counts the runs that ended on each defect
 before giving the next unknown divergence (traces ``DIR/<peer>.<tier>.stepping.jsonl``, each
 defect's example ``DIR/<peer>.<tier>.stepping.known-<defect>.jsonl``). ``make peers`` runs both.
+
+A request-level peer is checked once per group layout (``full``, ``window``, ``hybrid``:
+``request_layouts.py``), each its own row (``groups`` column) and trace
+(``DIR/<peer>.<tier>[...].<layout>.jsonl``): a defect of one layout shows in its row on every
+seed instead of in whichever runs happened to draw that layout. ``--groups`` picks the layouts.
 """
 
 from __future__ import annotations
@@ -40,10 +45,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle.check import CheckResult, run_check
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.known import KnownDifferences, KnownError
 from pagedkv.model_tests.oracle.known import load as load_known
+from pagedkv.model_tests.oracle.request_layouts import LAYOUTS, parse_layouts
 from pagedkv.model_tests.peers import sources
 from pagedkv.model_tests.peers.nano_vllm_manager import NanoVllmManager
 from pagedkv.model_tests.peers.nano_vllm_manager import Switches as NanoSwitches
@@ -175,6 +182,11 @@ class Row:
     result: CheckResult
 
     @property
+    def groups(self) -> str:
+        """The group layout checked (request level), else ``-``."""
+        return ",".join(self.result.layouts) if self.result.level == "request" else "-"
+
+    @property
     def tier(self) -> str:
         return "safety" if self.result.profile.safety else "profile"
 
@@ -207,9 +219,11 @@ def check_peer(
     overrides: dict[str, str],
     traces: Path | None,
     known: KnownDifferences | None = None,
+    layouts: Sequence[GroupKind] = LAYOUTS,
 ) -> list[Row]:
-    """The peer's checks: each round of switches under each tier; with ``known``, one round as
-    the engine is, stepping past its known differences."""
+    """The peer's checks: each round of switches under each tier (at the request level, each
+    of ``layouts`` alone); with ``known``, one round as the engine is, stepping past its known
+    differences."""
     rows: list[Row] = []
     if peer.level not in LEVELS:
         print(
@@ -218,24 +232,28 @@ def check_peer(
         )
         return rows
     rounds = [tuple(switched)] if known is not None else peer.rounds(switched)
+    each: list[tuple[GroupKind, ...]] = [(layout,) for layout in layouts]
     for switches in rounds:
         for chosen in peer.profiles(overrides):
-            tier = "safety" if chosen.safety else "profile"
-            stepping = ["stepping"] if known is not None else []
-            name = ".".join([peer.name, tier, *(["switched"] if switches else []), *stepping])
-            trace_out = None if traces is None else traces / f"{name}.jsonl"
-            if trace_out is not None:
-                trace_out.parent.mkdir(parents=True, exist_ok=True)
-            result = run_check(
-                peer.factory(switches),
-                peer.level,
-                steps=steps,
-                seed=seed,
-                trace_out=trace_out,
-                profile=chosen,
-                known=known,
-            )
-            rows.append(Row(peer, switches, result))
+            for layout in each if peer.level == "request" else [tuple(LAYOUTS)]:
+                tier = "safety" if chosen.safety else "profile"
+                parts = [peer.name, tier, *(["switched"] if switches else [])]
+                parts += ["stepping"] if known is not None else []
+                parts += list(layout) if peer.level == "request" else []
+                trace_out = None if traces is None else traces / f"{'.'.join(parts)}.jsonl"
+                if trace_out is not None:
+                    trace_out.parent.mkdir(parents=True, exist_ok=True)
+                result = run_check(
+                    peer.factory(switches),
+                    peer.level,
+                    steps=steps,
+                    seed=seed,
+                    trace_out=trace_out,
+                    profile=chosen,
+                    known=known,
+                    layouts=layout,
+                )
+                rows.append(Row(peer, switches, result))
     return rows
 
 
@@ -243,7 +261,9 @@ def table(rows: Sequence[Row]) -> str:
     """One line per check; the column of known defects stepped past only when there were any
     to step past (``--known``)."""
     stepping = any(row.result.stepped is not None for row in rows)
-    head = ("peer", "past defects", "checked under", *(["stepped past"] if stepping else []))
+    grouped = any(row.result.level == "request" for row in rows)
+    head = ("peer", "past defects", "checked under", *(["groups"] if grouped else []))
+    head += ("stepped past",) if stepping else ()
     head += ("verdict", "found after", "shrunk", "finding")
     lines = [head]
     for row in rows:
@@ -252,6 +272,7 @@ def table(rows: Sequence[Row]) -> str:
                 row.peer.name,
                 row.peer.label(row.switched),
                 row.result.profile.describe(),
+                *([row.groups] if grouped else []),
                 *([row.stepped_past] if stepping else []),
                 row.verdict,
                 row.found_after,
@@ -287,6 +308,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("--seed", type=int, default=0)
     check.add_argument("--switch", action="append", default=[], help="an adapter switch")
     check.add_argument("--policy", action="append", default=[], help="NAME=VALUE, every profile")
+    check.add_argument(
+        "--groups",
+        default=",".join(LAYOUTS),
+        metavar="LAYOUTS",
+        help=f"request level: the group layouts, each checked alone ({', '.join(LAYOUTS)})",
+    )
     check.add_argument("--traces", type=Path, default=sources.cache_root() / "traces")
     check.add_argument(
         "--known",
@@ -318,6 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = [known[name] for name in args.peer] if args.peer else list(PEERS)
     try:
         overrides = _overrides(args.policy)
+        layouts = parse_layouts(args.groups)
         for peer in chosen:
             peer.profiles(overrides)
     except ValueError as error:
@@ -335,20 +363,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     for peer in chosen:
         found = check_peer(
-            peer, args.steps, args.seed, args.switch, overrides, args.traces, stepping[peer.name]
+            peer,
+            args.steps,
+            args.seed,
+            args.switch,
+            overrides,
+            args.traces,
+            stepping[peer.name],
+            layouts,
         )
         for row in found:
-            what = f"{row.peer.name} ({row.peer.label(row.switched)}, {row.result.profile.name})"
+            groups = "" if row.groups == "-" else f", groups {row.groups}"
+            what = f"{row.peer.name} ({row.peer.label(row.switched)}, {row.result.profile.name}"
+            what += f"{groups})"
             print(f"peers: {what}: {row.verdict}", file=sys.stderr, flush=True)
         rows += found
     print(table(rows))
     for row in rows:
         if row.result.trace_path is not None:
-            print(f"{row.peer.name} ({row.tier}): trace {row.result.trace_path}")
+            print(f"{row.peer.name} ({row.tier}{groups_of(row)}): trace {row.result.trace_path}")
         traces = {} if row.result.stepped is None else row.result.stepped.traces
         for name, path in sorted(traces.items()):
-            print(f"{row.peer.name} ({row.tier}): {name} example {path}")
+            print(f"{row.peer.name} ({row.tier}{groups_of(row)}): {name} example {path}")
     return 0
+
+
+def groups_of(row: Row) -> str:
+    return "" if row.groups == "-" else f", {row.groups}"
 
 
 def _known(peer: Peer, chosen: str | None) -> KnownDifferences | None:

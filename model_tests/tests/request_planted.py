@@ -82,5 +82,33 @@ class FreeForgetsLastGroup(ReferenceRequestKVManager):
             self.state = touch(self.state, [b for b in kept if b])  # held by nobody
 
 
+class ShiftedHit(ReferenceRequestKVManager):
+    """A hit of two or more blocks answers each group's blocks rotated by one, so each index
+    names another position's block: the request reads another position's KV (safety). Its
+    tables are right (it takes its own answer back rotated the other way)."""
+
+    def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
+        hit, tokens = super().get_computed_blocks(request)
+        return [blocks[1:] + blocks[:1] for blocks in hit], tokens
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: GroupBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+    ) -> GroupBlocks | None:
+        if new_computed_blocks is not None:
+            new_computed_blocks = [b[-1:] + b[:-1] for b in new_computed_blocks]
+        return super().allocate_slots(
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            num_lookahead_tokens,
+        )
+
+
 PLANTED_EXACT = (hit_without_cap, frees_head_first, CachesUncomputedPrompt)
-PLANTED_SAFETY = (CachesUncomputedPrompt, ReleasesInsideWindow, FreeForgetsLastGroup)
+PLANTED_SAFETY = (CachesUncomputedPrompt, ReleasesInsideWindow, FreeForgetsLastGroup, ShiftedHit)

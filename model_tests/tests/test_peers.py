@@ -205,6 +205,30 @@ def test_the_runner_refuses_a_bad_policy(capsys: pytest.CaptureFixture[str]) -> 
     ]
 
 
+def test_the_runner_refuses_a_bad_group_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--peer", "vllm-0.33.0-manager", "--groups", "full,ring"]) == 2
+    assert "unknown group layout ring (known: full, window, hybrid)" in capsys.readouterr().err
+
+
+@needs(sources.VLLM_V1)
+def test_the_runner_checks_a_request_peer_once_per_group_layout(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Each layout is its own row and trace: at seed 1 the window row shows D1 (a one-token
+    request whose block the window does not keep: a BlockStored of no block), which a check
+    drawing the layout per run missed in 2000 calls (specs/peers.md); full attention has no D1."""
+    argv = ["check", "--peer", "vllm-0.33.0-manager", "--seed", "1", "--steps", "400"]
+    assert main([*argv, "--groups", "window,full", "--traces", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = {tuple(line.split()[2:5]) for line in out.splitlines() if line.startswith("vllm-")}
+    assert ("vllm-v1", "full", "pass") in rows
+    assert ("vllm-v1", "window", "FAIL") in rows
+    assert ("safety:vllm-v1", "full", "pass") in rows
+    assert "names no block" in out
+    assert (tmp_path / "vllm-0.33.0-manager.profile.window.jsonl").exists()
+    assert not list(tmp_path.glob("*hybrid*"))
+
+
 @needs(sources.NANO_VLLM)
 def test_nano_vllm_steps_past_its_known_defect(tmp_path: Path) -> None:
     """With its known-differences file, nano-vllm's search counts the runs that end on D6 and

@@ -1,9 +1,12 @@
 """The request-level machine: the optimized manager in lockstep with the reference (exact mode)
 for full attention, sliding window and hybrid groups; the reference alone against the
-invariants; and planted wrong managers that the machine must catch."""
+invariants (the safety clauses of ``specs/request_level.md`` §10), for each layout under
+pagedkv's choices and under vLLM's (sparse window retention, ``AllBlocksCleared`` without
+caching); and planted wrong managers that the machine must catch."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import pytest
@@ -30,7 +33,7 @@ from pagedkv.model_tests.tests.request_planted import (
 from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.interface import RequestKVManagerFactory
-from pagedkv.specs.policy import PAGEDKV
+from pagedkv.specs.policy import PAGEDKV, PROFILES
 from pagedkv.specs.request_types import BlockStored, RequestConfig
 from pagedkv.specs.types import ExtraKey
 
@@ -43,8 +46,23 @@ TestExactWindow = request_lockstep_case(
 TestExactHybrid = request_lockstep_case(
     RequestManager, group_kind="hybrid", model=ReferenceRequestKVManager
 ).TestCase
+TestReferenceAloneFull = request_lockstep_case(
+    ReferenceRequestKVManager, group_kind="full", mode="alone"
+).TestCase
+TestReferenceAloneWindow = request_lockstep_case(
+    ReferenceRequestKVManager, group_kind="window", mode="alone"
+).TestCase
 TestReferenceAloneHybrid = request_lockstep_case(
     ReferenceRequestKVManager, group_kind="hybrid", mode="alone"
+).TestCase
+
+VLLM_V1 = PROFILES["vllm-v1"]
+reference_as_vllm = functools.partial(ReferenceRequestKVManager, policy=VLLM_V1)
+TestReferenceAsVllmAloneWindow = request_lockstep_case(
+    reference_as_vllm, group_kind="window", mode="alone", policy=VLLM_V1
+).TestCase
+TestReferenceAsVllmAloneHybrid = request_lockstep_case(
+    reference_as_vllm, group_kind="hybrid", mode="alone", policy=VLLM_V1
 ).TestCase
 
 

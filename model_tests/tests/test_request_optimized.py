@@ -14,7 +14,7 @@ import inspect
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from pagedkv.model_tests.bench import requests_level as bench
 from pagedkv.model_tests.tests import test_request_reference as worked
-from pagedkv.model_tests.tests import test_request_reference_invariants as invariants
 from pagedkv.optimized.block_hash_map import BlockHashMap
 from pagedkv.optimized.free_queue import FreeQueue
 from pagedkv.optimized.incremental_hashes import IncrementalBlockHashes
@@ -442,14 +441,3 @@ def test_the_bench_stream_is_answered_alike_by_both_managers(groups: str) -> Non
     config, recorded = bench.record(groups, seed=1, num_requests=4, decode_steps=6)
     assert any(call.name == "get_computed_blocks" for call in recorded)
     bench.check(config, recorded)
-
-
-@pytest.mark.parametrize("name", sorted(invariants.CONFIGS))
-@given(steps=invariants.schedules(), num_blocks=st.integers(4, 14), caching=st.booleans())
-def test_the_optimized_manager_keeps_the_safety_clauses(
-    name: str, steps: list[tuple[object, ...]], num_blocks: int, caching: bool
-) -> None:
-    """The reference's safety run (a KV model shows a wrong hit as wrong data), on the
-    optimized manager alone; ``invariants.run`` reads only the protocol's methods."""
-    config = RequestConfig(num_blocks, invariants.BLOCK_SIZE, invariants.CONFIGS[name], caching)
-    invariants.run(cast(ReferenceRequestKVManager, RequestManager(config)), steps)
