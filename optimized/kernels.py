@@ -200,7 +200,7 @@ def _gather_scatter(
 
 def _wait_for(device: torch.device) -> None:
     """Block the host until ``device``'s current stream has drained (no-op for host devices)."""
-    accelerator = torch.accelerator.current_accelerator()
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
     if accelerator is not None and device.type == accelerator.type:
         torch.accelerator.current_stream(device).synchronize()
 

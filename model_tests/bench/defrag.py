@@ -194,7 +194,7 @@ class ServingRun:
 
 
 def accelerator() -> torch.device:
-    found = torch.accelerator.current_accelerator()
+    found = torch.accelerator.current_accelerator(check_available=True)
     return torch.device("cpu") if found is None else found
 
 

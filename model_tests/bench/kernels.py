@@ -36,7 +36,7 @@ QUICK_BLOCKS = {16: 160, 128: 136}
 
 def synchronize(device: torch.device) -> None:
     """Wait for queued work on ``device`` so that a timer measures it (no-op on the host)."""
-    accelerator = torch.accelerator.current_accelerator()
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
     if accelerator is not None and device.type == accelerator.type:
         torch.accelerator.synchronize(device)
 
@@ -162,7 +162,7 @@ def kernel_rows(
 def measure(repetitions: int, threads: int, quick: bool) -> dict[str, Any]:
     torch.set_num_threads(threads)
     devices = [torch.device("cpu")]
-    accelerator = torch.accelerator.current_accelerator()
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
     if accelerator is not None:
         devices.append(torch.device(accelerator.type, torch.accelerator.current_device_index()))
     rng = random.Random(0)

@@ -283,5 +283,5 @@ HOST_ONLY: dict[tuple[str, str, str], str] = {
 }
 """Mutants that only an accelerator can observe: equivalent where there is none, and counted
 (killed or a gap) where there is one, so a run on a GPU machine holds them to their test."""
-if torch.accelerator.current_accelerator() is None:
+if torch.accelerator.current_accelerator(check_available=True) is None:
     EQUIVALENT.update(HOST_ONLY)

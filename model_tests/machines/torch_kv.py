@@ -26,7 +26,7 @@ HEADS, HEAD_DIM = 1, 2
 
 def accelerator() -> torch.device:
     """The device the GPU pool's KV lives on: an accelerator where there is one."""
-    found = torch.accelerator.current_accelerator()
+    found = torch.accelerator.current_accelerator(check_available=True)
     return torch.device("cpu") if found is None else found
 
 

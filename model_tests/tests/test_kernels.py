@@ -31,7 +31,7 @@ from pagedkv.optimized.kv_store import KVStore
 from pagedkv.specs.errors import ConfigurationError, ForeignBlockError, InvalidArgumentError
 
 Pairs = list[tuple[int, int]]
-ACCELERATOR = torch.accelerator.current_accelerator()
+ACCELERATOR = torch.accelerator.current_accelerator(check_available=True)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 BLOCK_SIZES = [1, 16, 128]
