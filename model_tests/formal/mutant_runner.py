@@ -56,6 +56,27 @@ NOT_THE_MUTANT = 92
 _KILLED_CODES = (int(pytest.ExitCode.TESTS_FAILED), int(pytest.ExitCode.INTERRUPTED))
 
 
+def accelerator_present() -> bool:
+    """Whether torch sees a usable accelerator, asked in a forked child. Asked in the server it
+    would initialize CUDA there, and no child forked after that can use CUDA (on a GPU machine
+    the killers then fail on the real code: pinned host memory, the cross-device tests)."""
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 2
+        try:
+            torch = importlib.import_module("torch")  # preloaded: no project module
+            found = torch.accelerator.current_accelerator(check_available=True)
+            code = 0 if found is not None else 1
+        finally:
+            os._exit(code)
+    _, wait_status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(wait_status)
+    if code not in (0, 1):
+        raise RuntimeError(f"asking torch for an accelerator failed (exit {code})")
+    return code == 0
+
+
 def preload() -> None:
     for name in PRELOAD:
         if importlib.util.find_spec(name) is not None:

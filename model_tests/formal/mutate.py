@@ -27,6 +27,7 @@ checked by its controls.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import signal
@@ -40,7 +41,7 @@ from pathlib import Path
 from pagedkv.model_tests.formal import mutant_runner
 from pagedkv.model_tests.formal.mutant_runner import Child, Outcome
 from pagedkv.model_tests.formal.mutants import Mutant, files_to_mutate, find, mutants_of
-from pagedkv.model_tests.formal.mutation_equivalents import EQUIVALENT
+from pagedkv.model_tests.formal.mutation_equivalents import EQUIVALENT, HOST_ONLY
 
 _TESTS = "pagedkv/model_tests/tests/"
 KILLERS = (
@@ -112,8 +113,14 @@ CONTROLS = (
 )
 
 
+@functools.cache
+def equivalents() -> dict[tuple[str, str, str], str]:
+    """``EQUIVALENT``, and ``HOST_ONLY`` too where no accelerator is present (asked once)."""
+    return EQUIVALENT if mutant_runner.accelerator_present() else {**EQUIVALENT, **HOST_ONLY}
+
+
 def equivalence(mutant: Mutant) -> str | None:
-    return EQUIVALENT.get((mutant.file, mutant.source, mutant.description))
+    return equivalents().get((mutant.file, mutant.source, mutant.description))
 
 
 def control_refusal(outcomes: Iterable[Outcome]) -> str | None:

@@ -8,8 +8,6 @@ a gap until it is read again. Each entry was read and argued by hand from a surv
 
 from __future__ import annotations
 
-import torch
-
 _STAMPS = "stamps need only differ and rise; `pop` tells entries apart by identity"
 _COMPACTION = (
     "when the evictor's heap is rebuilt bounds its memory only: the live entries, and so the"
@@ -282,6 +280,5 @@ HOST_ONLY: dict[tuple[str, str, str], str] = {
     for end in ("dst", "src")
 }
 """Mutants that only an accelerator can observe: equivalent where there is none, and counted
-(killed or a gap) where there is one, so a run on a GPU machine holds them to their test."""
-if torch.accelerator.current_accelerator(check_available=True) is None:
-    EQUIVALENT.update(HOST_ONLY)
+(killed or a gap) where there is one, so a run on a GPU machine holds them to their test
+(``mutate.py`` asks ``mutant_runner.accelerator_present()``)."""

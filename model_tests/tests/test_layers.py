@@ -51,7 +51,6 @@ TORCH_ALLOWED = {
     "pagedkv.model_tests.bench.kernels",
     "pagedkv.model_tests.bench.defrag",
     "pagedkv.model_tests.machines.torch_kv",
-    "pagedkv.model_tests.formal.mutation_equivalents",  # asks whether an accelerator is there
 }
 HYPOTHESIS_FROM_LAYER = 2
 LAZY = {
