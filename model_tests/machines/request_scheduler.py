@@ -193,6 +193,8 @@ class SchedulerRules(RequestSteering):
         offered: GroupBlocks | None = hit
         if not num_hit and data.draw(BOOLEANS, label="no hit as None"):
             offered = None
+        if num_hit:
+            lookahead = self.admission_lookahead(hit, num_hit, num_new, lookahead, data)
         answer = self._allocate(request, num_new, num_hit, offered, lookahead)
         if answer is None:
             if not self.book.running:  # all of the pool could not hold it: the engine drops it

@@ -3,8 +3,10 @@
 step fits the pool only once its window released blocks (the release comes before the fit,
 ``specs/request_level.md`` §4.4), or not even then (whether a None keeps the release: policy
 ``request_release_before_fit``), or so that its slots would reach past
-``max_model_len``; and requests that arrive together with one prompt, so that two blocks are
-cached under one key before a later request hits it.
+``max_model_len``; a request admitted with a hit whose blocks wait in the free queue, its
+lookahead chosen so that its new blocks fit only if the hit's blocks are left out of the count
+(touching them takes them out of the queue: §4.3); and requests that arrive together with one
+prompt, so that two blocks are cached under one key before a later request hits it.
 
 Each edge is read off the state the machine already sees (``kv_view``) and drawn only where one
 exists, so runs that never meet one draw nothing more."""
@@ -17,15 +19,16 @@ from hypothesis import strategies as st
 from pagedkv.model_tests.machines.draws import sampled
 from pagedkv.model_tests.machines.request_book import Scheduled
 from pagedkv.model_tests.machines.request_invariants import RequestInvariants
-from pagedkv.specs.request_types import NULL_BLOCK
+from pagedkv.specs.request_types import NULL_BLOCK, GroupBlocks
 from pagedkv.specs.request_validation import cdiv
 
 TAKE_EDGE = sampled((False, True))
 """How often an edge found is taken: half the time, so runs stay varied."""
 
 TAKE_RARE_EDGE = sampled((False, True, True, True))
-"""How often the rarest edge is taken: several blocks leave a window in the call that then
-takes one of them (their order in the free queue shows)."""
+"""How often the rarest edges are taken: several blocks leave a window in the call that then
+takes one of them (their order in the free queue shows); an admission whose hit waits in the
+free queue while the pool is nearly full."""
 
 TWIN = sampled((False, True))
 
@@ -99,6 +102,41 @@ class RequestSteering(RequestInvariants):
         chosen: int = data.draw(sampled(tuple(edges)), label="which edge")
         event("edge: lookahead taken")
         return chosen
+
+    def admission_lookahead(
+        self, hit: GroupBlocks, num_hit: int, num_new: int, lookahead: int, data: st.DataObject
+    ) -> int:
+        """The admission's lookahead, or now and then the fewest that make the new request's
+        blocks fit the free queue only when its hit's evictable blocks are not counted (the
+        spec's answer is then ``None``). A window group's hit blocks before its window are
+        neither touched nor counted."""
+        view = self.kv_view()
+        size = self.config.block_size
+        evictable = 0
+        kept = []
+        for group, blocks in zip(self.config.groups, hit, strict=True):
+            window = group.sliding_window
+            skipped = 0 if window is None else max(0, num_hit - window + 1) // size
+            kept.append(max(skipped, len(blocks)))
+            for block in blocks[skipped:]:
+                seen = view.blocks.get(block)
+                evictable += block != NULL_BLOCK and seen is not None and seen.ref_count == 0
+        if not evictable:
+            return lookahead
+        free = len(view.free_queue)
+        limit = self.config.max_model_len
+        for edge in range(MAX_EDGE_LOOKAHEAD + 1):
+            slots = num_hit + num_new + edge
+            slots = slots if limit is None else min(slots, limit)
+            fresh = sum(max(cdiv(slots, size) - held, 0) for held in kept)
+            if fresh > free:
+                break
+            if free < fresh + evictable:
+                if not data.draw(TAKE_RARE_EDGE, label="edge"):
+                    break
+                event("edge: fits only without the hit's evictable blocks")
+                return edge
+        return lookahead
 
     def twin_of(self, first: Scheduled | None, data: st.DataObject) -> Scheduled | None:
         """Now and then a request with the same prompt and keys as ``first``, which arrived with
