@@ -441,7 +441,9 @@ class OptimizedBlockSpaceManager:
         if not self._caching or not tables:
             return []
         prefixes = [table.computed_prefix(self._gpu) for table in tables]
-        return prefixes[0] if len(prefixes) == 1 else self._common_prefix(prefixes, tables[0].group)
+        if len(prefixes) == 1:
+            return prefixes[0]
+        return self._common_prefix(prefixes, tables[0].group)
 
     @staticmethod
     def _common_prefix(prefixes: list[BlockIds], group: SequenceGroup) -> BlockIds:

@@ -240,7 +240,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
             "the group only keeps the last common answer, keyed by the prefixes it was worked"
             " out from: kept on another sequence's group it is as right, just found elsewhere"
         )
-        for source in ("return self._common_prefix(prefixes, self._tables[seq_ids[0]].group)",)
+        for source in (
+            "return self._common_prefix(prefixes, self._tables[seq_ids[0]].group)",
+            "return self._common_prefix(prefixes, tables[0].group)",
+        )
     },
     ("optimized/block_manager.py", "if known is not None and known[0] == prefixes:", "0 -> 1"): (
         "known[1] is the answer, a list of ids, never equal to a list of two or more prefixes:"
