@@ -46,6 +46,9 @@ class RequestMachineBase(LockstepMachine):
     make_model: ClassVar[RequestKVManagerFactory | None] = None
     mode: ClassVar[RequestMode] = "exact"
     group_kind: ClassVar[GroupKind] = "hybrid"
+    disjoint_multimodal: ClassVar[bool] = False
+    """Multimodal placeholders never share a token (what engines' input processors make; vLLM
+    relies on it: ``specs/peers.md``); the spec itself allows them to overlap."""
 
     def __init__(self) -> None:
         super().__init__()

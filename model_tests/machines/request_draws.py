@@ -89,14 +89,25 @@ def prompt_capacity(config: RequestConfig) -> int:
     return max(min(per_group * config.block_size - MAX_SPECULATION, capacity(config)), 2)
 
 
-def multimodal_inputs(data: st.DataObject, length: int) -> tuple[MultimodalInput, ...]:
+def multimodal_inputs(
+    data: st.DataObject, length: int, *, disjoint: bool = False
+) -> tuple[MultimodalInput, ...]:
     """Up to two placeholders inside a prompt of ``length`` tokens, named by one of two
     identifiers (an image's content hash, opaque here). Drawn piece by piece from strategies
-    built once (``draws.py``)."""
-    inputs = []
+    built once (``draws.py``). ``disjoint``: an input overlapping one drawn before it is left
+    out (an engine's input processor never makes two placeholders share a token); the draws
+    are the same either way."""
+    inputs: list[MultimodalInput] = []
     for _ in range(data.draw(sampled((0, 0, 0, 1, 2)), label="images")):
         offset = data.draw(integers(0, length - 1), label="image offset")
         size = data.draw(integers(1, length - offset), label="image length")
         name = data.draw(sampled(IDENTIFIERS), label="image identifier")
-        inputs.append(MultimodalInput(offset, size, name))
+        drawn = MultimodalInput(offset, size, name)
+        if not disjoint or not any(overlap(drawn, earlier) for earlier in inputs):
+            inputs.append(drawn)
     return tuple(inputs)
+
+
+def overlap(a: MultimodalInput, b: MultimodalInput) -> bool:
+    """Whether two placeholders share a token."""
+    return a.offset < b.offset + b.length and b.offset < a.offset + a.length

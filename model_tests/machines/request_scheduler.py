@@ -100,7 +100,7 @@ class SchedulerRules(RequestSteering):
         prompt = prompt[: prompt_capacity(self.config) - 1]
         multimodal = tuple(m for m in multimodal if m.offset + m.length <= len(prompt))
         if kind != "turn" and self.on("multimodal"):
-            multimodal = multimodal_inputs(data, len(prompt))
+            multimodal = multimodal_inputs(data, len(prompt), disjoint=self.disjoint_multimodal)
         output = data.draw(integers(1, 3 * self.config.block_size + 4), label="output tokens")
         request = Scheduled(
             request_id=self.book.fresh_id(),

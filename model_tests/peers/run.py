@@ -45,6 +45,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from pagedkv.model_tests.machines.request_base import RequestMachineBase
 from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle.check import CheckResult, run_check
 from pagedkv.model_tests.oracle.codec import Level
@@ -87,6 +88,9 @@ class Peer:
     fork's wheel with the fork's one change undone)."""
     known_name: str = ""
     """The known-differences file, ``known/<known_name or name>.toml``."""
+    adapt_case: Callable[[Any], Any] | None = None
+    """Narrows the machine to the inputs the engine's callers make (its contract:
+    ``specs/peers.md``), as ``run_check``'s ``adapt_case``."""
 
     def rounds(self, switched: Sequence[str]) -> list[tuple[str, ...]]:
         """The switch sets to check with: as the engine is, then past its known defects (or
@@ -115,6 +119,14 @@ class Peer:
     @property
     def known_file(self) -> Path:
         return KNOWN / f"{self.known_name or self.name}.toml"
+
+
+def disjoint_placeholders(case: type[RequestMachineBase]) -> type[RequestMachineBase]:
+    """The request machine drawing only multimodal placeholders that share no token: vLLM's
+    block hasher walks them in order and takes a block's inputs up to the first that runs past
+    it (``kv_cache_utils._gen_mm_extra_hash_keys``), as its input processor makes them (C1 of
+    ``specs/peers.md``)."""
+    return type(case.__name__, (case,), {"disjoint_multimodal": True})
 
 
 PEERS = (
@@ -151,6 +163,7 @@ PEERS = (
         sources.VLLM_V1,
         # No rounds: P1 and P2 are options of the vllm-v1 profile, and D1 has no switch (its
         # known file steps past it). The switches configure vLLM as pagedkv's profile chooses.
+        adapt_case=disjoint_placeholders,
     ),
     Peer(
         "nano-vllm-manager",
@@ -252,6 +265,7 @@ def check_peer(
                     profile=chosen,
                     known=known,
                     layouts=layout,
+                    adapt_case=peer.adapt_case,
                 )
                 rows.append(Row(peer, switches, result))
     return rows

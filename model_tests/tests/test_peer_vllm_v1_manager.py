@@ -440,6 +440,28 @@ def test_the_same_image_elsewhere_in_a_block_is_not_a_hit() -> None:
 
 
 @needs(sources.VLLM_V1)
+def test_c1_overlapping_placeholders_are_keyed_up_to_the_first_that_runs_past_the_block() -> None:
+    """C1 of ``specs/peers.md`` (contract): vLLM walks a request's placeholders in order and
+    stops a block's keys at the first that runs past the block, so of two placeholders that
+    share a token it keys a block with the first alone. Here the block holds an image twice,
+    vLLM keys it as the other request's block with the image once and serves a hit the spec
+    does not. Its input processor never makes placeholders overlap; the peer's check draws
+    none (``model_tests/peers/run.py``, ``disjoint_placeholders``)."""
+    config = RequestConfig(num_blocks=4, block_size=2)
+    once = (MultimodalInput(2, 1, "img-b"), MultimodalInput(1, 2, "img-b"))
+    twice = (MultimodalInput(1, 2, "img-b"), MultimodalInput(1, 2, "img-b"))
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("allocate_slots", (Request("a", (3, 1, 0), 3, multimodal=once), 3)),
+        ("get_computed_blocks", (Request("b", (3, 1, 4), 3, multimodal=twice),)),
+    ]
+    found = replay(config, VllmV1Manager, calls, OUT_OF_THE_BOX)
+    assert found is not None and "get_computed_blocks" in str(found), found
+    apart = (MultimodalInput(0, 1, "img-b"), MultimodalInput(1, 2, "img-b"))
+    calls[1] = ("get_computed_blocks", (Request("b", (3, 1, 4), 3, multimodal=apart),))
+    assert replay(config, VllmV1Manager, calls, OUT_OF_THE_BOX) is None
+
+
+@needs(sources.VLLM_V1)
 def test_vllm_d1_a_sparse_window_store_event_names_tokens_it_does_not_store() -> None:
     """D1 of ``specs/peers.md``, on vLLM's own objects (no adapter): a sliding-window group
     under the default retention (``prefix_cache_retention_interval=0``) masks blocks out of
