@@ -3,7 +3,8 @@
 step fits the pool only once its window released blocks (the release comes before the fit,
 ``specs/request_level.md`` §4.4), or not even then (whether a None keeps the release: policy
 ``request_release_before_fit``), or so that its slots would reach past
-``max_model_len``; a request admitted with a hit whose blocks wait in the free queue, its
+``max_model_len``, or so that a prefill chunk's lookahead fills a block of prompt tokens not
+computed yet; a request admitted with a hit whose blocks wait in the free queue, its
 lookahead chosen so that its new blocks fit only if the hit's blocks are left out of the count
 (touching them takes them out of the queue: §4.3); and requests that arrive together with one
 prompt, so that two blocks are cached under one key before a later request hits it.
@@ -64,8 +65,10 @@ class RequestSteering(RequestInvariants):
     def _edges(self, request: Scheduled, num_new: int) -> tuple[list[int], bool]:
         """Lookaheads that put ``request``'s step at an edge: the fewest that make it fit only
         after its window's release, the fewest that make it not fit even then (a None that
-        keeps or undoes the release), and the fewest that reach a block past
-        ``max_model_len``; and whether the first takes one of several blocks released at once."""
+        keeps or undoes the release), the fewest that reach a block past ``max_model_len``
+        where the step fits up to it, and, in a prefill chunk, the fewest that fill the block
+        the chunk ends in with committed tokens not computed yet (never cached); and whether
+        the first takes one of several blocks released at once."""
         edges = []
         rare = False
         start = request.num_computed_tokens + num_new
@@ -83,11 +86,20 @@ class RequestSteering(RequestInvariants):
                     event("edge: fits not even after the window's release")
                 break
         limit = self.config.max_model_len
+        size = self.config.block_size
         if limit is not None:
-            past = limit + self.config.block_size - start
-            if 0 < past <= MAX_EDGE_LOOKAHEAD:
-                edges.append(past)
+            past = limit + size - start
+            if 0 < past <= MAX_EDGE_LOOKAHEAD and self._fits(request, limit, free):
+                edges.append(past)  # the step fits only as far as the limit
+        fill = size - start % size
+        if start + fill <= request.num_tokens and self._fits(request, start + fill, free):
+            edges.append(fill)  # a prefill chunk's lookahead fills a block of committed tokens
         return edges, rare
+
+    def _fits(self, request: Scheduled, total: int, free: int) -> bool:
+        """Whether ``request``'s step to ``total`` tokens fits (after its window's release)."""
+        needed, released = self._needed(request, total)
+        return needed <= free + released
 
     def steered_lookahead(
         self, request: Scheduled, num_new: int, lookahead: int, data: st.DataObject
