@@ -11,8 +11,8 @@ conformance traces, and teach the algorithm.
     pagedkv show   TRACE [-o PAGE] [--target T]
     pagedkv bench  [--baseline REV] [--target T ...] [--kernels] [--json PATH] [--plot PATH]
                    [--timeout SECONDS] ...
-    pagedkv soak   [--target T] [--level manager|request] [--steps N] [--seed S] [--exact]
-                   [--trace-out PATH] [--timeout SECONDS]
+    pagedkv soak   [--target T] [--level manager|request] [--groups full,window,hybrid]
+                   [--steps N] [--seed S] [--exact] [--trace-out PATH] [--timeout SECONDS]
 
 T is ``package.module:factory`` or ``exec:./program [args]`` (see ``specs/oracle.md``).
 Exit codes: 0 pass, only once the verdict is printed; 1 FAIL: a divergence (``check``,
@@ -91,6 +91,11 @@ EXIT_CLOSED_OUTPUT = 141
 """As a shell reports a program stopped by SIGPIPE: whoever read the output (``| head``) went
 away before the verdict; never a PASS."""
 TRACEBACK_VARIABLE = "PAGEDKV_TRACEBACK"
+NO_COLOR_VARIABLE = "NO_COLOR"
+"""https://no-color.org: set and not empty, a terminal gets no escape codes at all (rich's own
+reading of it drops colours but keeps bold, dim and underline)."""
+SOAK_LEVELS: list[Level] = ["manager", "request"]
+"""The levels ``soak`` has a walk of."""
 
 
 class UsageError(Exception):
@@ -176,7 +181,10 @@ class Output:
         self.rich = stream.isatty() if rich is None else rich
         self.console: Any = None
         if self.rich:
-            self.console = Console(file=stream, highlight=False)
+            styled = not os.environ.get(NO_COLOR_VARIABLE)  # set and not empty: no styling
+            self.console = Console(
+                file=stream, highlight=False, color_system="auto" if styled else None
+            )
 
     def line(self, text: str = "", style: str = "") -> None:
         if self.console is None:
@@ -383,7 +391,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
     if path.resolve() == Path(args.trace).resolve():
         raise UsageError(f"-o {args.out}: that is the trace itself")
     loaded = _read_replayable(args.trace)
-    factory = None if args.target is None else targets.check(args.target, loaded.level)
+    factory = None if args.target is None else targets.check(args.target, loaded.level, offered=())
     walk = walk_trace(loaded, args.trace, factory, args.target)
     written = _write_page(walk, path)
     marked = walk.finding
@@ -437,7 +445,7 @@ def cmd_replay(args: argparse.Namespace, out: Output) -> int:
     factories: dict[Level, targets.Factory] = {}
     for level in levels:
         try:
-            factories[level] = targets.check(args.target, level, args.timeout)
+            factories[level] = targets.check(args.target, level, args.timeout, offered=())
         except targets.TargetError as error:
             if len(levels) > 1:
                 raise targets.TargetError(
@@ -487,7 +495,7 @@ def cmd_record(args: argparse.Namespace, out: Output) -> int:
 def cmd_soak(args: argparse.Namespace, out: Output) -> int:
     trace_out = trace.check_writable(args.trace_out)
     level = _level(args.level)
-    factory = targets.check(args.target, level, args.timeout)
+    factory = targets.check(args.target, level, args.timeout, offered=SOAK_LEVELS)
     exact = args.exact or args.target == "optimized"
     if exact:
         sample = targets.build(factory, level, args.target)
@@ -505,9 +513,11 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
             trace_out=trace_out,
             progress=lambda steps: update(f"soaking {args.target}: {steps} steps"),
             level=level,
+            layouts=args.groups,
         )
     mode = "exact" if exact else "isomorphic"
-    title = f"pagedkv soak {args.target} ({level} level, {mode} mode, seed {seed})"
+    groups = f", groups {','.join(args.groups)}" if level == "request" else ""
+    title = f"pagedkv soak {args.target} ({level} level{groups}, {mode} mode, seed {seed})"
     rate = result.steps / result.seconds if result.seconds else 0.0
     cpu_rate = result.steps / result.cpu_seconds if result.cpu_seconds else 0.0
     if result.passed:
@@ -616,14 +626,7 @@ def parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="run the lockstep machine against a target")
     check.add_argument("--target", required=True, help=TARGET_HELP)
     check.add_argument("--level", default="manager", choices=list(codec.LEVELS))
-    check.add_argument(
-        "--groups",
-        type=group_layouts,
-        default=",".join(LAYOUTS),
-        metavar="LAYOUTS",
-        help="request level: the group layouts runs draw from, comma-separated"
-        f" ({', '.join(LAYOUTS)}; all three by default)",
-    )
+    _groups_option(check, "the group layouts runs draw from")
     check.add_argument(
         "--steps",
         type=whole_number(1),
@@ -704,8 +707,9 @@ def parser() -> argparse.ArgumentParser:
     )
     soak_.add_argument("--target", default="optimized", help="optimized (default) or any target")
     soak_.add_argument(
-        "--level", default="manager", choices=["manager", "request"], help="whose walk (manager)"
+        "--level", default="manager", choices=SOAK_LEVELS, help="whose walk (manager)"
     )
+    _groups_option(soak_, "the group layouts episodes draw from")
     soak_.add_argument(
         "--steps", type=whole_number(1), default=100_000, help="calls on each side (100000)"
     )
@@ -844,6 +848,16 @@ def assignment(text: str) -> tuple[str, str]:
     if not equals or not name:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {quoted(text)}")
     return name, value
+
+
+def _groups_option(command: argparse.ArgumentParser, what: str) -> None:
+    command.add_argument(
+        "--groups",
+        type=group_layouts,
+        default=",".join(LAYOUTS),
+        metavar="LAYOUTS",
+        help=f"request level: {what}, comma-separated ({', '.join(LAYOUTS)}; all three by default)",
+    )
 
 
 def _timeout_option(command: argparse.ArgumentParser) -> None:
