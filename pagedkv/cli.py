@@ -72,6 +72,7 @@ from pagedkv.model_tests.oracle.check import (
     StepLine,
     budget,
     check_report,
+    counted,
     replay_report,
     run_check,
     show_config,
@@ -515,7 +516,7 @@ def cmd_replay(args: argparse.Namespace, out: Output) -> int:
     replayed: list[tuple[Path, Trace, Verdict]] = []
     printed: list[str] = []
     with out.progress(
-        f"replaying {len(loaded)} traces ...", len(loaded), "traces", "replaying"
+        f"replaying {counted(len(loaded), 'trace')} ...", len(loaded), "traces", "replaying"
     ) as shown:
         for path, one in loaded:
             verdict = trace.replay(one, factories[one.level], args.timeout)
