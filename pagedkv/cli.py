@@ -4,15 +4,17 @@ conformance traces, and teach the algorithm.
     pagedkv check  --target T [--level manager|pool|request] [--groups full,window,hybrid]
                    [--profile P] [--policy NAME=VALUE ...] [--contract any|scheduler]
                    [--steps N] [--seed S] [--trace-out PATH] [--known FILE]
-                   [--timeout SECONDS]
+                   [--timeout SECONDS] [--json FILE] [--junit-xml FILE]
     pagedkv record [--level manager|pool|request|all] [--out DIR] [--runs N] [--seed S] [--force]
-    pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS]
+    pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS] [--json FILE]
+                   [--junit-xml FILE]
     pagedkv demo   [--level manager|request] [--step] [-o PAGE]
     pagedkv show   TRACE [-o PAGE] [--target T]
     pagedkv bench  [--baseline REV] [--target T ...] [--kernels] [--json PATH] [--plot PATH]
                    [--timeout SECONDS] ...
-    pagedkv soak   [--target T] [--level manager|request] [--steps N] [--seed S] [--exact]
-                   [--trace-out PATH] [--timeout SECONDS]
+    pagedkv soak   [--target T] [--level manager|request] [--groups full,window,hybrid]
+                   [--steps N] [--seed S] [--exact] [--trace-out PATH] [--timeout SECONDS]
+                   [--json FILE] [--junit-xml FILE]
 
 T is ``package.module:factory`` or ``exec:./program [args]`` (see ``specs/oracle.md``).
 Exit codes: 0 pass, only once the verdict is printed; 1 FAIL: a divergence (``check``,
@@ -22,7 +24,10 @@ read or is stale, a file or standard output that cannot be written. ``bench`` me
 prints; it exits 0 unless it cannot run or a target hangs. The console script runs each command
 in a child process that ``pagedkv/supervisor.py`` watches: a process that ends before its verdict
 is a FAIL.
-Output uses rich on a terminal and plain text otherwise; bad input is one line on stderr.
+Output uses rich on a terminal (no styling with ``NO_COLOR``) and plain text otherwise, with
+progress lines on stderr every ``PAGEDKV_PROGRESS`` seconds (5; 0: none) for ``check``,
+``replay`` and ``soak``; bad input is one line on stderr. ``--json`` and ``--junit-xml`` write
+the verdict for CI (``model_tests/oracle/verdict_json.py``, ``junit.py``).
 
 Every command runs inside one handler (``main``): whatever goes wrong becomes one line on stderr
 and exit code 2 (130 on Ctrl-C, 143 on SIGTERM); nothing a target raises can end pagedkv with
@@ -32,6 +37,7 @@ another code, and no path exits 0 without a verdict.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shlex
@@ -58,13 +64,15 @@ from pagedkv.model_tests.bench.runner import run as run_bench
 from pagedkv.model_tests.bench.sections import Options as BenchOptions
 from pagedkv.model_tests.lockstep.calls import TargetStopped
 from pagedkv.model_tests.machines import profiles
-from pagedkv.model_tests.oracle import codec, targets, timeout, trace
+from pagedkv.model_tests.oracle import codec, progress, targets, timeout, trace
 from pagedkv.model_tests.oracle.check import (
     DEFAULT_STEPS,
     DEFAULT_TRACE,
     Report,
     StepLine,
+    budget,
     check_report,
+    counted,
     replay_report,
     run_check,
     show_config,
@@ -75,8 +83,15 @@ from pagedkv.model_tests.oracle.known import KnownError
 from pagedkv.model_tests.oracle.known import load as load_known
 from pagedkv.model_tests.oracle.record import CorpusError, check_out, record_level
 from pagedkv.model_tests.oracle.request_layouts import LAYOUTS, parse_layouts
-from pagedkv.model_tests.oracle.soak import CHECKPOINT, soak
-from pagedkv.model_tests.oracle.trace import Trace
+from pagedkv.model_tests.oracle.soak import CHECKPOINT, SoakResult, soak
+from pagedkv.model_tests.oracle.trace import Trace, Verdict
+from pagedkv.model_tests.oracle.verdict_files import VerdictFiles
+from pagedkv.model_tests.oracle.verdict_json import (
+    Clock,
+    check_verdict,
+    replay_verdict,
+    soak_verdict,
+)
 from pagedkv.model_tests.oracle.watchdog import Interrupted
 from pagedkv.model_tests.teaching import demo, page, request_demo, terminal
 from pagedkv.model_tests.teaching.frames import Frame, Walk
@@ -91,6 +106,11 @@ EXIT_CLOSED_OUTPUT = 141
 """As a shell reports a program stopped by SIGPIPE: whoever read the output (``| head``) went
 away before the verdict; never a PASS."""
 TRACEBACK_VARIABLE = "PAGEDKV_TRACEBACK"
+NO_COLOR_VARIABLE = "NO_COLOR"
+"""https://no-color.org: set and not empty, a terminal gets no escape codes at all (rich's own
+reading of it drops colours but keeps bold, dim and underline)."""
+SOAK_LEVELS: list[Level] = ["manager", "request"]
+"""The levels ``soak`` has a walk of."""
 
 
 class UsageError(Exception):
@@ -169,14 +189,23 @@ class Output:
     """Plain text, or rich when ``stream`` is a terminal."""
 
     def __init__(
-        self, stream: IO[str], *, rich: bool | None = None, keys: IO[str] | None = None
+        self,
+        stream: IO[str],
+        *,
+        rich: bool | None = None,
+        keys: IO[str] | None = None,
+        errors: IO[str] | None = None,
     ) -> None:
         self.stream: Any = _Checked(stream)
         self.keys = sys.stdin if keys is None else keys
+        self.errors = sys.stderr if errors is None else errors
         self.rich = stream.isatty() if rich is None else rich
         self.console: Any = None
         if self.rich:
-            self.console = Console(file=stream, highlight=False)
+            styled = not os.environ.get(NO_COLOR_VARIABLE)  # set and not empty: no styling
+            self.console = Console(
+                file=stream, highlight=False, color_system="auto" if styled else None
+            )
 
     def line(self, text: str = "", style: str = "") -> None:
         if self.console is None:
@@ -268,6 +297,22 @@ class Output:
             self.line()
 
     @contextmanager
+    def progress(self, text: str, total: int, unit: str, doing: str) -> Iterator[progress.Progress]:
+        """The spinner (``text`` until the first update) on a terminal; elsewhere a line on
+        stderr every ``PAGEDKV_PROGRESS`` seconds (``model_tests/oracle/progress.py``)."""
+        if self.console is not None:
+            with self.console.status(text) as status:
+                yield progress.Progress(total, unit, doing, status.update, progress.TERMINAL_EVERY)
+            return
+        yield progress.Progress(
+            total, unit, doing, self._progress_line, progress.every_from_environment()
+        )
+
+    def _progress_line(self, text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):  # a closed stderr loses only this line
+            print(f"pagedkv: {text}", file=self.errors, flush=True)
+
+    @contextmanager
     def status(self, text: str) -> Iterator[Callable[[str], None]]:
         if self.console is None:
             yield lambda _: None
@@ -298,14 +343,18 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     trace_out = trace.check_writable(args.trace_out)
+    files = VerdictFiles(args.json, args.junit_xml)
+    clock = Clock(__version__)
     known = None if args.known is None else load_known(args.known, level)
     factory = targets.check(args.target, level, args.timeout)
+    runs, _ = budget(args.steps)
 
-    with out.status(f"checking {args.target} against the reference ...") as update:
+    with out.progress(
+        f"checking {args.target} against the reference ...", runs, "runs", "checking"
+    ) as shown:
 
         def progress(runs: int, calls: int, failing: bool) -> None:
-            what = "shrinking a divergence" if failing else "checking"
-            update(f"{what}: {runs} runs, {calls} calls")
+            shown(runs, calls, "shrinking a divergence" if failing else "")
 
         result = run_check(
             factory,
@@ -330,29 +379,46 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
             f" --target {shlex.quote(args.target)}"
         )
     report = check_report(result, args.target, hint)
+    shown_page = None
     if result.trace is not None and written is not None and result.trace_path is not None:
-        report.notes.append(
-            _divergence_page(result.trace, written, factory, args.target, result.trace_path)
+        note, shown_page = _divergence_page(
+            result.trace, written, factory, args.target, result.trace_path
         )
+        report.notes.append(note)
     out.report(report)
-    return EXIT_PASS if result.passed else EXIT_FAIL
+    code = EXIT_PASS if result.passed else EXIT_FAIL
+    if files.wanted:
+        verdict = check_verdict(
+            result,
+            report,
+            target=args.target,
+            code=code,
+            clock=clock,
+            steps=args.steps,
+            replay=hint,
+            page=shown_page,
+        )
+        files.write(verdict, report.plain())
+    return code
 
 
 def _divergence_page(
     loaded: Trace, trace_path: Path, factory: Any, target: str, shown: Path | None = None
-) -> str:
+) -> tuple[str, Path | None]:
     """The trace viewer's page for a divergence, next to its trace; the note that says where
-    (beside ``shown``, the trace as the report names it)."""
+    (beside ``shown``, the trace as the report names it), and that name of the page if it was
+    written."""
     path = _page_beside(trace_path)
     try:
         html = page.render(walk_trace(loaded, str(trace_path), factory, target))
         trace.write_text(path, html)
     except OSError as error:
-        return f"page: not written ({error.strerror or error})"
+        return f"page: not written ({error.strerror or error})", None
     except Exception as error:  # the verdict above stands whatever happens to its page
-        return f"page: not written ({type(error).__name__}: {error})"
+        return f"page: not written ({type(error).__name__}: {error})", None
     sides = "the target" if loaded.safety else "both sides"
-    return f"page: {_page_beside(shown or trace_path)} ({sides}, step by step, in a browser)"
+    named = _page_beside(shown or trace_path)
+    return f"page: {named} ({sides}, step by step, in a browser)", named
 
 
 def _page_beside(trace_path: Path) -> Path:
@@ -383,7 +449,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
     if path.resolve() == Path(args.trace).resolve():
         raise UsageError(f"-o {args.out}: that is the trace itself")
     loaded = _read_replayable(args.trace)
-    factory = None if args.target is None else targets.check(args.target, loaded.level)
+    factory = None if args.target is None else targets.check(args.target, loaded.level, offered=())
     walk = walk_trace(loaded, args.trace, factory, args.target)
     written = _write_page(walk, path)
     marked = walk.finding
@@ -428,6 +494,8 @@ def _read_replayable(path: str | Path) -> Trace:
 
 
 def cmd_replay(args: argparse.Namespace, out: Output) -> int:
+    files = VerdictFiles(args.json, args.junit_xml)
+    clock = Clock(__version__)
     loaded = [(path, _read_replayable(path)) for path in _trace_paths(args.trace)]
     if args.level is not None:
         loaded = [(path, one) for path, one in loaded if one.level == args.level]
@@ -437,7 +505,7 @@ def cmd_replay(args: argparse.Namespace, out: Output) -> int:
     factories: dict[Level, targets.Factory] = {}
     for level in levels:
         try:
-            factories[level] = targets.check(args.target, level, args.timeout)
+            factories[level] = targets.check(args.target, level, args.timeout, offered=())
         except targets.TargetError as error:
             if len(levels) > 1:
                 raise targets.TargetError(
@@ -445,22 +513,40 @@ def cmd_replay(args: argparse.Namespace, out: Output) -> int:
                 ) from None
             raise
     worst, passed, steps = EXIT_PASS, 0, 0
-    for path, one in loaded:
-        verdict = trace.replay(one, factories[one.level], args.timeout)
-        steps += verdict.steps
-        if len(loaded) == 1 or not verdict.ok:
-            out.report(replay_report(str(path), one, verdict, args.target))
-        if verdict.ok:
-            passed += 1
-        elif verdict.status == "stale":
-            worst = max(worst, EXIT_ERROR)
-        else:
-            worst = max(worst, EXIT_FAIL)
+    replayed: list[tuple[Path, Trace, Verdict]] = []
+    printed: list[str] = []
+    with out.progress(
+        f"replaying {counted(len(loaded), 'trace')} ...", len(loaded), "traces", "replaying"
+    ) as shown:
+        for path, one in loaded:
+            verdict = trace.replay(one, factories[one.level], args.timeout)
+            replayed.append((path, one, verdict))
+            shown(len(replayed))
+            steps += verdict.steps
+            if len(loaded) == 1 or not verdict.ok:
+                report = replay_report(str(path), one, verdict, args.target)
+                out.report(report)
+                printed.append(report.plain())
+            if verdict.ok:
+                passed += 1
+            elif verdict.status == "stale":
+                worst = max(worst, EXIT_ERROR)
+            else:
+                worst = max(worst, EXIT_FAIL)
+    summary = printed[-1].splitlines()[1] if len(loaded) == 1 else ""
     if len(loaded) > 1:
         if worst == EXIT_PASS:
-            out.line(f"PASS: {passed} traces, {steps} steps; the target agrees", "bold green")
+            summary = f"PASS: {passed} traces, {steps} steps; the target agrees"
+            out.line(summary, "bold green")
         else:
-            out.line(f"FAIL: {len(loaded) - passed} of {len(loaded)} traces fail", "bold red")
+            summary = f"FAIL: {len(loaded) - passed} of {len(loaded)} traces fail"
+            out.line(summary, "bold red")
+        printed.append(summary)
+    if files.wanted:
+        verdict_object = replay_verdict(
+            replayed, summary, target=args.target, code=worst, clock=clock
+        )
+        files.write(verdict_object, "\n\n".join(printed))
     return worst
 
 
@@ -486,8 +572,10 @@ def cmd_record(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_soak(args: argparse.Namespace, out: Output) -> int:
     trace_out = trace.check_writable(args.trace_out)
+    files = VerdictFiles(args.json, args.junit_xml)
+    clock = Clock(__version__)
     level = _level(args.level)
-    factory = targets.check(args.target, level, args.timeout)
+    factory = targets.check(args.target, level, args.timeout, offered=SOAK_LEVELS)
     exact = args.exact or args.target == "optimized"
     if exact:
         sample = targets.build(factory, level, args.target)
@@ -496,18 +584,52 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
         if not viewable:
             raise UsageError(f"--exact compares whole states: {args.target} has no view()")
     seed = args.seed if args.seed is not None else random.randrange(2**32)
-    with out.status(f"soaking {args.target} ...") as update:
+    with out.progress(f"soaking {args.target} ...", args.steps, "steps", "soaking") as shown:
         result = soak(
             factory,
             args.steps,
             seed,
             exact=exact,
             trace_out=trace_out,
-            progress=lambda steps: update(f"soaking {args.target}: {steps} steps"),
+            progress=lambda steps: shown(steps),
             level=level,
+            layouts=args.groups,
         )
+    if result.trace_path == trace_out:  # named as the user did (see cmd_check)
+        result.trace_path = Path(args.trace_out)
+    report, hint = _soak_report(result, args.target, level, args.groups, exact, seed)
+    out.report(report)
+    code = EXIT_PASS if result.passed else EXIT_FAIL
+    if files.wanted:
+        verdict = soak_verdict(
+            result,
+            report,
+            target=args.target,
+            code=code,
+            clock=clock,
+            level=level,
+            groups=args.groups if level == "request" else None,
+            exact=exact,
+            seed=seed,
+            steps=args.steps,
+            replay=hint,
+        )
+        files.write(verdict, report.plain())
+    return code
+
+
+def _soak_report(
+    result: SoakResult,
+    target: str,
+    level: Level,
+    layouts: Sequence[str],
+    exact: bool,
+    seed: int,
+) -> tuple[Report, str | None]:
+    """What ``soak`` prints, and the command that replays its trace (if one was written)."""
     mode = "exact" if exact else "isomorphic"
-    title = f"pagedkv soak {args.target} ({level} level, {mode} mode, seed {seed})"
+    groups = f", groups {','.join(layouts)}" if level == "request" else ""
+    title = f"pagedkv soak {target} ({level} level{groups}, {mode} mode, seed {seed})"
     rate = result.steps / result.seconds if result.seconds else 0.0
     cpu_rate = result.steps / result.cpu_seconds if result.cpu_seconds else 0.0
     if result.passed:
@@ -522,20 +644,16 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
                 f" reference's invariants every {CHECKPOINT} steps ({result.checkpoints} times)"
             )
         )
-        out.report(Report(True, title, verdict))
-        return EXIT_PASS
+        return Report(True, title, verdict), None
     if result.hung:
-        out.report(
-            Report(
-                False,
-                title,
-                f"FAIL after {result.steps} steps: the target does not answer in time (hangs)",
-                show_config(result.config),
-                detail=f"expected an answer: {result.failure}",
-                notes=["note: not shrunk or replayed: the target hung, and is not called again"],
-            )
-        )
-        return EXIT_FAIL
+        return Report(
+            False,
+            title,
+            f"FAIL after {result.steps} steps: the target does not answer in time (hangs)",
+            show_config(result.config),
+            detail=f"expected an answer: {result.failure}",
+            notes=["note: not shrunk or replayed: the target hung, and is not called again"],
+        ), None
     report = Report(
         False,
         title,
@@ -553,13 +671,14 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
         ],
         f"diverges: {result.failure}",
     )
-    if result.trace_path == trace_out:  # named as the user did (see cmd_check)
-        result.trace_path = Path(args.trace_out)
+    hint = None
     if result.trace_path is not None:
+        hint = (
+            f"pagedkv replay {shlex.quote(str(result.trace_path))} --target {shlex.quote(target)}"
+        )
         report.notes.append(f"trace: {result.trace_path}")
         report.notes.append(
-            f"replay: pagedkv replay {shlex.quote(str(result.trace_path))}"
-            f" --target {shlex.quote(args.target)}"
+            f"replay: {hint}"
             + (
                 ""
                 if result.replays
@@ -567,8 +686,7 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
                 " and does not show it)"
             )
         )
-    out.report(report)
-    return EXIT_FAIL
+    return report, hint
 
 
 def cmd_bench(args: argparse.Namespace, out: Output) -> int:
@@ -616,14 +734,7 @@ def parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="run the lockstep machine against a target")
     check.add_argument("--target", required=True, help=TARGET_HELP)
     check.add_argument("--level", default="manager", choices=list(codec.LEVELS))
-    check.add_argument(
-        "--groups",
-        type=group_layouts,
-        default=",".join(LAYOUTS),
-        metavar="LAYOUTS",
-        help="request level: the group layouts runs draw from, comma-separated"
-        f" ({', '.join(LAYOUTS)}; all three by default)",
-    )
+    _groups_option(check, "the group layouts runs draw from")
     check.add_argument(
         "--steps",
         type=whole_number(1),
@@ -663,7 +774,8 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="known differences to count and step past (TOML; specs/oracle.md §9)",
     )
-    _timeout_option(check)
+    _verdict_file_options(check)
+    _timeout_option(check)  # last: its help is the same under every command
 
     record = commands.add_parser("record", help="write conformance traces from the reference")
     record.add_argument("--level", default="all", choices=[*codec.LEVELS, "all"])
@@ -680,7 +792,8 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--level", default=None, choices=list(codec.LEVELS), help="replay only this level's"
     )
-    _timeout_option(replay)
+    _verdict_file_options(replay)
+    _timeout_option(replay)  # last: its help is the same under every command
 
     narrated = commands.add_parser("demo", help="a narrated walk through the algorithm")
     narrated.add_argument(
@@ -704,8 +817,9 @@ def parser() -> argparse.ArgumentParser:
     )
     soak_.add_argument("--target", default="optimized", help="optimized (default) or any target")
     soak_.add_argument(
-        "--level", default="manager", choices=["manager", "request"], help="whose walk (manager)"
+        "--level", default="manager", choices=SOAK_LEVELS, help="whose walk (manager)"
     )
+    _groups_option(soak_, "the group layouts episodes draw from")
     soak_.add_argument(
         "--steps", type=whole_number(1), default=100_000, help="calls on each side (100000)"
     )
@@ -720,7 +834,8 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_TRACE,
         help=f"where a divergence's shrunk trace goes ({DEFAULT_TRACE}; {TRACE_OUT_CHECKED})",
     )
-    _timeout_option(soak_)
+    _verdict_file_options(soak_)
+    _timeout_option(soak_)  # last: its help is the same under every command
 
     bench = commands.add_parser(
         "bench", help="replay a serving workload on the managers and time it (never asserts)"
@@ -846,6 +961,32 @@ def assignment(text: str) -> tuple[str, str]:
     return name, value
 
 
+def _groups_option(command: argparse.ArgumentParser, what: str) -> None:
+    command.add_argument(
+        "--groups",
+        type=group_layouts,
+        default=",".join(LAYOUTS),
+        metavar="LAYOUTS",
+        help=f"request level: {what}, comma-separated ({', '.join(LAYOUTS)}; all three by default)",
+    )
+
+
+def _verdict_file_options(command: argparse.ArgumentParser) -> None:
+    written = "written once the verdict is printed; a file already there is removed at the start"
+    command.add_argument(
+        "--json",
+        default=None,
+        metavar="FILE",
+        help=f"also write the verdict as JSON (specs/verdict.schema.json; {written})",
+    )
+    command.add_argument(
+        "--junit-xml",
+        default=None,
+        metavar="FILE",
+        help=f"also write the verdict as JUnit XML, one testcase ({written})",
+    )
+
+
 def _timeout_option(command: argparse.ArgumentParser) -> None:
     def seconds(text: str) -> float:
         try:
@@ -914,7 +1055,8 @@ def main(
         try:
             check_environment(args)
             profiles.pin_generation()
-            code = COMMANDS[args.command](args, Output(out_stream, keys=stdin))
+            output = Output(out_stream, keys=stdin, errors=err_stream)
+            code = COMMANDS[args.command](args, output)
             _flush(out_stream)  # the verdict is out (or its failure reported) before the code
             return code
         except ONE_LINE_ERRORS as error:
@@ -967,6 +1109,7 @@ def check_environment(args: argparse.Namespace) -> None:
     value = os.environ.get(TRACEBACK_VARIABLE)
     if value not in (None, "", "0", "1"):
         raise timeout.SettingError(f"{TRACEBACK_VARIABLE}={value!r}: expected 0 or 1")
+    progress.every_from_environment()
 
 
 STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT)

@@ -45,6 +45,16 @@ class BenchError(Exception):
     exported): one line for the user."""
 
 
+TORCH_MISSING = "No module named 'torch'"
+"""What a child's last line of stderr says when torch is not installed (``ModuleNotFoundError``)."""
+
+
+def torch_is_missing(reason: str) -> bool:
+    """Whether a child failed for want of torch: only then is installing the ``kv`` extra the
+    advice (a CUDA build of torch without a driver fails otherwise, and is already installed)."""
+    return TORCH_MISSING in reason
+
+
 def kernels_section(context: Context) -> Section:
     """The kernel benchmark, run as a child process (it imports torch)."""
     section = Section("kernels")
@@ -56,7 +66,7 @@ def kernels_section(context: Context) -> Section:
     if done.returncode:
         reason = (done.stderr.strip().splitlines() or ["failed"])[-1]
         table = Table("block kernels", ["skipped"], [[reason]])
-        if "torch" in reason:
+        if torch_is_missing(reason):
             table.notes.append("the kernels need torch: pip install 'pagedkv[kv]'")
         section.tables.append(table)
         section.data = {"error": reason}
@@ -115,7 +125,7 @@ def defrag_section(context: Context) -> Section:
     if done.returncode:
         reason = (done.stderr.strip().splitlines() or ["failed"])[-1]
         table = Table("defragmenter", ["skipped"], [[reason]])
-        if "torch" in reason:
+        if torch_is_missing(reason):
             table.notes.append("the defragmenter's kernel needs torch: pip install 'pagedkv[kv]'")
         section.tables.append(table)
         section.data = {"error": reason}

@@ -5,8 +5,10 @@ layer has)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pagedkv.model_tests.machines.request_draws import GROUP_KINDS, GroupKind
-from pagedkv.specs.request_types import AttentionKind, RequestConfig
+from pagedkv.specs.request_types import AttentionKind, KVGroup, RequestConfig
 
 LAYOUTS: tuple[GroupKind, ...] = GROUP_KINDS
 """The group layouts a check covers: ``full`` (one full-attention group), ``window`` (one
@@ -15,7 +17,12 @@ sliding-window group), ``hybrid`` (both, over one pool)."""
 
 def layout_of(config: RequestConfig) -> GroupKind:
     """Which layout a configuration's groups are."""
-    kinds = {group.kind for group in config.groups}
+    return layout_of_groups(config.groups)
+
+
+def layout_of_groups(groups: Iterable[KVGroup]) -> GroupKind:
+    """Which layout ``groups`` are."""
+    kinds = {group.kind for group in groups}
     if kinds == {AttentionKind.FULL}:
         return "full"
     if kinds == {AttentionKind.SLIDING_WINDOW}:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -39,9 +39,11 @@ from pagedkv.model_tests.lockstep.capture import RecordedCall
 from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
 from pagedkv.model_tests.lockstep.show import show_call, show_value
 from pagedkv.model_tests.machines.manager_machine import held_references, mapping_problems
+from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import close_target
+from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.request_soak import (
     RequestLockstep,
     RequestWalk,
@@ -373,14 +375,15 @@ def soak(
     trace_out: str | Path | None = None,
     progress: Progress | None = None,
     level: Level = "manager",
+    layouts: Sequence[GroupKind] = LAYOUTS,
 ) -> SoakResult:
     """About ``steps`` calls in lockstep at ``level`` (the manager's or the request level's
-    walk); on the first divergence, the shrunk trace."""
+    walk, over the group ``layouts``); on the first divergence, the shrunk trace."""
     rng = random.Random(seed)
     result = SoakResult()
     start, cpu = time.perf_counter(), time.process_time()
     while result.steps < steps and result.passed:
-        config = random_request_config(rng) if level == "request" else random_config(rng)
+        config = random_request_config(rng, layouts) if level == "request" else random_config(rng)
         try:
             side = make_side(level, factory, config, exact)
         except TargetStopped as stopped:  # a hang is a FAIL, as under check

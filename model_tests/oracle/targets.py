@@ -7,14 +7,20 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from pagedkv.model_tests.lockstep.calls import TargetStopped
 from pagedkv.model_tests.oracle import codec
 from pagedkv.model_tests.oracle.codec import Level
-from pagedkv.model_tests.oracle.exec_target import ExecSetupError, ExecTarget, exec_factory
+from pagedkv.model_tests.oracle.exec_target import (
+    ExecSetupError,
+    ExecTarget,
+    close_target,
+    exec_factory,
+)
 from pagedkv.model_tests.oracle.guard import guard
+from pagedkv.model_tests.oracle.level_hint import level_hint
 from pagedkv.specs.errors import UnsupportedError
 from pagedkv.specs.request_types import AttentionKind, KVGroup, RequestConfig
 from pagedkv.specs.types import ManagerConfig, PoolConfig
@@ -97,9 +103,16 @@ def load(spec: str, level: Level, timeout: float | None = None) -> Factory:
     return factory
 
 
-def build(factory: Factory, level: Level, spec: str = "target", config: Any = None) -> Any:
+def build(
+    factory: Factory,
+    level: Level,
+    spec: str = "target",
+    config: Any = None,
+    offered: Collection[Level] = codec.LEVELS,
+) -> Any:
     """Build one target (for ``config``, or a sample valid configuration) and check that it has
-    every operation of ``level``; a TargetError otherwise."""
+    every operation of ``level``; a TargetError otherwise, naming the level the factory builds
+    targets of where it is another (``--level`` among the ``offered`` levels)."""
     config = SAMPLE_CONFIGS[level] if config is None else config
     try:
         target = factory(config)
@@ -109,20 +122,29 @@ def build(factory: Factory, level: Level, spec: str = "target", config: Any = No
     except TargetStopped as error:
         raise TargetError(f"target {spec}: {error}") from None
     except Exception as error:
-        raise TargetError(f"target {spec}: the factory raised {_one_line(error)}") from None
+        hint = level_hint(factory, level, SAMPLE_CONFIGS, offered)
+        raise TargetError(f"target {spec}: the factory raised {_one_line(error)}{hint}") from None
     if missing:
+        close_target(target)
+        hint = level_hint(factory, level, SAMPLE_CONFIGS, offered)
         raise TargetError(
             f"target {spec}: {type(target).__name__} lacks the {level} operation(s)"
-            f" {', '.join(missing)}"
+            f" {', '.join(missing)}{hint}"
         )
     return target
 
 
-def check(spec: str, level: Level, timeout: float | None = None) -> Factory:
+def check(
+    spec: str,
+    level: Level,
+    timeout: float | None = None,
+    offered: Collection[Level] = codec.LEVELS,
+) -> Factory:
     """Load ``spec`` and build one target with a valid configuration (then let it go); every
-    call into the factory's targets then has ``timeout`` (None: the environment's)."""
+    call into the factory's targets then has ``timeout`` (None: the environment's). A factory
+    of another level is named with the ``--level`` among ``offered`` to pass."""
     factory = guard(load(spec, level, timeout), timeout)
-    target = build(factory, level, spec)
+    target = build(factory, level, spec, offered=offered)
     if isinstance(target, ExecTarget):
         target.close()
     return factory

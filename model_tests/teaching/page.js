@@ -54,8 +54,9 @@
     if (event.key === "Home") { show(0); event.preventDefault(); }
     if (event.key === "End") { show(steps.length - 1); event.preventDefault(); }
   });
+  // the address's #step-N, else the divergence (where a reader of a failing check starts), else 0
   var start = /^#step-(\d+)$/.exec(location.hash);
-  show(start ? Number(start[1]) : 0);
+  show(start ? Number(start[1]) : (finding ? Number(finding.dataset.step) : 0));
   // the browser jumps to the #step-N anchor after the page loads: the header stays in view
   window.addEventListener("load", function () { setTimeout(function () { window.scrollTo(0, 0); }, 0); });
 })();

@@ -309,7 +309,7 @@ cached, ref count 0</span> <span class="block free">free</span> <span class="blo
 <nav>
 <button type="button" id="first" title="first step (Home)">« first</button>
 <button type="button" id="prev" title="previous step (←)">◀ previous</button>
-<span id="position">step 0 of {total}</span>
+<span id="position">step {0 if marked is None else marked.number} of {total}</span>
 <button type="button" id="next" title="next step (→)">next ▶</button>
 <button type="button" id="last" title="last step (End)">last »</button>
 {jump}

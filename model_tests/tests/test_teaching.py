@@ -398,13 +398,16 @@ def test_a_page_that_cannot_be_drawn_leaves_check_s_verdict_alone(
         raise RuntimeError("no picture")
 
     monkeypatch.setattr(cli, "walk_trace", broken_drawing)
-    note = cli._divergence_page(swap_trace(), tmp_path / "x.jsonl", None, SWAP_TARGET)
-    assert note == "page: not written (RuntimeError: no picture)"
+    note, written = cli._divergence_page(swap_trace(), tmp_path / "x.jsonl", None, SWAP_TARGET)
+    assert note == "page: not written (RuntimeError: no picture)" and written is None
     assert not (tmp_path / "x.html").exists()
 
 
 def test_check_never_writes_its_page_over_its_trace(tmp_path: Path) -> None:
     path = trace.write(swap_trace(), tmp_path / "odd.html")  # --trace-out odd.html
-    note = cli._divergence_page(swap_trace(), path, broken.BrokenSwapDropsPair, SWAP_TARGET)
+    note, written = cli._divergence_page(
+        swap_trace(), path, broken.BrokenSwapDropsPair, SWAP_TARGET
+    )
     assert note.startswith(f"page: {tmp_path / 'odd.html.html'} ")
+    assert written == tmp_path / "odd.html.html"
     assert path.read_text() == trace.dumps(swap_trace())

@@ -93,7 +93,7 @@ def test_clicking_next_steps_through_a_divergence_to_the_marked_step(
     loaded = swap_trace()
     walk = walk_trace(loaded, "pagedkv-divergence.jsonl", broken.BrokenSwapDropsPair, SWAP_TARGET)
     path = page.write(walk, tmp_path / "pagedkv-divergence.html")
-    browser.get(path.as_uri())
+    browser.get(path.as_uri() + "#step-0")  # a divergence's page opens at it: start from 0
 
     last = len(loaded.ops)
     position = browser.find_element(By.ID, "position")
@@ -135,6 +135,23 @@ def test_clicking_next_steps_through_a_divergence_to_the_marked_step(
     assert shown(browser) == [str(last)]
 
 
+def test_a_divergence_page_opens_at_the_divergence(browser: Any, tmp_path: Path) -> None:
+    """What ``pagedkv show`` and ``pagedkv check`` write: the reader starts where it failed."""
+    loaded = swap_trace()
+    walk = walk_trace(loaded, "pagedkv-divergence.jsonl", broken.BrokenSwapDropsPair, SWAP_TARGET)
+    path = page.write(walk, tmp_path / "pagedkv-divergence.html")
+    browser.get(path.as_uri())
+    last = len(loaded.ops)
+    assert shown(browser) == [str(last)]
+    assert browser.find_element(By.ID, "position").text == f"step {last} of {last}"
+    marked = browser.find_element(By.CSS_SELECTOR, "section.step.current")
+    assert marked.find_element(By.CSS_SELECTOR, ".finding").is_displayed()
+    assert browser.execute_script("return window.scrollY") == 0  # the header stays in view
+    browser.get("about:blank")  # (a new fragment alone would not load the page again)
+    browser.get(path.as_uri() + "#step-1")  # an address naming a step still wins
+    assert shown(browser) == ["1"]
+
+
 def test_the_demo_page_opens_at_the_step_its_address_names(browser: Any, tmp_path: Path) -> None:
     path = page.write(demo.walk(), tmp_path / "demo.html")
     browser.get(path.as_uri() + "#step-7")
@@ -153,7 +170,7 @@ def test_a_request_level_divergence_opens_and_steps_to_its_mark(
     loaded = request_order_trace()
     walk = walk_trace(loaded, "request.jsonl", head_first, f"{HERE}:head_first")
     path = page.write(walk, tmp_path / "request.html")
-    browser.get(path.as_uri())
+    browser.get(path.as_uri() + "#step-0")
     last = len(loaded.ops)
     for step in range(1, last + 1):
         browser.find_element(By.ID, "next").click()
