@@ -68,11 +68,13 @@ from pagedkv.model_tests.oracle import codec, progress, targets, timeout, trace
 from pagedkv.model_tests.oracle.check import (
     DEFAULT_STEPS,
     DEFAULT_TRACE,
+    REQUEST_STEPS,
     Report,
     StepLine,
     budget,
     check_report,
     counted,
+    default_steps,
     replay_report,
     run_check,
     show_config,
@@ -347,7 +349,8 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     clock = Clock(__version__)
     known = None if args.known is None else load_known(args.known, level)
     factory = targets.check(args.target, level, args.timeout)
-    runs, _ = budget(args.steps)
+    steps = default_steps(level) if args.steps is None else args.steps
+    runs, _ = budget(steps)
 
     with out.progress(
         f"checking {args.target} against the reference ...", runs, "runs", "checking"
@@ -359,7 +362,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
         result = run_check(
             factory,
             level,
-            steps=args.steps,
+            steps=steps,
             seed=args.seed,
             trace_out=trace_out,
             progress=progress,
@@ -394,7 +397,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
             target=args.target,
             code=code,
             clock=clock,
-            steps=args.steps,
+            steps=steps,
             replay=hint,
             page=shown_page,
         )
@@ -738,8 +741,9 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--steps",
         type=whole_number(1),
-        default=DEFAULT_STEPS,
-        help=f"about how many rule steps (a step makes one call or more; {DEFAULT_STEPS})",
+        default=None,
+        help="about how many rule steps (a step makes one call or more;"
+        f" {DEFAULT_STEPS}, {REQUEST_STEPS} at the request level)",
     )
     check.add_argument("--seed", type=seed_number, default=None, help="make the run reproducible")
     check.add_argument(

@@ -22,7 +22,7 @@ from pathlib import Path
 from pagedkv.model_tests.corpus.registry import CLAUSES, VARIANTS, Variant, variant
 from pagedkv.model_tests.machines.profiles import pin_generation
 from pagedkv.model_tests.oracle import trace
-from pagedkv.model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
+from pagedkv.model_tests.oracle.check import CheckResult, run_check
 from pagedkv.specs.policy import profile
 
 SEEDS = (0, 1, 2)
@@ -60,7 +60,7 @@ class Outcome:
         return self.steps is not None and self.steps <= MAX_SHRUNK_STEPS
 
 
-def check(each: Variant, seed: int, steps: int = DEFAULT_STEPS) -> CheckResult:
+def check(each: Variant, seed: int, steps: int | None = None) -> CheckResult:
     """``pagedkv check`` of the variant: its level, its profile, the default budget."""
     under = profile(each.profile)
     return run_check(
@@ -68,7 +68,7 @@ def check(each: Variant, seed: int, steps: int = DEFAULT_STEPS) -> CheckResult:
     )
 
 
-def measure(name: str, seed: int, steps: int = DEFAULT_STEPS) -> Outcome:
+def measure(name: str, seed: int, steps: int | None = None) -> Outcome:
     """Check the variant called ``name`` with ``seed`` (a worker's task: names cross processes,
     factories need not)."""
     pin_generation()
@@ -98,7 +98,7 @@ def verdict(outcome: Outcome) -> str:
 
 
 def measure_all(
-    names: Sequence[str], seeds: Sequence[int], jobs: int, steps: int = DEFAULT_STEPS
+    names: Sequence[str], seeds: Sequence[int], jobs: int, steps: int | None = None
 ) -> dict[tuple[str, int], Outcome]:
     """Every check, each printed as it ends (a long campaign shows where it is)."""
     tasks = [(name, seed) for name in names for seed in seeds]
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, metavar="NAME")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
-        "--steps", type=int, default=DEFAULT_STEPS, help="the budget (default: check's)"
+        "--steps", type=int, default=None, help="the budget (default: check's for each level)"
     )
     parser.add_argument("--level", default=None, help="only the variants of this level")
     parser.add_argument(

@@ -13,7 +13,7 @@ from pathlib import Path
 from pagedkv.model_tests.machines.manager_machine import Contract
 from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle import targets, trace
-from pagedkv.model_tests.oracle.check import DEFAULT_STEPS, CheckResult, run_check
+from pagedkv.model_tests.oracle.check import CheckResult, run_check
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.known import KnownDifferences
 from pagedkv.model_tests.oracle.known import load as load_known
@@ -32,7 +32,7 @@ def check(
     target: Factory | str,
     level: Level = "manager",
     *,
-    steps: int = DEFAULT_STEPS,
+    steps: int | None = None,
     seed: int | None = None,
     trace_out: str | Path | None = None,
     timeout: float | None = None,
@@ -44,7 +44,7 @@ def check(
 ) -> CheckResult:
     """Drive ``target`` and the reference (under ``profile``, with ``policy``'s options
     overriding it; ``specs/policy.md``) or the safety tier alone (``profile="safety"``) with
-    about ``steps`` calls; ``result.passed``, or the
+    about ``steps`` calls (None: ``check.default_steps(level)``); ``result.passed``, or the
     shrunk failing run (written to ``trace_out`` when given). Each call into the target may take
     ``timeout`` seconds (None: ``$PAGEDKV_TIMEOUT`` or 30; ``math.inf``: forever). A target that
     cannot be loaded or built raises ``targets.TargetError``. ``known`` differences (a file's
