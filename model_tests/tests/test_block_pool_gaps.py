@@ -102,3 +102,29 @@ def test_the_trusted_core_on_a_pool_whose_ids_do_not_start_at_zero() -> None:
     assert pool.append_in_place(tail, (3,))
     assert pool.tokens_of(tail) == (3,)
     assert pool.block(tail).tokens == (3,) and pool.block(full).tokens == (1, 2)
+
+
+@pytest.mark.parametrize("make", POOLS, ids=lambda f: f.__name__)
+def test_a_reset_drops_the_pending_copy_into_an_evictable_block(make: type[BlockPool]) -> None:
+    """With nothing in use a copy can still wait for its destination, given back evictable: the
+    reset blanks that block, and the pair goes with it."""
+    pool = make(PoolConfig(3, 2))
+    source = pool.allocate_mutable()
+    pool.append_tokens(source, ROOT, [1])
+    pool.fork([source])
+    copy = pool.append_tokens(source, ROOT, [2])
+    pool.free(copy)
+    pool.free(source)
+    assert pool.reset_prefix_cache()
+    assert pool.clear_copy_on_writes() == []
+    assert pool.block(copy).tokens == () and pool.lookup(ROOT.child_hash([1, 2])) is None
+
+
+def test_a_reset_of_a_pool_whose_ids_do_not_start_at_zero() -> None:
+    """The CPU pool's reset blanks its evictable blocks by id less the first id."""
+    pool = OptimizedBlockPool(PoolConfig(4, 1, first_id=10))
+    cached = pool.allocate_immutable(ROOT, [1])
+    pool.free(cached)
+    assert pool.reset_prefix_cache()
+    assert pool.block(cached).tokens == () and pool.block(cached).content_hash is None
+    assert pool.allocate_mutable() == cached
