@@ -271,6 +271,156 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("optimized/block_table.py", "if self.access_end > index:", "Gt -> GtE"): (
         "at access_end == index, settle(pool, index) returns at once (end <= start)"
     ),
+    # --- optimized/defragmenter.py ---
+    ("optimized/defragmenter.py", "self._high = -1", "1 -> 2"): (
+        "every id is above -1 and -2 alike, so the first _take sets _high; the only other reader,"
+        " _max_used, runs only with a used id (num_used > 0), so after a _take"
+    ),
+    ("optimized/defragmenter.py", "if physical > self._high:", "Gt -> GtE"): (
+        "at equality it assigns _high the value it has"
+    ),
+    ("optimized/defragmenter.py", "if physical < self._low:", "Lt -> LtE"): (
+        "at equality it assigns _low the value it has"
+    ),
+    **{
+        (
+            "optimized/defragmenter.py",
+            "if keep == 0:  # not a pure append: find the common prefix",
+            mutation,
+        ): (
+            "the search only finds a common prefix to leave alone: on a pure append (keep ="
+            " len(old)) it finds nothing more (limit <= keep); where it is skipped keep stays 0,"
+            " and giving back the whole old table and taking the whole new one leaves the same"
+            " ref counts and used count; _high only rises to a used id, and _low only falls to an"
+            " id given back (it may be used again: _low bounds the free ids from below only)"
+        )
+        for mutation in ("0 -> 1", "Eq -> NotEq")
+    },
+    ("optimized/defragmenter.py", "while high >= 0 and refs[high] == 0:", "GtE -> Gt"): (
+        "_max_used runs only with a used id, and none lies above _high: the loop stops at the"
+        " highest used id before high >= 0 can fail, and if it comes down to 0, id 0 is that"
+        " used id, so stopping there unchecked gives the same high"
+    ),
+    (
+        "optimized/defragmenter.py",
+        "while high >= 0 and (refs[high] == 0 or not movable[high]):",
+        "GtE -> Gt",
+    ): (
+        "high stops at 0 instead of -1 only where low (never below 0) is at or above it: the"
+        " low loop then does not move and the loop breaks either way, with the same pairs and"
+        " the same low"
+    ),
+    (
+        "optimized/defragmenter.py",
+        "while low < high and (refs[low] != 0 or not movable[low]):",
+        "Lt -> LtE",
+    ): (
+        "low reaches high only where the high loop stopped on a used movable id: it steps to"
+        " high + 1 and the loop breaks as it would have, with the same pairs; _low becomes"
+        " high + 1, and still no free movable id lies below it (those below high were passed"
+        " as used or reserved, high is used, the ids freed by this call's exchanges lie above"
+        " it), and _give_back lowers it when one is freed: only where the next scan starts"
+    ),
+    # --- optimized/block_table.py ---
+    **{
+        ("optimized/block_table.py", source, mutation): (
+            "the mutant only sends an append the shortcut would take through _fill_blocks: for"
+            " tokens that do not fill the block that holds the last ones it calls pool.fill with"
+            " no hash, which appends in place when the table is the only holder (as"
+            " append_in_place does) and copies when it is not (as the real code then does too);"
+            " the pending access is settled from that entry on first, which only writes it"
+            " early: pool.touch and the view keep the access with the higher stamp either way"
+            " (with no new tokens nothing is filled at all)"
+        )
+        for source, mutation in (
+            ("if position < end:", "Lt -> LtE"),
+            ("end < (index + 1) * size", "Add -> Sub"),
+            ("end < (index + 1) * size", "Mult -> FloorDiv"),
+        )
+    },
+    ("optimized/block_table.py", "if start < num_full:", "Lt -> LtE"): (
+        "at equality set_computed gets an empty slice and marks nothing"
+    ),
+    ("optimized/block_table.py", "self.marked = max(self.marked, num_full)", "max -> min"): (
+        "marked then stays 0, so every mark sets the computed flag of every held full block"
+        " again: those below the real marked are computed already (a full block is never"
+        " written again, keeps its mark while held, and a swap carries the mark to its copy),"
+        " and the manager reads marked only to skip the call"
+    ),
+    ("optimized/block_table.py", "if run >= end:", "GtE -> Gt"): (
+        "at run == end, pool.computed_run(blocks, end, end) returns end, which computed_run is"
+    ),
+    # --- optimized/block_pool.py ---
+    **{
+        ("optimized/block_pool.py", source, "0 -> 1"): (
+            "a block's start is read only for a block with a hash (the evictor's rank) or a"
+            " parent (prefix_of, the view), and _cache sets it with both; _blank clears both"
+        )
+        for source in ("self._starts: list[int] = [0] * num_blocks", "self._starts[index] = 0")
+    },
+    **{
+        ("optimized/block_pool.py", source, mutation): (
+            "the pool's own access stamps (mark_accessed) are never compared with anything:"
+            " _access_stamps is read only by touch and by view's untouched accesses, both of"
+            " which only the manager's tables use, with stamps from the manager's own counter,"
+            " and the manager never calls mark_accessed"
+        )
+        for source, mutation in (
+            ("self._next_access_stamp = 1", "1 -> 2"),
+            ("self._next_access_stamp = stamp + 1", "1 -> 2"),
+            ("self._next_access_stamp = stamp + 1", "Add -> Sub"),
+        )
+    },
+    **{
+        ("optimized/block_pool.py", source, mutation): (
+            "a pending pair's stamp is never read (clear_copy_on_writes and view take only the"
+            " source): the dict keeps the order of the copies"
+        )
+        for source, mutation in (
+            ("self._next_copy_stamp = 0", "0 -> 1"),
+            ("self._next_copy_stamp += 1", "1 -> 2"),
+            ("self._next_copy_stamp += 1", "Add= -> Sub="),
+            ("self._next_copy_stamp += 1", "delete the augmented assignment"),
+        )
+    },
+    (
+        "optimized/block_pool.py",
+        "num_hashed = self._starts[index] + len(self._tokens[index])",
+        "Add -> Sub",
+    ): (
+        "only hashed blocks are ranked, and a hashed block is full: start - block_size instead"
+        " of start + block_size shifts every rank by the same constant, so the order stays"
+    ),
+    (
+        "optimized/block_pool.py",
+        "for block, tokens in zip(taken, blocks, strict=True):",
+        "True -> False",
+    ): "taken is built with one block per entry of blocks: zip's strict check can never fire",
+    (
+        "optimized/block_pool.py",
+        "for index, (tokens, content_hash) in enumerate(zip(blocks, hashes, strict=True)):",
+        "True -> False",
+    ): (
+        "the only caller (BlockTable.for_prompt) passes hasher.chain of the same chunks, one"
+        " hash per block: zip's strict check can never fire"
+    ),
+    (
+        "optimized/block_pool.py",
+        "if self._ref_counts[block - self._first_id] > 1:",
+        "Gt -> GtE",
+    ): "at ref count 1 _copy_if_shared returns the block itself",
+    ("optimized/block_pool.py", "if stamp > self._access_stamps[index]:", "Gt -> GtE"): (
+        "the stamps compared here come from the manager's counter, one per access() (fork does"
+        " not copy a pending access; a pending stamp is never 0): an equal stamp is the same"
+        " access with the same time, so applying it again writes (or shows) what is there"
+    ),
+    **{
+        ("optimized/block_pool.py", source, "Or -> And"): (
+            "_cache sets a block's parent and key together (a BlockHash and an ExtraKey, never"
+            " None) and _blank clears them together: both are None or neither is"
+        )
+        for source in ("if parent is None or key is None:", "if parent is None or key is None")
+    },
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {
