@@ -10,9 +10,9 @@ import pytest
 from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs.content_hash import Prefix
-from pagedkv.specs.interface import BlockPool
+from pagedkv.specs.interface import BlockPoolFactory
 from pagedkv.specs.policy import PAGEDKV
-from pagedkv.specs.types import PoolConfig
+from pagedkv.specs.types import NO_EXTRA_KEY, PoolConfig
 
 ROOT = Prefix()
 
@@ -58,11 +58,11 @@ def test_the_common_prefix_stops_at_the_first_difference() -> None:
 
 # --- both pools: the optimized pool's rarer branches (gaps of optimized/block_pool.py) ---------
 
-POOLS = [ReferenceBlockPool, OptimizedBlockPool]
+POOLS: list[BlockPoolFactory] = [ReferenceBlockPool, OptimizedBlockPool]
 
 
 @pytest.mark.parametrize("make", POOLS, ids=lambda f: f.__name__)
-def test_an_evicted_copy_destination_drops_its_pending_pair(make: type[BlockPool]) -> None:
+def test_an_evicted_copy_destination_drops_its_pending_pair(make: BlockPoolFactory) -> None:
     """A copy-on-write's destination that fills, is given back (evictable) and is then evicted
     before the copies are run: its pair goes with it, as the block is taken again blank."""
     pool = make(PoolConfig(3, 2))
@@ -78,7 +78,7 @@ def test_an_evicted_copy_destination_drops_its_pending_pair(make: type[BlockPool
 
 
 @pytest.mark.parametrize("make", POOLS, ids=lambda f: f.__name__)
-def test_an_access_re_ranks_an_evictable_block(make: type[BlockPool]) -> None:
+def test_an_access_re_ranks_an_evictable_block(make: BlockPoolFactory) -> None:
     """Two evictable blocks, the lower id first in the eviction order until an access of it:
     then the other one is evicted first."""
     pool = make(PoolConfig(3, 1))
@@ -96,7 +96,7 @@ def test_the_trusted_core_on_a_pool_whose_ids_do_not_start_at_zero() -> None:
     """The CPU pool's ids start after the GPU's: the core's index is the id less the first id,
     also in ``take_full_blocks`` without caching and in ``append_in_place``."""
     pool = OptimizedBlockPool(PoolConfig(4, 2, enable_caching=False, first_id=10))
-    (full,) = pool.take_full_blocks([(1, 2)], None, None)
+    (full,) = pool.take_full_blocks([(1, 2)], None, NO_EXTRA_KEY)
     assert pool.tokens_of(full) == (1, 2)
     tail = pool.take()
     assert pool.append_in_place(tail, (3,))
@@ -105,7 +105,7 @@ def test_the_trusted_core_on_a_pool_whose_ids_do_not_start_at_zero() -> None:
 
 
 @pytest.mark.parametrize("make", POOLS, ids=lambda f: f.__name__)
-def test_a_reset_drops_the_pending_copy_into_an_evictable_block(make: type[BlockPool]) -> None:
+def test_a_reset_drops_the_pending_copy_into_an_evictable_block(make: BlockPoolFactory) -> None:
     """With nothing in use a copy can still wait for its destination, given back evictable: the
     reset blanks that block, and the pair goes with it."""
     pool = make(PoolConfig(3, 2))
