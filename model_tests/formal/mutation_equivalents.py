@@ -421,6 +421,21 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         )
         for source in ("if parent is None or key is None:", "if parent is None or key is None")
     },
+    # --- optimized/kernels.py ---
+    ("optimized/kernels.py", "MAX_RUNS = 4", "4 -> 5"): (
+        "MAX_RUNS only picks how the runs are moved: a copy_ per run and tensor, or (more runs)"
+        " the gather and scatter on an accelerator, a copy_ per run of the single allocation on"
+        " the host; each moves the same blocks, every source read before a destination of the"
+        " same tensor is written"
+    ),
+    **{
+        ("optimized/kernels.py", "EXCHANGE_BUFFER_BYTES = 4 * 2**20", mutation): (
+            "the bound only picks the pad sizes a batch may use (those that fit, else the"
+            " smallest): disjoint exchanges give the same result in any batches, and a batch's"
+            " padding repeats its own first pair, which writes the same bytes again"
+        )
+        for mutation in ("4 -> 5", "2 -> 3", "20 -> 21", "Mult -> FloorDiv")
+    },
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {
