@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pagedkv.optimized.kernels import (
     DEFAULT_PAD_SIZES,
+    MAX_RUNS,
     Run,
     coalesce_runs,
     copy_blocks,
@@ -653,6 +654,13 @@ def test_non_store_arguments_are_rejected(kernel: str) -> None:
         KERNELS[kernel](store.caches, store, [(0, 1)])  # type: ignore[arg-type]
 
 
+def test_swap_blocks_rejects_a_destination_that_is_not_a_store() -> None:
+    """The destination is checked as the source is, before its layout is compared."""
+    store = make_store(4)
+    with pytest.raises(InvalidArgumentError, match="dst must be a KVStore"):
+        swap_blocks(store, store.caches, [(0, 1)])  # type: ignore[arg-type]
+
+
 def test_normalize_pairs_forms_agree() -> None:
     pairs = [(3, 0), (1, 2)]
     tensor = torch.tensor(pairs, dtype=torch.int64)
@@ -682,6 +690,33 @@ def test_kernels_on_an_accelerator_and_across_devices() -> None:
     exchange = [(0, 9), (2, 3), (4, 5)]
     swap_blocks_in_place(device, exchange)
     assert_same(device.tensors(), ref_exchange(expected, exchange))
+
+
+SCATTERED: Pairs = [(0, 9), (9, 2), (2, 4), (7, 6), (5, 0), (3, 8)]
+"""Six runs, a chain among them: more than ``MAX_RUNS``, so an accelerator gathers and scatters."""
+
+
+@pytest.mark.skipif(ACCELERATOR is None, reason="no accelerator on this machine")
+def test_scattered_pairs_on_an_accelerator_and_across_devices() -> None:
+    """Past ``MAX_RUNS`` runs an accelerator moves the pairs by one gather and one scatter per
+    tensor (reads before writes, so the chain copies the old blocks); between the host and the
+    device the runs are copied one by one, whatever their number."""
+    assert ACCELERATOR is not None
+    device = make_store(10, seed=22, device=ACCELERATOR)
+    other = make_store(10, seed=23, device=ACCELERATOR)
+    host = make_store(10, seed=24)
+    source = make_store(10, seed=25)
+    device_before, other_before, host_before = snapshot(device), snapshot(other), snapshot(host)
+    assert len(coalesce_runs(SCATTERED)) > MAX_RUNS
+    copy_blocks(device, SCATTERED)
+    copied = ref_copy(device_before, SCATTERED)
+    assert_same(device.tensors(), copied)
+    swap_blocks(device, other, SCATTERED)
+    assert_same(other.tensors(), ref_swap(copied, other_before, SCATTERED))
+    swap_blocks(device, host, SCATTERED)
+    assert_same(host.tensors(), ref_swap(copied, host_before, SCATTERED))
+    swap_blocks(source, device, SCATTERED)
+    assert_same(device.tensors(), ref_swap(snapshot(source), copied, SCATTERED))
 
 
 @pytest.mark.skipif(
