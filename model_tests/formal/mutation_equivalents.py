@@ -436,16 +436,91 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         )
         for mutation in ("4 -> 5", "2 -> 3", "20 -> 21", "Mult -> FloorDiv")
     },
+    **{
+        ("optimized/kernels.py", source, mutation): (
+            "the test only picks how the runs are moved within one device: by one gather and"
+            " one scatter per tensor, or a copy_ per run (per tensor, or of the single"
+            " allocation); each moves the same blocks, every source read before a destination"
+            " of the same tensor is written"
+        )
+        for source, mutation in (
+            ('if len(runs) > MAX_RUNS and src.device.type != "cpu":', "Gt -> GtE"),
+            ('if len(runs) > MAX_RUNS and src.device.type != "cpu":', "NotEq -> Eq"),
+            ('if len(runs) > MAX_RUNS and src.device.type != "cpu":', "And -> Or"),
+            ("many = len(runs) > MAX_RUNS", "Gt -> GtE"),
+        )
+    },
+    **{
+        ("optimized/kernels.py", source, "True -> False"): (
+            "both sides of the zip have one entry each per tensor of stores of one layout (or"
+            " temps one per staged run): its strict check can never fire"
+        )
+        for source in (
+            "[(src.blocks, dst.blocks)] if many else list(zip(src.tensors(), dst.tensors(),"
+            " strict=True))",
+            "for r, temp in zip(staged, temps, strict=True):",
+            "for source, destination in zip(sources, destinations, strict=True):",
+            "for s_cache, d_cache in zip(src.tensors(), dst.tensors(), strict=True):",
+        )
+    },
+    (
+        "optimized/kernels.py",
+        "accelerator = torch.accelerator.current_accelerator(check_available=True)",
+        "True -> False",
+    ): (
+        "_wait_for is reached only by a copy between two devices, so where an accelerator is"
+        " present and available, which both answers then name"
+    ),
+    (
+        "optimized/kernels.py",
+        "if accelerator is not None and device.type == accelerator.type:",
+        "And -> Or",
+    ): (
+        "_wait_for is reached only by a copy between the host and an accelerator, and is given"
+        " the accelerator's device: accelerator is not None and the types match, so both tests"
+        " hold"
+    ),
+    (
+        "optimized/kernels.py",
+        "s_cache[r.src : r.src + r.length], non_blocking=True",
+        "True -> False",
+    ): (
+        "a blocking copy moves the same bytes; it only returns later, and the call waits for"
+        " the host side at its end anyway"
+    ),
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {
-    ("optimized/kernels.py", f"_wait_for({end}.device)", "delete the call"): (
-        "on a machine with no accelerator no store lives on another device, so swap_blocks never"
-        " copies between devices and never reaches the wait (and _wait_for is a no-op for host"
-        " devices); on CUDA test_kernels.py's"
-        " test_swap_blocks_returns_only_when_the_host_side_is_done must kill it"
-    )
-    for end in ("dst", "src")
+    **{
+        ("optimized/kernels.py", f"_wait_for({end}.device)", "delete the call"): (
+            "on a machine with no accelerator no store lives on another device, so swap_blocks"
+            " never copies between devices and never reaches the wait (and _wait_for is a no-op"
+            " for host devices); on CUDA test_kernels.py's"
+            " test_swap_blocks_returns_only_when_the_host_side_is_done must kill it"
+        )
+        for end in ("dst", "src")
+    },
+    **{
+        ("optimized/kernels.py", source, mutation): (
+            "the gather and scatter runs only on an accelerator (src.device.type != 'cpu'), and"
+            " on a machine with none every store is on the host; on one, test_kernels.py's"
+            " test_scattered_pairs_on_an_accelerator_and_across_devices must kill it"
+        )
+        for source, mutation in (
+            ("_gather_scatter(src.tensors(), dst.tensors(), plan, src.device)", "delete the call"),
+            ("gathered = _row_view(source).index_select(0, src_index)", "0 -> 1"),
+            ("_row_view(destination).index_copy_(0, dst_index, gathered)", "0 -> 1"),
+            ("_row_view(destination).index_copy_(0, dst_index, gathered)", "delete the call"),
+        )
+    },
+    ("optimized/kernels.py", "if src.device == dst.device:", "Eq -> NotEq"): (
+        "on a machine with no accelerator every store is on the host, and the mutant sends a"
+        " copy between two of them through the loop meant for two devices: the same runs"
+        " copied, then a wait for a host device, a no-op; on one, test_kernels.py's"
+        " test_scattered_pairs_on_an_accelerator_and_across_devices must kill it (a copy from"
+        " the device to the host past MAX_RUNS runs then scatters onto the host from the"
+        " device)"
+    ),
 }
 """Mutants that only an accelerator can observe: equivalent where there is none, and counted
 (killed or a gap) where there is one, so a run on a GPU machine holds them to their test
