@@ -21,6 +21,7 @@ from pagedkv.optimized.kernels import (
     DEFAULT_PAD_SIZES,
     MAX_RUNS,
     Run,
+    _row_view,
     coalesce_runs,
     copy_blocks,
     normalize_pairs,
@@ -415,6 +416,27 @@ def test_swap_blocks_in_place_on_a_store_of_one_tensor() -> None:
     (shaping it from a second one was a gap found by ``make mutate``)."""
     store = make_store(6, mla=True, layers=1, seed=3)
     assert len(store.tensors()) == 1
+    before = snapshot(store)
+    swap_blocks_in_place(store, [(0, 5), (1, 2)])
+    assert_same(store.tensors(), ref_exchange(before, [(0, 5), (1, 2)]))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "head_dim", "word"),
+    [
+        (torch.float32, 2, torch.int64),  # 8-byte rows: too narrow for complex128
+        (torch.float32, 6, torch.int64),  # 24 bytes: 8 tiles them, 16 does not
+        (torch.float16, 3, torch.int16),  # 6 bytes
+        (torch.float8_e4m3fn, 3, torch.uint8),  # 3 bytes: only single bytes tile them
+    ],
+)
+def test_swap_blocks_in_place_on_rows_no_wide_word_tiles(
+    dtype: torch.dtype, head_dim: int, word: torch.dtype
+) -> None:
+    """Blocks of one token and one head: the rows are viewed as the widest word that divides
+    them, never a wider one, and the exchange moves them as it does wide rows."""
+    store = make_store(6, block_size=1, heads=1, head_dim=head_dim, dtype=dtype, seed=4)
+    assert _row_view(store.tensors()[0]).dtype == word
     before = snapshot(store)
     swap_blocks_in_place(store, [(0, 5), (1, 2)])
     assert_same(store.tensors(), ref_exchange(before, [(0, 5), (1, 2)]))
