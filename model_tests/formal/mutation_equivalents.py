@@ -488,6 +488,45 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "a blocking copy moves the same bytes; it only returns later, and the call waits for"
         " the host side at its end anyway"
     ),
+    **{
+        ("optimized/kernels.py", source, mutation): (
+            "it only changes which pad sizes count as fitting the buffer's bound (or, when none"
+            " fits, which smallest ones are used): disjoint exchanges give the same result in"
+            " any batches, and a batch's padding repeats its own first pair, which writes the"
+            " same bytes again"
+        )
+        for source, mutation in (
+            ("row_bytes = rows[0].shape[1] * rows[0].element_size()", "Mult -> FloorDiv"),
+            (
+                "fitting = [size for size in sizes if 2 * size * row_bytes <="
+                " EXCHANGE_BUFFER_BYTES]",
+                "2 -> 3",
+            ),
+            (
+                "fitting = [size for size in sizes if 2 * size * row_bytes <="
+                " EXCHANGE_BUFFER_BYTES]",
+                "Mult -> FloorDiv",
+            ),
+            (
+                "fitting = [size for size in sizes if 2 * size * row_bytes <="
+                " EXCHANGE_BUFFER_BYTES]",
+                "LtE -> Lt",
+            ),
+            ("for batch in padded_batches(plan, fitting or sizes[:1]):", "1 -> 2"),
+        )
+    },
+    **{
+        (
+            "optimized/kernels.py",
+            "buffers[size] = rows[0].new_empty((2 * size, rows[0].shape[1]))",
+            mutation,
+        ): (
+            "index_select resizes its out tensor to the 2 * size rows it gathers: a buffer made"
+            " with another number of rows is only resized at its first use, and the scatter"
+            " reads the gathered rows"
+        )
+        for mutation in ("2 -> 3", "Mult -> FloorDiv")
+    },
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {

@@ -442,6 +442,16 @@ def test_swap_blocks_in_place_on_rows_no_wide_word_tiles(
     assert_same(store.tensors(), ref_exchange(before, [(0, 5), (1, 2)]))
 
 
+def test_swap_blocks_in_place_on_rows_too_wide_for_the_buffer() -> None:
+    """Rows of 512 KiB: not even the smallest pad size fits the buffer's bound, and the
+    exchange still runs, in batches of the smallest size."""
+    store = make_store(2, block_size=128, heads=8, head_dim=256, dtype=torch.float16, mla=True)
+    # 2 * 8 rows of 512 KiB: 8 MiB, past EXCHANGE_BUFFER_BYTES (4 MiB)
+    before = snapshot(store)
+    swap_blocks_in_place(store, [(0, 1)])
+    assert_same(store.tensors(), ref_exchange(before, [(0, 1)]))
+
+
 @pytest.mark.parametrize("form", ["list", "tensor"])
 @pytest.mark.parametrize("num_pairs", [0, 1, 3, 4, 5, 8, 9, 16, 17, 20])
 def test_swap_blocks_in_place_padding_touches_only_listed_pairs(num_pairs: int, form: str) -> None:
