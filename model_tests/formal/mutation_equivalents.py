@@ -527,6 +527,21 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         )
         for mutation in ("2 -> 3", "Mult -> FloorDiv")
     },
+    # --- optimized/kv_store.py ---
+    **{
+        ("optimized/kv_store.py", source, "True -> False"): (
+            "write has just checked that keys and values both hold one entry per layer, as"
+            " _caches does: zip's strict check can never fire"
+        )
+        for source in (
+            "for layer, (k, v) in enumerate(zip(keys, values, strict=True)):",
+            "for (k_cache, v_cache), k, v in zip(self._caches, keys, values, strict=True):",
+        )
+    },
+    ("optimized/kv_store.py", "if v_cache is not None and v is not None:", "And -> Or"): (
+        "write has checked that v is None exactly when the store is MLA, which is exactly when"
+        " v_cache is None: the two tests never differ"
+    ),
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {

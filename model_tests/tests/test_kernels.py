@@ -194,6 +194,110 @@ def test_store_rejects_bad_configuration(kwargs: dict[str, object], bad: str) ->
         KVStore(**args)
 
 
+def test_store_names_a_device_torch_cannot_parse() -> None:
+    """A string torch does not parse as a device is named as such, not as a wrong type."""
+    with pytest.raises(ConfigurationError, match="is not a torch device"):
+        KVStore(1, 2, 2, 1, 4, torch.float32, "nonsense")
+
+
+@pytest.mark.parametrize("mla", [False, True])
+def test_store_layout_is_one_allocation_k_then_v_per_layer(mla: bool) -> None:
+    """``blocks`` holds the layers' tensors in order, K then V per layer, and nothing else."""
+    store = KVStore(3, 4, 2, 1, 4, torch.float32, "cpu", mla)
+    per_layer = 1 if mla else 2
+    assert store.blocks.shape == (3 * per_layer, 4, 2, 1, 4)
+    for layer, (k, v) in enumerate(store.caches):
+        assert k.data_ptr() == store.blocks[per_layer * layer].data_ptr()
+        if v is not None:
+            assert v.data_ptr() == store.blocks[2 * layer + 1].data_ptr()
+    assert [t.data_ptr() for t in store.tensors()] == [t.data_ptr() for t in store.blocks]
+
+
+@pytest.mark.parametrize("mla", [False, True])
+def test_store_write_then_read_round_trip(mla: bool) -> None:
+    """Token ``i`` of every layer lands in ``slots[i]`` (block 0 and offset 0 included), K and
+    V apart; a read returns them, and every other slot stays zero."""
+    store = KVStore(2, 4, 3, 2, 4, torch.float32, "cpu", mla)
+    slots = [(0, 0), (3, 2), (2, 1)]
+    shape = (len(slots), 2, 4)
+    keys = [torch.full(shape, 1.0 + layer) + torch.arange(3.0).reshape(3, 1, 1) for layer in (0, 1)]
+    values: list[torch.Tensor | None] = (
+        [None, None] if mla else [-key for key in keys]  # V differs from K
+    )
+    store.write(slots, keys, values)
+    read = store.read(slots)
+    assert len(read) == 2
+    for layer, (k, v) in enumerate(read):
+        assert torch.equal(k, keys[layer])
+        if mla:
+            assert v is None
+        else:
+            expected = values[layer]
+            assert v is not None and expected is not None and torch.equal(v, expected)
+    written = sum(int(t.count_nonzero()) for t in store.tensors())
+    assert written == len(store.tensors()) * 3 * 2 * 4  # only the three slots
+
+
+BAD_SLOTS: list[tuple[object, type[Exception], str]] = [
+    ("ab", InvalidArgumentError, "expected a sequence"),
+    (5, InvalidArgumentError, "expected a sequence"),
+    ([[1, 0]], InvalidArgumentError, "a slot is"),
+    ([(1,)], InvalidArgumentError, "a slot is"),
+    ([(1, 0, 0)], InvalidArgumentError, "a slot is"),
+    ([(1, True)], InvalidArgumentError, "a slot is"),
+    ([(1, 0.5)], InvalidArgumentError, "a slot is"),
+    ([(4, 0)], ForeignBlockError, "block 4"),
+    ([(-1, 0)], ForeignBlockError, "block -1"),
+    ([(1, 3)], InvalidArgumentError, "slot 3"),
+    ([(1, -1)], InvalidArgumentError, "slot -1"),
+]
+
+
+@pytest.mark.parametrize(("slots", "error", "message"), BAD_SLOTS)
+def test_store_read_and_write_refuse_bad_slots(
+    slots: object, error: type[Exception], message: str
+) -> None:
+    store = KVStore(1, 4, 3, 1, 2, torch.float32, "cpu")
+    with pytest.raises(error, match=message):
+        store.read(slots)  # type: ignore[arg-type]
+    ones = [torch.ones((1, 1, 2))]
+    with pytest.raises(error, match=message):
+        store.write(slots, ones, ones)  # type: ignore[arg-type]
+    assert not store.blocks.any()
+
+
+@pytest.mark.parametrize("mla", [False, True])
+def test_store_write_refuses_bad_keys_and_values(mla: bool) -> None:
+    """Wrong layer counts, a K or V of the wrong shape, a V where MLA has none (or none where it
+    needs one): refused before anything is written."""
+    store = KVStore(2, 4, 3, 1, 2, torch.float32, "cpu", mla)
+    slots = [(1, 0), (2, 2)]
+    good = torch.ones((2, 1, 2))
+    bad = torch.ones((2, 1, 3))
+    v = None if mla else good
+    cases: list[tuple[list[torch.Tensor], list[torch.Tensor | None], str]] = [
+        ([good], [v, v], "expected K and V for 2 layers"),
+        ([good, good], [v], "expected K and V for 2 layers"),
+        ([good, bad], [v, v], "layer 1: K/V must be"),
+        ([good, good], [v, good if mla else None], "layer 1: K/V must be"),
+    ]
+    if not mla:
+        cases.append(([good, good], [good, bad], "layer 1: V must be"))
+    for keys, values, message in cases:
+        with pytest.raises(InvalidArgumentError, match=message):
+            store.write(slots, keys, values)
+        assert not store.blocks.any()
+    store.write(slots, [good, good], [v, v])
+    assert int(store.blocks.count_nonzero()) == store.blocks.shape[0] * 2 * 2
+
+
+@pytest.mark.parametrize("block_ids", ["ab", 5])
+def test_store_gather_refuses_what_is_not_a_sequence(block_ids: object) -> None:
+    store = KVStore(1, 4, 3, 1, 2, torch.float32, "cpu")
+    with pytest.raises(InvalidArgumentError, match="expected a sequence of block ids"):
+        store.gather(block_ids)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("mla", [False, True])
 def test_store_gather_reads_blocks_in_table_order(mla: bool) -> None:
     store = KVStore(2, 6, 3, 2, 4, torch.float32, "cpu", mla)
