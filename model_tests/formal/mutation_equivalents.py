@@ -271,16 +271,310 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("optimized/block_table.py", "if self.access_end > index:", "Gt -> GtE"): (
         "at access_end == index, settle(pool, index) returns at once (end <= start)"
     ),
+    # --- optimized/defragmenter.py ---
+    ("optimized/defragmenter.py", "self._high = -1", "1 -> 2"): (
+        "every id is above -1 and -2 alike, so the first _take sets _high; the only other reader,"
+        " _max_used, runs only with a used id (num_used > 0), so after a _take"
+    ),
+    ("optimized/defragmenter.py", "if physical > self._high:", "Gt -> GtE"): (
+        "at equality it assigns _high the value it has"
+    ),
+    ("optimized/defragmenter.py", "if physical < self._low:", "Lt -> LtE"): (
+        "at equality it assigns _low the value it has"
+    ),
+    **{
+        (
+            "optimized/defragmenter.py",
+            "if keep == 0:  # not a pure append: find the common prefix",
+            mutation,
+        ): (
+            "the search only finds a common prefix to leave alone: on a pure append (keep ="
+            " len(old)) it finds nothing more (limit <= keep); where it is skipped keep stays 0,"
+            " and giving back the whole old table and taking the whole new one leaves the same"
+            " ref counts and used count; _high only rises to a used id, and _low only falls to an"
+            " id given back (it may be used again: _low bounds the free ids from below only)"
+        )
+        for mutation in ("0 -> 1", "Eq -> NotEq")
+    },
+    ("optimized/defragmenter.py", "while high >= 0 and refs[high] == 0:", "GtE -> Gt"): (
+        "_max_used runs only with a used id, and none lies above _high: the loop stops at the"
+        " highest used id before high >= 0 can fail, and if it comes down to 0, id 0 is that"
+        " used id, so stopping there unchecked gives the same high"
+    ),
+    (
+        "optimized/defragmenter.py",
+        "while high >= 0 and (refs[high] == 0 or not movable[high]):",
+        "GtE -> Gt",
+    ): (
+        "high stops at 0 instead of -1 only where low (never below 0) is at or above it: the"
+        " low loop then does not move and the loop breaks either way, with the same pairs and"
+        " the same low"
+    ),
+    (
+        "optimized/defragmenter.py",
+        "while low < high and (refs[low] != 0 or not movable[low]):",
+        "Lt -> LtE",
+    ): (
+        "low reaches high only where the high loop stopped on a used movable id: it steps to"
+        " high + 1 and the loop breaks as it would have, with the same pairs; _low becomes"
+        " high + 1, and still no free movable id lies below it (those below high were passed"
+        " as used or reserved, high is used, the ids freed by this call's exchanges lie above"
+        " it), and _give_back lowers it when one is freed: only where the next scan starts"
+    ),
+    # --- optimized/block_table.py ---
+    **{
+        ("optimized/block_table.py", source, mutation): (
+            "the mutant only sends an append the shortcut would take through _fill_blocks: for"
+            " tokens that do not fill the block that holds the last ones it calls pool.fill with"
+            " no hash, which appends in place when the table is the only holder (as"
+            " append_in_place does) and copies when it is not (as the real code then does too);"
+            " the pending access is settled from that entry on first, which only writes it"
+            " early: pool.touch and the view keep the access with the higher stamp either way"
+            " (with no new tokens nothing is filled at all)"
+        )
+        for source, mutation in (
+            ("if position < end:", "Lt -> LtE"),
+            ("end < (index + 1) * size", "Add -> Sub"),
+            ("end < (index + 1) * size", "Mult -> FloorDiv"),
+        )
+    },
+    ("optimized/block_table.py", "if start < num_full:", "Lt -> LtE"): (
+        "at equality set_computed gets an empty slice and marks nothing"
+    ),
+    ("optimized/block_table.py", "self.marked = max(self.marked, num_full)", "max -> min"): (
+        "marked then stays 0, so every mark sets the computed flag of every held full block"
+        " again: those below the real marked are computed already (a full block is never"
+        " written again, keeps its mark while held, and a swap carries the mark to its copy),"
+        " and the manager reads marked only to skip the call"
+    ),
+    ("optimized/block_table.py", "if run >= end:", "GtE -> Gt"): (
+        "at run == end, pool.computed_run(blocks, end, end) returns end, which computed_run is"
+    ),
+    # --- optimized/block_pool.py ---
+    **{
+        ("optimized/block_pool.py", source, "0 -> 1"): (
+            "a block's start is read only for a block with a hash (the evictor's rank) or a"
+            " parent (prefix_of, the view), and _cache sets it with both; _blank clears both"
+        )
+        for source in ("self._starts: list[int] = [0] * num_blocks", "self._starts[index] = 0")
+    },
+    **{
+        ("optimized/block_pool.py", source, mutation): (
+            "the pool's own access stamps (mark_accessed) are never compared with anything:"
+            " _access_stamps is read only by touch and by view's untouched accesses, both of"
+            " which only the manager's tables use, with stamps from the manager's own counter,"
+            " and the manager never calls mark_accessed"
+        )
+        for source, mutation in (
+            ("self._next_access_stamp = 1", "1 -> 2"),
+            ("self._next_access_stamp = stamp + 1", "1 -> 2"),
+            ("self._next_access_stamp = stamp + 1", "Add -> Sub"),
+        )
+    },
+    **{
+        ("optimized/block_pool.py", source, mutation): (
+            "a pending pair's stamp is never read (clear_copy_on_writes and view take only the"
+            " source): the dict keeps the order of the copies"
+        )
+        for source, mutation in (
+            ("self._next_copy_stamp = 0", "0 -> 1"),
+            ("self._next_copy_stamp += 1", "1 -> 2"),
+            ("self._next_copy_stamp += 1", "Add= -> Sub="),
+            ("self._next_copy_stamp += 1", "delete the augmented assignment"),
+        )
+    },
+    (
+        "optimized/block_pool.py",
+        "num_hashed = self._starts[index] + len(self._tokens[index])",
+        "Add -> Sub",
+    ): (
+        "only hashed blocks are ranked, and a hashed block is full: start - block_size instead"
+        " of start + block_size shifts every rank by the same constant, so the order stays"
+    ),
+    (
+        "optimized/block_pool.py",
+        "for block, tokens in zip(taken, blocks, strict=True):",
+        "True -> False",
+    ): "taken is built with one block per entry of blocks: zip's strict check can never fire",
+    (
+        "optimized/block_pool.py",
+        "for index, (tokens, content_hash) in enumerate(zip(blocks, hashes, strict=True)):",
+        "True -> False",
+    ): (
+        "the only caller (BlockTable.for_prompt) passes hasher.chain of the same chunks, one"
+        " hash per block: zip's strict check can never fire"
+    ),
+    (
+        "optimized/block_pool.py",
+        "if self._ref_counts[block - self._first_id] > 1:",
+        "Gt -> GtE",
+    ): "at ref count 1 _copy_if_shared returns the block itself",
+    ("optimized/block_pool.py", "if stamp > self._access_stamps[index]:", "Gt -> GtE"): (
+        "the stamps compared here come from the manager's counter, one per access() (fork does"
+        " not copy a pending access; a pending stamp is never 0): an equal stamp is the same"
+        " access with the same time, so applying it again writes (or shows) what is there"
+    ),
+    **{
+        ("optimized/block_pool.py", source, "Or -> And"): (
+            "_cache sets a block's parent and key together (a BlockHash and an ExtraKey, never"
+            " None) and _blank clears them together: both are None or neither is"
+        )
+        for source in ("if parent is None or key is None:", "if parent is None or key is None")
+    },
+    # --- optimized/kernels.py ---
+    ("optimized/kernels.py", "MAX_RUNS = 4", "4 -> 5"): (
+        "MAX_RUNS only picks how the runs are moved: a copy_ per run and tensor, or (more runs)"
+        " the gather and scatter on an accelerator, a copy_ per run of the single allocation on"
+        " the host; each moves the same blocks, every source read before a destination of the"
+        " same tensor is written"
+    ),
+    **{
+        ("optimized/kernels.py", "EXCHANGE_BUFFER_BYTES = 4 * 2**20", mutation): (
+            "the bound only picks the pad sizes a batch may use (those that fit, else the"
+            " smallest): disjoint exchanges give the same result in any batches, and a batch's"
+            " padding repeats its own first pair, which writes the same bytes again"
+        )
+        for mutation in ("4 -> 5", "2 -> 3", "20 -> 21", "Mult -> FloorDiv")
+    },
+    **{
+        ("optimized/kernels.py", source, mutation): (
+            "the test only picks how the runs are moved within one device: by one gather and"
+            " one scatter per tensor, or a copy_ per run (per tensor, or of the single"
+            " allocation); each moves the same blocks, every source read before a destination"
+            " of the same tensor is written"
+        )
+        for source, mutation in (
+            ('if len(runs) > MAX_RUNS and src.device.type != "cpu":', "Gt -> GtE"),
+            ('if len(runs) > MAX_RUNS and src.device.type != "cpu":', "NotEq -> Eq"),
+            ('if len(runs) > MAX_RUNS and src.device.type != "cpu":', "And -> Or"),
+            ("many = len(runs) > MAX_RUNS", "Gt -> GtE"),
+        )
+    },
+    **{
+        ("optimized/kernels.py", source, "True -> False"): (
+            "both sides of the zip have one entry each per tensor of stores of one layout (or"
+            " temps one per staged run): its strict check can never fire"
+        )
+        for source in (
+            "[(src.blocks, dst.blocks)] if many else list(zip(src.tensors(), dst.tensors(),"
+            " strict=True))",
+            "for r, temp in zip(staged, temps, strict=True):",
+            "for source, destination in zip(sources, destinations, strict=True):",
+            "for s_cache, d_cache in zip(src.tensors(), dst.tensors(), strict=True):",
+        )
+    },
+    (
+        "optimized/kernels.py",
+        "accelerator = torch.accelerator.current_accelerator(check_available=True)",
+        "True -> False",
+    ): (
+        "_wait_for is reached only by a copy between two devices, so where an accelerator is"
+        " present and available, which both answers then name"
+    ),
+    (
+        "optimized/kernels.py",
+        "if accelerator is not None and device.type == accelerator.type:",
+        "And -> Or",
+    ): (
+        "_wait_for is reached only by a copy between the host and an accelerator, and is given"
+        " the accelerator's device: accelerator is not None and the types match, so both tests"
+        " hold"
+    ),
+    (
+        "optimized/kernels.py",
+        "s_cache[r.src : r.src + r.length], non_blocking=True",
+        "True -> False",
+    ): (
+        "a blocking copy moves the same bytes; it only returns later, and the call waits for"
+        " the host side at its end anyway"
+    ),
+    **{
+        ("optimized/kernels.py", source, mutation): (
+            "it only changes which pad sizes count as fitting the buffer's bound (or, when none"
+            " fits, which smallest ones are used): disjoint exchanges give the same result in"
+            " any batches, and a batch's padding repeats its own first pair, which writes the"
+            " same bytes again"
+        )
+        for source, mutation in (
+            ("row_bytes = rows[0].shape[1] * rows[0].element_size()", "Mult -> FloorDiv"),
+            (
+                "fitting = [size for size in sizes if 2 * size * row_bytes <="
+                " EXCHANGE_BUFFER_BYTES]",
+                "2 -> 3",
+            ),
+            (
+                "fitting = [size for size in sizes if 2 * size * row_bytes <="
+                " EXCHANGE_BUFFER_BYTES]",
+                "Mult -> FloorDiv",
+            ),
+            (
+                "fitting = [size for size in sizes if 2 * size * row_bytes <="
+                " EXCHANGE_BUFFER_BYTES]",
+                "LtE -> Lt",
+            ),
+            ("for batch in padded_batches(plan, fitting or sizes[:1]):", "1 -> 2"),
+        )
+    },
+    **{
+        (
+            "optimized/kernels.py",
+            "buffers[size] = rows[0].new_empty((2 * size, rows[0].shape[1]))",
+            mutation,
+        ): (
+            "index_select resizes its out tensor to the 2 * size rows it gathers: a buffer made"
+            " with another number of rows is only resized at its first use, and the scatter"
+            " reads the gathered rows"
+        )
+        for mutation in ("2 -> 3", "Mult -> FloorDiv")
+    },
+    # --- optimized/kv_store.py ---
+    **{
+        ("optimized/kv_store.py", source, "True -> False"): (
+            "write has just checked that keys and values both hold one entry per layer, as"
+            " _caches does: zip's strict check can never fire"
+        )
+        for source in (
+            "for layer, (k, v) in enumerate(zip(keys, values, strict=True)):",
+            "for (k_cache, v_cache), k, v in zip(self._caches, keys, values, strict=True):",
+        )
+    },
+    ("optimized/kv_store.py", "if v_cache is not None and v is not None:", "And -> Or"): (
+        "write has checked that v is None exactly when the store is MLA, which is exactly when"
+        " v_cache is None: the two tests never differ"
+    ),
 }
 
 HOST_ONLY: dict[tuple[str, str, str], str] = {
-    ("optimized/kernels.py", f"_wait_for({end}.device)", "delete the call"): (
-        "on a machine with no accelerator no store lives on another device, so swap_blocks never"
-        " copies between devices and never reaches the wait (and _wait_for is a no-op for host"
-        " devices); on CUDA test_kernels.py's"
-        " test_swap_blocks_returns_only_when_the_host_side_is_done must kill it"
-    )
-    for end in ("dst", "src")
+    **{
+        ("optimized/kernels.py", f"_wait_for({end}.device)", "delete the call"): (
+            "on a machine with no accelerator no store lives on another device, so swap_blocks"
+            " never copies between devices and never reaches the wait (and _wait_for is a no-op"
+            " for host devices); on CUDA test_kernels.py's"
+            " test_swap_blocks_returns_only_when_the_host_side_is_done must kill it"
+        )
+        for end in ("dst", "src")
+    },
+    **{
+        ("optimized/kernels.py", source, mutation): (
+            "the gather and scatter runs only on an accelerator (src.device.type != 'cpu'), and"
+            " on a machine with none every store is on the host; on one, test_kernels.py's"
+            " test_scattered_pairs_on_an_accelerator_and_across_devices must kill it"
+        )
+        for source, mutation in (
+            ("_gather_scatter(src.tensors(), dst.tensors(), plan, src.device)", "delete the call"),
+            ("gathered = _row_view(source).index_select(0, src_index)", "0 -> 1"),
+            ("_row_view(destination).index_copy_(0, dst_index, gathered)", "0 -> 1"),
+            ("_row_view(destination).index_copy_(0, dst_index, gathered)", "delete the call"),
+        )
+    },
+    ("optimized/kernels.py", "if src.device == dst.device:", "Eq -> NotEq"): (
+        "on a machine with no accelerator every store is on the host, and the mutant sends a"
+        " copy between two of them through the loop meant for two devices: the same runs"
+        " copied, then a wait for a host device, a no-op; on one, test_kernels.py's"
+        " test_scattered_pairs_on_an_accelerator_and_across_devices must kill it (a copy from"
+        " the device to the host past MAX_RUNS runs then scatters onto the host from the"
+        " device)"
+    ),
 }
 """Mutants that only an accelerator can observe: equivalent where there is none, and counted
 (killed or a gap) where there is one, so a run on a GPU machine holds them to their test

@@ -269,3 +269,19 @@ def test_nothing_is_computed_before_a_mark(make: BlockSpaceManagerFactory) -> No
     manager.mark_blocks_as_computed(1)
     assert manager.get_common_computed_block_ids([1]) == [0, 1]
     assert manager.get_num_cached_tokens(1) == 8
+
+
+@pytest.mark.parametrize("make", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])
+def test_an_access_of_a_swapped_out_sequence_shows_on_the_cpu(
+    make: BlockSpaceManagerFactory,
+) -> None:
+    """An access of a sequence swapped out goes to its CPU blocks, whose ids follow the GPU's:
+    the view shows it there (the optimized manager keeps it pending on the table)."""
+    manager = make(ManagerConfig(block_size=1, num_gpu_blocks=4, num_cpu_blocks=4))
+    manager.allocate(1, [1], [1, 2])
+    manager.swap_out(1)
+    manager.access_all_blocks_in_seq(1, 7.0)
+    blocks = manager.get_block_table(1)
+    assert all(block >= 4 for block in blocks)
+    view = manager.view()
+    assert [view.cpu.blocks[block].last_accessed for block in blocks] == [7.0, 7.0]

@@ -115,6 +115,15 @@ def test_reserved_ids_never_move(make: Factory) -> None:
     assert defrag.resolve(0) == 0 and defrag.resolve(2) == 2
 
 
+def test_a_pool_of_one_block(make: Factory) -> None:
+    """The smallest pool: its one block used, nothing to move (the high-water mark starts
+    below every id, not at one past the last)."""
+    defrag = make(DefragConfig(1, threshold=0))
+    defrag.update_state({"r": [0]}, [])
+    assert checked_defragment(defrag) == []
+    assert defrag.resolve(0) == 0
+
+
 def test_tables_change_in_place_and_finish(make: Factory) -> None:
     """A copy-on-write replaces an entry, a window release points one at the null block, a
     table is passed again unchanged; ref counts follow each table as it is now."""

@@ -19,7 +19,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pagedkv.optimized.kernels import (
     DEFAULT_PAD_SIZES,
+    MAX_RUNS,
     Run,
+    _row_view,
     coalesce_runs,
     copy_blocks,
     normalize_pairs,
@@ -190,6 +192,110 @@ def test_store_rejects_bad_configuration(kwargs: dict[str, object], bad: str) ->
     args.update(kwargs)
     with pytest.raises(ConfigurationError, match=bad.replace(".", r"\.")):
         KVStore(**args)
+
+
+def test_store_names_a_device_torch_cannot_parse() -> None:
+    """A string torch does not parse as a device is named as such, not as a wrong type."""
+    with pytest.raises(ConfigurationError, match="is not a torch device"):
+        KVStore(1, 2, 2, 1, 4, torch.float32, "nonsense")
+
+
+@pytest.mark.parametrize("mla", [False, True])
+def test_store_layout_is_one_allocation_k_then_v_per_layer(mla: bool) -> None:
+    """``blocks`` holds the layers' tensors in order, K then V per layer, and nothing else."""
+    store = KVStore(3, 4, 2, 1, 4, torch.float32, "cpu", mla)
+    per_layer = 1 if mla else 2
+    assert store.blocks.shape == (3 * per_layer, 4, 2, 1, 4)
+    for layer, (k, v) in enumerate(store.caches):
+        assert k.data_ptr() == store.blocks[per_layer * layer].data_ptr()
+        if v is not None:
+            assert v.data_ptr() == store.blocks[2 * layer + 1].data_ptr()
+    assert [t.data_ptr() for t in store.tensors()] == [t.data_ptr() for t in store.blocks]
+
+
+@pytest.mark.parametrize("mla", [False, True])
+def test_store_write_then_read_round_trip(mla: bool) -> None:
+    """Token ``i`` of every layer lands in ``slots[i]`` (block 0 and offset 0 included), K and
+    V apart; a read returns them, and every other slot stays zero."""
+    store = KVStore(2, 4, 3, 2, 4, torch.float32, "cpu", mla)
+    slots = [(0, 0), (3, 2), (2, 1)]
+    shape = (len(slots), 2, 4)
+    keys = [torch.full(shape, 1.0 + layer) + torch.arange(3.0).reshape(3, 1, 1) for layer in (0, 1)]
+    values: list[torch.Tensor | None] = (
+        [None, None] if mla else [-key for key in keys]  # V differs from K
+    )
+    store.write(slots, keys, values)
+    read = store.read(slots)
+    assert len(read) == 2
+    for layer, (k, v) in enumerate(read):
+        assert torch.equal(k, keys[layer])
+        if mla:
+            assert v is None
+        else:
+            expected = values[layer]
+            assert v is not None and expected is not None and torch.equal(v, expected)
+    written = sum(int(t.count_nonzero()) for t in store.tensors())
+    assert written == len(store.tensors()) * 3 * 2 * 4  # only the three slots
+
+
+BAD_SLOTS: list[tuple[object, type[Exception], str]] = [
+    ("ab", InvalidArgumentError, "expected a sequence"),
+    (5, InvalidArgumentError, "expected a sequence"),
+    ([[1, 0]], InvalidArgumentError, "a slot is"),
+    ([(1,)], InvalidArgumentError, "a slot is"),
+    ([(1, 0, 0)], InvalidArgumentError, "a slot is"),
+    ([(1, True)], InvalidArgumentError, "a slot is"),
+    ([(1, 0.5)], InvalidArgumentError, "a slot is"),
+    ([(4, 0)], ForeignBlockError, "block 4"),
+    ([(-1, 0)], ForeignBlockError, "block -1"),
+    ([(1, 3)], InvalidArgumentError, "slot 3"),
+    ([(1, -1)], InvalidArgumentError, "slot -1"),
+]
+
+
+@pytest.mark.parametrize(("slots", "error", "message"), BAD_SLOTS)
+def test_store_read_and_write_refuse_bad_slots(
+    slots: object, error: type[Exception], message: str
+) -> None:
+    store = KVStore(1, 4, 3, 1, 2, torch.float32, "cpu")
+    with pytest.raises(error, match=message):
+        store.read(slots)  # type: ignore[arg-type]
+    ones = [torch.ones((1, 1, 2))]
+    with pytest.raises(error, match=message):
+        store.write(slots, ones, ones)  # type: ignore[arg-type]
+    assert not store.blocks.any()
+
+
+@pytest.mark.parametrize("mla", [False, True])
+def test_store_write_refuses_bad_keys_and_values(mla: bool) -> None:
+    """Wrong layer counts, a K or V of the wrong shape, a V where MLA has none (or none where it
+    needs one): refused before anything is written."""
+    store = KVStore(2, 4, 3, 1, 2, torch.float32, "cpu", mla)
+    slots = [(1, 0), (2, 2)]
+    good = torch.ones((2, 1, 2))
+    bad = torch.ones((2, 1, 3))
+    v = None if mla else good
+    cases: list[tuple[list[torch.Tensor], list[torch.Tensor | None], str]] = [
+        ([good], [v, v], "expected K and V for 2 layers"),
+        ([good, good], [v], "expected K and V for 2 layers"),
+        ([good, bad], [v, v], "layer 1: K/V must be"),
+        ([good, good], [v, good if mla else None], "layer 1: K/V must be"),
+    ]
+    if not mla:
+        cases.append(([good, good], [good, bad], "layer 1: V must be"))
+    for keys, values, message in cases:
+        with pytest.raises(InvalidArgumentError, match=message):
+            store.write(slots, keys, values)
+        assert not store.blocks.any()
+    store.write(slots, [good, good], [v, v])
+    assert int(store.blocks.count_nonzero()) == store.blocks.shape[0] * 2 * 2
+
+
+@pytest.mark.parametrize("block_ids", ["ab", 5])
+def test_store_gather_refuses_what_is_not_a_sequence(block_ids: object) -> None:
+    store = KVStore(1, 4, 3, 1, 2, torch.float32, "cpu")
+    with pytest.raises(InvalidArgumentError, match="expected a sequence of block ids"):
+        store.gather(block_ids)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("mla", [False, True])
@@ -417,6 +523,37 @@ def test_swap_blocks_in_place_on_a_store_of_one_tensor() -> None:
     before = snapshot(store)
     swap_blocks_in_place(store, [(0, 5), (1, 2)])
     assert_same(store.tensors(), ref_exchange(before, [(0, 5), (1, 2)]))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "head_dim", "word"),
+    [
+        (torch.float32, 2, torch.int64),  # 8-byte rows: too narrow for complex128
+        (torch.float32, 6, torch.int64),  # 24 bytes: 8 tiles them, 16 does not
+        (torch.float16, 3, torch.int16),  # 6 bytes
+        (torch.float8_e4m3fn, 3, torch.uint8),  # 3 bytes: only single bytes tile them
+    ],
+)
+def test_swap_blocks_in_place_on_rows_no_wide_word_tiles(
+    dtype: torch.dtype, head_dim: int, word: torch.dtype
+) -> None:
+    """Blocks of one token and one head: the rows are viewed as the widest word that divides
+    them, never a wider one, and the exchange moves them as it does wide rows."""
+    store = make_store(6, block_size=1, heads=1, head_dim=head_dim, dtype=dtype, seed=4)
+    assert _row_view(store.tensors()[0]).dtype == word
+    before = snapshot(store)
+    swap_blocks_in_place(store, [(0, 5), (1, 2)])
+    assert_same(store.tensors(), ref_exchange(before, [(0, 5), (1, 2)]))
+
+
+def test_swap_blocks_in_place_on_rows_too_wide_for_the_buffer() -> None:
+    """Rows of 512 KiB: not even the smallest pad size fits the buffer's bound, and the
+    exchange still runs, in batches of the smallest size."""
+    store = make_store(2, block_size=128, heads=8, head_dim=256, dtype=torch.float16, mla=True)
+    # 2 * 8 rows of 512 KiB: 8 MiB, past EXCHANGE_BUFFER_BYTES (4 MiB)
+    before = snapshot(store)
+    swap_blocks_in_place(store, [(0, 1)])
+    assert_same(store.tensors(), ref_exchange(before, [(0, 1)]))
 
 
 @pytest.mark.parametrize("form", ["list", "tensor"])
@@ -653,6 +790,13 @@ def test_non_store_arguments_are_rejected(kernel: str) -> None:
         KERNELS[kernel](store.caches, store, [(0, 1)])  # type: ignore[arg-type]
 
 
+def test_swap_blocks_rejects_a_destination_that_is_not_a_store() -> None:
+    """The destination is checked as the source is, before its layout is compared."""
+    store = make_store(4)
+    with pytest.raises(InvalidArgumentError, match="dst must be a KVStore"):
+        swap_blocks(store, store.caches, [(0, 1)])  # type: ignore[arg-type]
+
+
 def test_normalize_pairs_forms_agree() -> None:
     pairs = [(3, 0), (1, 2)]
     tensor = torch.tensor(pairs, dtype=torch.int64)
@@ -682,6 +826,33 @@ def test_kernels_on_an_accelerator_and_across_devices() -> None:
     exchange = [(0, 9), (2, 3), (4, 5)]
     swap_blocks_in_place(device, exchange)
     assert_same(device.tensors(), ref_exchange(expected, exchange))
+
+
+SCATTERED: Pairs = [(0, 9), (9, 2), (2, 4), (7, 6), (5, 0), (3, 8)]
+"""Six runs, a chain among them: more than ``MAX_RUNS``, so an accelerator gathers and scatters."""
+
+
+@pytest.mark.skipif(ACCELERATOR is None, reason="no accelerator on this machine")
+def test_scattered_pairs_on_an_accelerator_and_across_devices() -> None:
+    """Past ``MAX_RUNS`` runs an accelerator moves the pairs by one gather and one scatter per
+    tensor (reads before writes, so the chain copies the old blocks); between the host and the
+    device the runs are copied one by one, whatever their number."""
+    assert ACCELERATOR is not None
+    device = make_store(10, seed=22, device=ACCELERATOR)
+    other = make_store(10, seed=23, device=ACCELERATOR)
+    host = make_store(10, seed=24)
+    source = make_store(10, seed=25)
+    device_before, other_before, host_before = snapshot(device), snapshot(other), snapshot(host)
+    assert len(coalesce_runs(SCATTERED)) > MAX_RUNS
+    copy_blocks(device, SCATTERED)
+    copied = ref_copy(device_before, SCATTERED)
+    assert_same(device.tensors(), copied)
+    swap_blocks(device, other, SCATTERED)
+    assert_same(other.tensors(), ref_swap(copied, other_before, SCATTERED))
+    swap_blocks(device, host, SCATTERED)
+    assert_same(host.tensors(), ref_swap(copied, host_before, SCATTERED))
+    swap_blocks(source, device, SCATTERED)
+    assert_same(device.tensors(), ref_swap(snapshot(source), copied, SCATTERED))
 
 
 @pytest.mark.skipif(
