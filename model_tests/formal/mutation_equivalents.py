@@ -544,6 +544,24 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ),
 }
 
+TWINS: dict[tuple[str, str, str, int], str] = {
+    ("optimized/defragmenter.py", "while high >= 0 and refs[high] == 0:", "0 -> 1", 0): (
+        "high >= 1: _max_used runs only with a block in use, and _high is never below the highest"
+        " used id, so the walk stops at a used id either way (at id 0 too: both tests stop there)"
+    ),
+    (
+        "optimized/defragmenter.py",
+        "while high >= 0 and (refs[high] == 0 or not movable[high]):",
+        "0 -> 1",
+        0,
+    ): (
+        "high >= 1: stopping at id 0 instead of -1 when id 0 is free or reserved leaves"
+        " low >= high (low is never negative), so the loop breaks with the same pairs"
+    ),
+}
+"""Equivalent mutants whose line and mutation a killed twin shares: keyed also by their place
+among those twins in the line (0 the first; ``mutate.twin_rank``)."""
+
 HOST_ONLY: dict[tuple[str, str, str], str] = {
     **{
         ("optimized/kernels.py", f"_wait_for({end}.device)", "delete the call"): (

@@ -22,7 +22,7 @@ from pagedkv.model_tests.formal.mutants import (
     mutants_of,
     mutated_code,
 )
-from pagedkv.model_tests.formal.mutation_equivalents import EQUIVALENT, HOST_ONLY
+from pagedkv.model_tests.formal.mutation_equivalents import EQUIVALENT, HOST_ONLY, TWINS
 
 
 def _python(code: str, timeout: float = 600) -> str:
@@ -65,6 +65,11 @@ def test_every_equivalent_entry_names_a_mutant_and_every_control_one() -> None:
             source,
             description,
         )
+    for file, source, description, rank in TWINS:
+        twins = [m for m in mutants_of(file) if (m.source, m.description) == (source, description)]
+        assert len(twins) > rank and mutate.twin_rank(twins[rank]) == rank, (file, source, rank)
+        assert mutate.equivalence(twins[rank]) == TWINS[(file, source, description, rank)]
+        assert all(mutate.equivalence(m) is None for m in twins if m is not twins[rank])
     for control in mutate.CONTROLS:
         assert (mutate.equivalence(control.mutant()) is not None) == control.must_survive
 
