@@ -22,6 +22,7 @@ from pagedkv.model_tests.machines.request_book import Scheduled
 from pagedkv.model_tests.machines.request_invariants import RequestInvariants
 from pagedkv.specs.request_types import NULL_BLOCK, GroupBlocks
 from pagedkv.specs.request_validation import cdiv
+from pagedkv.specs.request_view import RequestManagerView
 
 TAKE_EDGE = sampled((False, True))
 """How often an edge found is taken: half the time, so runs stay varied."""
@@ -40,10 +41,9 @@ MAX_EDGE_LOOKAHEAD = 24
 class RequestSteering(RequestInvariants):
     """Edge lookaheads and twin prompts, for the scheduler's rules to use."""
 
-    def _needed(self, request: Scheduled, total: int) -> tuple[int, int]:
+    def _needed(self, view: RequestManagerView, request: Scheduled, total: int) -> tuple[int, int]:
         """The blocks a known request's step to ``total`` tokens takes from the free queue, and
         the blocks its window release gives back first (those only it holds)."""
-        view = self.kv_view()
         table = view.requests.get(request.request_id)
         if table is None:
             return 0, 0
@@ -72,9 +72,10 @@ class RequestSteering(RequestInvariants):
         edges = []
         rare = False
         start = request.num_computed_tokens + num_new
-        free = len(self.kv_view().free_queue)
+        view = self.kv_view()  # read once: the edges below only look
+        free = len(view.free_queue)
         for lookahead in range(MAX_EDGE_LOOKAHEAD + 1):
-            needed, released = self._needed(request, start + lookahead)
+            needed, released = self._needed(view, request, start + lookahead)
             if free < needed <= free + released:
                 edges.append(lookahead)
                 event("edge: fits only after the window's release")
@@ -89,17 +90,17 @@ class RequestSteering(RequestInvariants):
         size = self.config.block_size
         if limit is not None:
             past = limit + size - start
-            if 0 < past <= MAX_EDGE_LOOKAHEAD and self._fits(request, limit, free):
+            if 0 < past <= MAX_EDGE_LOOKAHEAD and self._fits(view, request, limit):
                 edges.append(past)  # the step fits only as far as the limit
         fill = size - start % size
-        if start + fill <= request.num_tokens and self._fits(request, start + fill, free):
+        if start + fill <= request.num_tokens and self._fits(view, request, start + fill):
             edges.append(fill)  # a prefill chunk's lookahead fills a block of committed tokens
         return edges, rare
 
-    def _fits(self, request: Scheduled, total: int, free: int) -> bool:
+    def _fits(self, view: RequestManagerView, request: Scheduled, total: int) -> bool:
         """Whether ``request``'s step to ``total`` tokens fits (after its window's release)."""
-        needed, released = self._needed(request, total)
-        return needed <= free + released
+        needed, released = self._needed(view, request, total)
+        return needed <= len(view.free_queue) + released
 
     def steered_lookahead(
         self, request: Scheduled, num_new: int, lookahead: int, data: st.DataObject
