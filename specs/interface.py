@@ -78,6 +78,9 @@ class BlockPool(Protocol):
 
 
 class BlockPoolFactory(Protocol):
+    """What ``pagedkv check --level pool`` calls with each configuration it tries: a new, empty pool
+    (or ``UnsupportedError`` for a configuration the target does not support)."""
+
     def __call__(self, config: PoolConfig) -> BlockPool: ...
 
 
@@ -149,6 +152,9 @@ class BlockSpaceManager(Protocol):
 
 
 class BlockSpaceManagerFactory(Protocol):
+    """What ``pagedkv check --target`` calls with each configuration it tries: a new, empty manager
+    (or ``UnsupportedError`` for a configuration the target does not support)."""
+
     def __call__(self, config: ManagerConfig) -> BlockSpaceManager: ...
 
 

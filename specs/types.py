@@ -21,6 +21,9 @@ MAX_TOKEN: int = 2**63 - 1
 
 
 class Device(enum.Enum):
+    """Where a pool's blocks live: a manager has one pool on each, and swap moves blocks between
+    them."""
+
     GPU = "gpu"
     CPU = "cpu"
 
