@@ -30,8 +30,8 @@ browser:
 test: lint typecheck pytest
 
 lint:
-	$(BIN)/ruff check $(PKGS)
-	$(BIN)/ruff format --check $(PKGS)
+	$(BIN)/ruff check $(PKGS) docs
+	$(BIN)/ruff format --check $(PKGS) docs
 
 # One import name: mypy reads the folders as pagedkv.specs, pagedkv.reference ... through the
 # links in pagedkv/ (README, "The layout"), so it is given the package, not the folders.
@@ -47,9 +47,14 @@ wheel:
 	$(BIN)/pytest -q model_tests/tests/test_wheel.py -s
 
 # The parts of specs/policy.md that specs/policy.py generates (the options' table and values),
-# written between the page's markers; test_policy fails while the page is not current.
+# written between the page's markers; test_policy fails while the page is not current. Then the
+# docs site (mkdocs.yml: README.md, specs/ and the API reference from the docstrings) into site/,
+# in strict mode: a broken link or anchor fails it, as test_docs_site.py does in make test.
+# NO_MKDOCS_2_WARNING drops material's banner on its end of life (May 2027; its successor,
+# Zensical, reads this mkdocs.yml), so the output is the build's findings.
 docs:
 	$(BIN)/python -m pagedkv.model_tests.formal.policy_page specs/policy.md
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The corpus (specs/corpus.md): every wrong variant through `pagedkv check`'s default budget,
 # seeds 0, 1 and 2; fails on any missed or reported with more than 12 steps. Writes the figures
@@ -94,7 +99,7 @@ soak:
 	$(BIN)/pagedkv soak --steps 1000000
 
 clean:
-	rm -rf $(VENV) .hypothesis .mypy_cache .ruff_cache *.egg-info build dist
+	rm -rf $(VENV) .hypothesis .mypy_cache .ruff_cache *.egg-info build dist site
 
 # Real peers (model_tests/peers/, specs/peers.md): fetch their published wheels' block-manager
 # files into .peers/ (nothing of theirs is committed), then check each against the reference:
