@@ -5,6 +5,7 @@ conformance traces, and teach the algorithm.
                    [--profile P] [--policy NAME=VALUE ...] [--contract any|scheduler]
                    [--steps N] [--seed S] [--trace-out PATH] [--known FILE]
                    [--timeout SECONDS] [--json FILE] [--junit-xml FILE]
+                   [--workers N] [--database DIR|redis://HOST:PORT/DB]
     pagedkv record [--level manager|pool|request|all] [--out DIR] [--runs N] [--seed S] [--force]
     pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS] [--json FILE]
                    [--junit-xml FILE]
@@ -85,6 +86,7 @@ from pagedkv.model_tests.oracle.known import KnownError
 from pagedkv.model_tests.oracle.known import load as load_known
 from pagedkv.model_tests.oracle.record import CorpusError, check_out, record_level
 from pagedkv.model_tests.oracle.request_layouts import LAYOUTS, parse_layouts
+from pagedkv.model_tests.oracle.shared_failures import DatabaseError, open_database
 from pagedkv.model_tests.oracle.soak import CHECKPOINT, SoakResult, soak
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
 from pagedkv.model_tests.oracle.verdict_files import VerdictFiles
@@ -95,6 +97,7 @@ from pagedkv.model_tests.oracle.verdict_json import (
     soak_verdict,
 )
 from pagedkv.model_tests.oracle.watchdog import Interrupted
+from pagedkv.model_tests.oracle.workers import Job, WorkerError, check_in_workers, seeds_of
 from pagedkv.model_tests.teaching import demo, page, request_demo, terminal
 from pagedkv.model_tests.teaching.frames import Frame, Walk
 from pagedkv.model_tests.teaching.walkthrough import walk_trace
@@ -143,6 +146,8 @@ ONE_LINE_ERRORS: tuple[type[Exception], ...] = (
     profiles.ProfileError,
     KnownError,
     OutputError,
+    DatabaseError,
+    WorkerError,
 )
 """Bad input of every kind: the message is the whole report."""
 
@@ -351,27 +356,48 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     factory = targets.check(args.target, level, args.timeout)
     steps = default_steps(level) if args.steps is None else args.steps
     runs, _ = budget(steps)
+    shared = None if args.database is None else open_database(args.database, args.target)
 
     with out.progress(
-        f"checking {args.target} against the reference ...", runs, "runs", "checking"
+        f"checking {args.target} against the reference ...",
+        runs * args.workers,
+        "runs",
+        "checking",
     ) as shown:
 
         def progress(runs: int, calls: int, failing: bool) -> None:
             shown(runs, calls, "shrinking a divergence" if failing else "")
 
-        result = run_check(
-            factory,
-            level,
-            steps=steps,
-            seed=args.seed,
-            trace_out=trace_out,
-            progress=progress,
-            profile=profile,
-            timeout=args.timeout,
-            known=known,
-            contract=args.contract,
-            layouts=args.groups,
-        )
+        if args.workers > 1:  # model_tests/oracle/workers.py
+            seed = random.randrange(2**32) if args.seed is None else args.seed
+            job = Job(
+                args.target,
+                level,
+                profile,
+                steps,
+                trace_out,
+                args.timeout,
+                known,
+                args.contract,
+                args.groups,
+                args.database,
+            )
+            result = check_in_workers(job, seeds_of(seed, args.workers), progress)
+        else:
+            result = run_check(
+                factory,
+                level,
+                steps=steps,
+                seed=args.seed,
+                trace_out=trace_out,
+                progress=progress,
+                profile=profile,
+                timeout=args.timeout,
+                known=known,
+                contract=args.contract,
+                layouts=args.groups,
+                shared=shared,
+            )
     hint = None
     written = result.trace_path  # absolute: where it is, whatever directory the target chose
     if written == trace_out:  # named as the user did, from the directory pagedkv started in
@@ -777,6 +803,22 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="known differences to count and step past (TOML; specs/oracle.md §9)",
+    )
+    check.add_argument(
+        "--workers",
+        type=whole_number(1),
+        default=1,
+        metavar="N",
+        help="check N seeds at once, SEED to SEED+N-1, each with the whole budget, one process"
+        " each; FAIL if any fails (1)",
+    )
+    check.add_argument(
+        "--database",
+        default=None,
+        metavar="DIR|URL",
+        help="share failures through Hypothesis's example database (a directory, or"
+        " redis://HOST:PORT/DB): those stored for this check are replayed first, one found is"
+        " stored (specs/oracle.md §10)",
     )
     _verdict_file_options(check)
     _timeout_option(check)  # last: its help is the same under every command

@@ -29,6 +29,21 @@ it on the new release.
    budget (Hypothesis shapes a search by it, so budgets would stop being nested:
    ``oracle/search.py``); there is no public way to stop a search early.
 
+4. **The choices of the run in progress** (``hypothesis.control.current_build_context()``'s
+   ``data.choices``, encoded by ``hypothesis.database.choices_to_bytes``, the example database's
+   own encoding of a run). A check searches with no example database, so that its runs come
+   from its seed alone: with one, Hypothesis keeps a Pareto front of the steering scores that
+   draws on the search's random stream (and optimises it), so a seed would make other runs. To
+   share a failure all the same (``--database``), the check takes the failing run's choices at
+   its end and stores them itself (``ScopedDatabase.store_failure``). Considered: the database
+   in every search (a seed's runs then differ with and without it, and a run left by item 3 is
+   stored as if it had failed); the ``@reproduce_failure`` blob (printed, not handed over).
+5. **Where a search reads its failures** (``ConjectureRunner.reuse_existing_test_cases`` fetches
+   the test's own key first; its sub-keys, ``KEY.secondary`` and ``KEY.pareto``, after).
+   ``ScopedDatabase`` learns the key from that first fetch, to store a failure (item 4) where
+   the next check's replay reads. The key is Hypothesis's digest of the machine class, the same
+   in every process for the same code.
+
 Not internals, though they look it: ``@seed`` applied to a state machine class (documented in
 ``hypothesis.seed``'s docstring; it sets the ``_hypothesis_internal_use_seed`` attribute that
 ``run_state_machine_as_test`` copies), and ``Verbosity.quiet`` (nothing printed, not even the
@@ -38,11 +53,13 @@ an attribute error): the test finds it first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from hypothesis import seed as seeded
 from hypothesis import settings as Settings
+from hypothesis.control import current_build_context
+from hypothesis.database import ExampleDatabase, choices_to_bytes
 from hypothesis.internal.conjecture import engine, providers
 from hypothesis.internal.constants_ast import Constants
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
@@ -96,3 +113,46 @@ def run_search(machine: type[RuleBasedStateMachine], *, seed: int, settings: Set
     except _LeaveSearch:
         return True
     return False
+
+
+def run_choices() -> bytes:
+    """The choices the run in progress has made, as the example database stores a run: called
+    at its end (from ``teardown`` or a hook it calls), all of them."""
+    return choices_to_bytes(current_build_context().data.choices)
+
+
+class ScopedDatabase(ExampleDatabase):
+    """One check's part of a shared example database: every key a search uses is put under
+    ``scope``, so that checks of other targets, levels or profiles neither replay the failures
+    stored here nor drop them (a replayed run that does not fail is deleted)."""
+
+    def __init__(self, shared: ExampleDatabase, scope: bytes) -> None:
+        super().__init__()
+        self.shared, self.scope = shared, scope
+        self.primary: bytes | None = None
+        """The key a search reads its failures under, once one has read (item 5)."""
+
+    def _scoped(self, key: bytes) -> bytes:
+        return self.scope + b":" + key
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        if self.primary is None:
+            self.primary = key
+        return self.shared.fetch(self._scoped(key))
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.shared.save(self._scoped(key), value)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.shared.delete(self._scoped(key), value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.shared.move(self._scoped(src), self._scoped(dest), value)
+
+    def store_failure(self, choices: bytes) -> bool:
+        """Store a failing run's ``choices`` (``run_choices``) where a search of this machine
+        replays failures first; False if no search has read here yet (its key is unknown)."""
+        if self.primary is None:
+            return False
+        self.save(self.primary, choices)
+        return True

@@ -19,6 +19,7 @@ from pagedkv.model_tests.oracle.known import KnownDifferences
 from pagedkv.model_tests.oracle.known import load as load_known
 from pagedkv.model_tests.oracle.record import Corpus, record_level
 from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
+from pagedkv.model_tests.oracle.shared_failures import open_database
 from pagedkv.model_tests.oracle.targets import Factory
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
 from pagedkv.specs.policy import profile as named_profile
@@ -41,6 +42,7 @@ def check(
     known: KnownDifferences | str | Path | None = None,
     contract: Contract = "any",
     groups: Sequence[GroupKind] = LAYOUTS,
+    database: str | None = None,
 ) -> CheckResult:
     """Drive ``target`` and the reference (under ``profile``, with ``policy``'s options
     overriding it; ``specs/policy.md``) or the safety tier alone (``profile="safety"``) with
@@ -50,11 +52,15 @@ def check(
     cannot be loaded or built raises ``targets.TargetError``. ``known`` differences (a file's
     path, or a ``KnownDifferences``; ``specs/oracle.md`` §9) are counted and stepped past; a bad
     file raises ``known.KnownError``. At the request level, ``groups`` are the group layouts
-    the runs draw from (``full``, ``window``, ``hybrid``: all three by default)."""
+    the runs draw from (``full``, ``window``, ``hybrid``: all three by default). ``database``
+    (a directory or a ``redis://`` URL) shares failures with every other check of the same
+    target there (``shared_failures.py``); one that cannot be used raises
+    ``shared_failures.DatabaseError``."""
     chosen = named_profile(profile, dict(policy or {}))
     if known is not None and not isinstance(known, KnownDifferences):
         known = load_known(known, level)
     factory = _factory(target, level, timeout)
+    shared = None if database is None else open_database(database, target_name(target))
     return run_check(
         factory,
         level,
@@ -66,7 +72,15 @@ def check(
         known=known,
         contract=contract,
         layouts=groups,
+        shared=shared,
     )
+
+
+def target_name(target: Factory | str) -> str:
+    """A target as ``--target`` names it: a factory by its module and qualified name."""
+    if isinstance(target, str):
+        return target
+    return f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', repr(target))}"
 
 
 def replay(

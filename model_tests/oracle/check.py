@@ -16,18 +16,22 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import unittest
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Verbosity, settings
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.database import ExampleDatabase
 from hypothesis.errors import Unsatisfiable
 
 from pagedkv.model_tests.lockstep.calls import Divergence, TargetStopped
 from pagedkv.model_tests.lockstep.capture import RunRecord
 from pagedkv.model_tests.machines.hypothesis_internals import (
+    ScopedDatabase,
     leaving_when,
+    run_choices,
     run_search,
     shrinking_for,
 )
@@ -62,6 +66,7 @@ from pagedkv.model_tests.oracle.search import (
     epoch_phases,
     epoch_seed,
 )
+from pagedkv.model_tests.oracle.shared_failures import SharedFailures
 from pagedkv.model_tests.oracle.stepping import Stepping
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
 from pagedkv.model_tests.oracle.watchdog import watched
@@ -152,6 +157,13 @@ class CheckResult:
     own error: never a known difference)."""
     layouts: tuple[str, ...] = LAYOUTS
     """At the request level, the group layouts the runs drew from."""
+    seeds: tuple[int, ...] = ()
+    """Every seed the verdict covers where workers checked several (``workers.py``); empty:
+    ``seed`` alone."""
+
+    @property
+    def all_seeds(self) -> tuple[int, ...]:
+        return self.seeds or (self.seed,)
 
     @property
     def passed(self) -> bool:
@@ -178,6 +190,7 @@ def run_check(
     known: KnownDifferences | None = None,
     contract: Contract = "any",
     layouts: Sequence[GroupKind] = LAYOUTS,
+    shared: SharedFailures | None = None,
 ) -> CheckResult:
     """Check ``factory``'s targets against the reference under ``profile`` (isomorphic mode), or
     against the safety tier alone, each call within ``timeout`` seconds (None: the
@@ -185,7 +198,9 @@ def run_check(
     run is minimized, written as a trace to ``trace_out`` (unless None; checked before the
     search) and replayed. ``adapt_case`` may
     derive the machine used from the standard one (the real peers narrow what they draw). A
-    run that ends on one of the ``known`` differences is counted, not failed (``known.py``)."""
+    run that ends on one of the ``known`` differences is counted, not failed (``known.py``).
+    With a ``shared`` database, the failures stored there for this check are replayed first
+    (on top of the budget) and a failure found is stored (``shared_failures.py``)."""
     profile.check_level(level)
     steps = default_steps(level) if steps is None else steps
     if trace_out is not None:
@@ -201,6 +216,10 @@ def run_check(
         case = stepping.wrap(case)
     runs, per_run = budget(steps, steps_per_run)
     search = Search(runs, AFTER_FAILURE_SECONDS, stepping, progress)
+    stored = None
+    if shared is not None:
+        stored = shared.scoped(level, profile, contract, layouts, known, per_run)
+        search.choices = run_choices
 
     def declined(config: Any, why: str) -> None:
         result.declined.setdefault(show_config(config), why)
@@ -208,36 +227,81 @@ def run_check(
     case.on_run_end = staticmethod(leaving_when(search.go_on))
     case.on_declined = staticmethod(declined)
     with shrinking_for(SHRINK_SECONDS):
-        for epoch in itertools.count():
-            made = search.runs
-            try:
-                left = run_search(
-                    case, seed=epoch_seed(seed, epoch), settings=_settings(epoch, per_run)
-                )
-            except Unsatisfiable:
-                left = False  # every example of the search was rejected
-            except (Exception, TargetStopped) as failure:  # a hang stops the search at once
-                result.failure, result.record = failure, case.last_run
-                break
-            if search.cut:
-                assert search.shortest is not None and search.shortest.error is not None
-                result.failure, result.record = search.shortest.error, search.shortest
-            if left or search.runs == made:
-                break  # the budget is spent, a failure was cut, or the target declined all
+        if stored is not None:
+            _replay_stored(case, stored, seed, per_run, search, result)
+        for epoch in itertools.count() if result.failure is None else ():
+            phases = epoch_phases(epoch)
+            if not _search(
+                case, epoch_seed(seed, epoch), _settings(per_run, phases), search, result
+            ):
+                break  # the budget is spent, a failure was found, or the target declined all
     result.runs, result.calls, result.found_after = search.runs, search.calls, search.found_after
+    if stored is not None and shared is not None:
+        result.notes += _share(stored, shared.where, search, result)
     _conclude(result, factory, trace_out)
     return result
 
 
-def _settings(epoch: int, per_run: int) -> settings:
-    """The settings of a check's ``epoch``-th search: ``EPOCH_RUNS`` runs of ``per_run`` steps,
-    quiet, no database (a check's runs come from its seed alone)."""
+def _search(case: Case, seed: int, chosen: settings, search: Search, result: CheckResult) -> bool:
+    """One Hypothesis search of the check; whether the check makes another."""
+    made = search.runs
+    try:
+        left = run_search(case, seed=seed, settings=chosen)
+    except Unsatisfiable:
+        left = False  # every example of the search was rejected
+    except unittest.SkipTest:
+        left = False  # a replay with nothing stored: no run was made
+    except (Exception, TargetStopped) as failure:  # a hang stops the search at once
+        result.failure, result.record = failure, case.last_run
+        return False
+    if search.cut:
+        assert search.shortest is not None and search.shortest.error is not None
+        result.failure, result.record = search.shortest.error, search.shortest
+    return not left and search.runs > made
+
+
+def _replay_stored(
+    case: Case,
+    stored: ScopedDatabase,
+    seed: int,
+    per_run: int,
+    search: Search,
+    result: CheckResult,
+) -> None:
+    """Replay the failures stored for this check, smallest first (Hypothesis's reuse phase),
+    on top of the budget; one that fails is shrunk and is the check's failure."""
+    search.replaying = True
+    _search(case, seed, _settings(per_run, [Phase.reuse, Phase.shrink], stored), search, result)
+    search.end_replay()
+    if result.failure is not None:
+        result.notes.append("note: found by replaying a failure stored in the database")
+
+
+def _share(stored: ScopedDatabase, where: str, search: Search, result: CheckResult) -> list[str]:
+    """Store the smallest failing run where other checks replay it first; what to say of it."""
+    if result.failure is None or search.failing_choices is None:
+        return []
+    try:
+        kept = stored.store_failure(search.failing_choices)
+    except Exception as error:  # the verdict stands whatever happens to the database
+        return [f"note: the failure was not stored in {where}: {failure_message(error)}"]
+    if not kept:
+        return [f"note: the failure was not stored in {where} (Hypothesis read no key there)"]
+    return [f"note: stored in {where}: every check of this target replays it first"]
+
+
+def _settings(
+    per_run: int, phases: Sequence[Phase], database: ExampleDatabase | None = None
+) -> settings:
+    """The settings of one of a check's searches: ``EPOCH_RUNS`` runs of ``per_run`` steps,
+    quiet; no database (a check's runs come from its seed alone) but in the replay of stored
+    failures."""
     return settings(
         max_examples=EPOCH_RUNS,
         stateful_step_count=per_run,
-        phases=epoch_phases(epoch),
+        phases=phases,
         deadline=None,
-        database=None,
+        database=database,
         derandomize=False,
         suppress_health_check=list(HealthCheck),
         report_multiple_bugs=False,
@@ -311,6 +375,10 @@ class NothingCovered(Exception):
 
 class AllKnown(NothingCovered):
     """Every run ended on a known difference: nothing past them was checked."""
+
+
+class WorkerLost(Exception):
+    """A worker's process ended before its verdict (``workers.py``): never a pass."""
 
 
 def _finish(result: CheckResult, factory: Any, trace_out: str | Path | None) -> None:
@@ -441,7 +509,7 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
     groups = f", groups {','.join(result.layouts)}" if result.level == "request" else ""
     where = (
         f"{result.level} level{groups}, {mode}, profile {result.profile.describe()}{contract},"
-        f" seed {result.seed}"
+        f" {_seeds_text(result.all_seeds)}"
     )
     title = f"pagedkv check {target} ({where})"
     declined = _declined_lines(result.declined)
@@ -453,6 +521,10 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
         return Report(True, title, verdict, notes=declined, known=known)
     record = result.record
     report = Report(False, title, "", notes=list(declined), known=known)
+    if isinstance(result.failure, WorkerLost):
+        report.verdict = f"FAIL: {result.failure}"
+        report.notes += result.notes
+        return report
     if isinstance(result.failure, AllKnown):
         report.verdict = f"FAIL: {result.failure}: nothing past them was checked"
         return report
@@ -518,6 +590,13 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
             " deterministic?)"
         )
     return report
+
+
+def _seeds_text(seeds: tuple[int, ...]) -> str:
+    """``seed 7``; ``seeds 7 to 10 (4 workers)``."""
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return f"seeds {seeds[0]} to {seeds[-1]} ({len(seeds)} workers)"
 
 
 def _pass_verdict(result: CheckResult) -> str:

@@ -81,6 +81,17 @@ class Search:
     """The failing run with the fewest calls (what a cut search reports)."""
     cut: bool = False
     """Hypothesis went on for ``cut_after`` seconds after a failure and was stopped."""
+    choices: Callable[[], bytes] | None = None
+    """Where a failure is shared (``--database``): the choices of the run just ended."""
+    failing_choices: bytes | None = None
+    """The choices of the smallest failing run (shortest first), to share."""
+    replaying: bool = False
+    """Replaying stored failures, outside the budget (``shared_failures.py``)."""
+
+    def end_replay(self) -> None:
+        """The runs replayed are made on top of the budget, not out of it."""
+        self.replaying = False
+        self.runs_allowed += self.runs
 
     def go_on(self, record: RunRecord) -> bool:
         """Count the run ``record`` stands for; whether the check makes another."""
@@ -98,7 +109,8 @@ class Search:
         if self.failed_at is not None and self.shortest is not None:
             self.cut = time.monotonic() - self.failed_at > self.cut_after
             return not self.cut
-        return self.failing or self.runs < self.runs_allowed  # in whatever search it is
+        # in whatever search it is; a replay of stored failures runs to its end
+        return self.failing or self.replaying or self.runs < self.runs_allowed
 
     def _note_failure(self, record: RunRecord) -> None:
         failed = record.failed or record.failed_call or record.checking_config is not None
@@ -110,3 +122,12 @@ class Search:
             self.shortest is None or len(record.calls) < len(self.shortest.calls)
         ):
             self.shortest = record
+        if record.error is not None and self.choices is not None:
+            choices = self.choices()
+            if self.failing_choices is None or _shortlex(choices) < _shortlex(self.failing_choices):
+                self.failing_choices = choices
+
+
+def _shortlex(choices: bytes) -> tuple[int, bytes]:
+    """Shorter first, then in byte order: the order Hypothesis replays stored failures in."""
+    return len(choices), choices

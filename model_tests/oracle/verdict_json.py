@@ -133,7 +133,7 @@ def check_verdict(
         mode="safety" if result.profile.safety else "isomorphic",
         profile=result.profile.describe(),
         contract=result.contract,
-        seeds=[result.seed],
+        seeds=list(result.all_seeds),
         budget={"steps": steps, "runs": runs, "steps_per_run": per_run},
         runs=result.runs,
         calls=result.calls,
