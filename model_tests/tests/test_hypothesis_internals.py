@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 import tomllib
+import unittest
 from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 import pytest
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import strategies as st
+from hypothesis.database import InMemoryExampleDatabase
 from hypothesis.internal.conjecture import engine, providers
 from hypothesis.internal.constants_ast import Constants
 from hypothesis.stateful import RuleBasedStateMachine, rule
@@ -25,7 +27,9 @@ from pagedkv.model_tests.lockstep.capture import RunHook, RunRecord
 from pagedkv.model_tests.machines import hypothesis_internals
 from pagedkv.model_tests.machines.hypothesis_internals import (
     TESTED,
+    ScopedDatabase,
     leaving_when,
+    run_choices,
     run_search,
     shrinking_for,
 )
@@ -202,6 +206,56 @@ def test_leaving_on_a_failing_run_leaves_at_once_without_shrinking() -> None:
     AlwaysFails.on_run_end = staticmethod(leaving_when(lambda record: True))
     with pytest.raises(ValueError):
         run_search(AlwaysFails, seed=0, settings=shrinking)
+
+
+# --- 4. and 5. a run's choices, and where a search reads its failures -------------------------
+
+
+class FailsPastTen(RuleBasedStateMachine):
+    """Fails once its numbers add up past ten; each run's choices are kept at its end."""
+
+    runs: ClassVar[list[tuple[bytes, tuple[int, ...]]]] = []
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drawn: list[int] = []
+
+    @rule(number=st.integers(0, 6))
+    def add(self, number: int) -> None:
+        self.drawn.append(number)
+        assert sum(self.drawn) <= 10
+
+    def teardown(self) -> None:
+        FailsPastTen.runs.append((run_choices(), tuple(self.drawn)))
+
+
+def test_a_failing_run_s_choices_stored_in_a_scope_are_replayed_first() -> None:
+    searching = settings(QUIET, max_examples=200, stateful_step_count=8)
+    FailsPastTen.runs.clear()
+    with pytest.raises(AssertionError):
+        run_search(FailsPastTen, seed=3, settings=searching)
+    choices, drawn = FailsPastTen.runs[-1]
+    assert sum(drawn) > 10
+    shared = InMemoryExampleDatabase()
+    scoped = ScopedDatabase(shared, b"one check")
+    replaying = settings(searching, database=scoped, phases=[Phase.reuse, Phase.shrink])
+    with pytest.raises(unittest.SkipTest):  # nothing stored: no run at all
+        run_search(FailsPastTen, seed=4, settings=replaying)
+    assert scoped.primary is not None, moved("reading a search's failures under its own key")
+    assert scoped.store_failure(choices)
+    assert all(key.startswith(b"one check:") for key in shared.data)
+    FailsPastTen.runs.clear()
+    try:
+        run_search(FailsPastTen, seed=4, settings=replaying)
+    except unittest.SkipTest:  # pytest would take it for a skip
+        pytest.fail(moved("replaying what is stored under the key a search read first"))
+    except AssertionError:
+        pass
+    assert FailsPastTen.runs, "the stored failure was replayed and did not fail"
+    assert FailsPastTen.runs[0] == (choices, drawn), moved("a run replayed from its choices")
+    other = ScopedDatabase(shared, b"another check")
+    with pytest.raises(unittest.SkipTest):  # another scope replays nothing of this one's
+        run_search(FailsPastTen, seed=4, settings=settings(replaying, database=other))
 
 
 # --- nothing else reaches into Hypothesis ---------------------------------------------------------
