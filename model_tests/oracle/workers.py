@@ -95,7 +95,9 @@ def worker_trace(trace_out: Path, seed: int) -> Path:
 
 
 @dataclass
-class _Outcome:
+class WorkerOutcome:
+    """What one worker gave back: its check's result, or why there is none."""
+
     seed: int
     result: CheckResult | None = None
     lost: str = ""
@@ -104,6 +106,12 @@ class _Outcome:
 
 def check_in_workers(job: Job, seeds: Sequence[int], progress: Progress | None) -> CheckResult:
     """Check ``job`` with each of ``seeds`` in a process of its own; one verdict over all."""
+    return combine(job, run_workers(job, seeds, progress))
+
+
+def run_workers(job: Job, seeds: Sequence[int], progress: Progress | None) -> list[WorkerOutcome]:
+    """Each seed's check of ``job`` in a process of its own, all at once; ``progress`` hears
+    the sum of their runs and calls."""
     context = multiprocessing.get_context("spawn")
     messages: Queue[tuple[Any, ...]] = context.Queue()
     processes = [
@@ -118,10 +126,9 @@ def check_in_workers(job: Job, seeds: Sequence[int], progress: Progress | None) 
     try:
         for process in processes:
             process.start()
-        outcomes = _collect(processes, seeds, messages, progress)
+        return _collect(processes, seeds, messages, progress)
     finally:
         _stop(processes)
-    return combine(job, outcomes)
 
 
 def _collect(
@@ -129,9 +136,9 @@ def _collect(
     seeds: Sequence[int],
     messages: Queue[tuple[Any, ...]],
     progress: Progress | None,
-) -> list[_Outcome]:
+) -> list[WorkerOutcome]:
     """Each worker's outcome, telling ``progress`` the sum of their runs and calls meanwhile."""
-    outcomes = [_Outcome(seed) for seed in seeds]
+    outcomes = [WorkerOutcome(seed) for seed in seeds]
     finished: set[int] = set()
     tallies = [(0, 0, False)] * len(processes)
     quiet_since_end = [0] * len(processes)
@@ -245,7 +252,7 @@ def _portable(result: CheckResult) -> bytes:
 # --- one verdict ------------------------------------------------------------------------------
 
 
-def combine(job: Job, outcomes: Sequence[_Outcome]) -> CheckResult:
+def combine(job: Job, outcomes: Sequence[WorkerOutcome]) -> CheckResult:
     """The verdict over every worker: the smallest failure, else a lost worker, else a pass
     that counts them all."""
     seeds = tuple(outcome.seed for outcome in outcomes)
