@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from pagedkv.model_tests.oracle import shared_failures
 from pagedkv.model_tests.oracle.known import load as load_known
 from pagedkv.model_tests.oracle.shared_failures import DatabaseError, open_database, scope
 from pagedkv.specs.policy import profile
@@ -224,7 +223,7 @@ def test_checks_that_differ_in_meaning_never_share_a_key(tmp_path: Path) -> None
     )
     keys = {scope(**base)}
     assert scope(**base) in keys  # the same check: the same key, in any process
-    for change in [
+    changes: list[dict[str, Any]] = [
         {"target": "reference"},
         {"level": "pool"},
         {"profile": profile("vllm-v0")},
@@ -233,10 +232,10 @@ def test_checks_that_differ_in_meaning_never_share_a_key(tmp_path: Path) -> None
         {"contract": "scheduler"},
         {"per_run": 20},
         {"known": load_known(known, "manager")},
-    ]:
+    ]
+    for change in changes:
         key = scope(**{**base, **change})
         assert key not in keys, f"{change} shares a key"
         keys.add(key)
     request = {**base, "level": "request"}
     assert scope(**request) != scope(**{**request, "layouts": ("full",)})
-    assert shared_failures.REDIS_SCHEMES[0] == "redis://"
