@@ -3,7 +3,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PKGS    := specs reference optimized model_tests pagedkv
 
-.PHONY: setup browser test lint typecheck pytest wheel fuzz bench soak crosshair exhaustive mutate clean peers peers-fetch corpus docs
+.PHONY: setup browser redis test lint typecheck pytest wheel fuzz bench soak crosshair exhaustive mutate clean peers peers-fetch corpus docs
 
 setup:
 	$(PY) -m venv $(VENV)
@@ -11,6 +11,7 @@ setup:
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(MAKE) --no-print-directory browser
+	$(MAKE) --no-print-directory redis
 	$(MAKE) --no-print-directory peers-fetch
 
 # Headless Chromium and its driver for the trace viewer's browser test
@@ -25,6 +26,20 @@ browser:
 		echo "browser test: installed $$(chromium --version 2>/dev/null | head -n1)"; \
 	else \
 		echo "browser test: no Chromium and not root with apt-get; it will be skipped"; \
+	fi
+
+# Debian's redis-server for the test of check --database redis://
+# (model_tests/tests/test_shared_failures.py): installed where we are root with apt-get (as in
+# CI); elsewhere that test is skipped, except under CI=true where it fails.
+redis:
+	@if command -v redis-server >/dev/null; then \
+		echo "redis test: $$(redis-server --version | head -n1)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null && \
+		echo "redis test: installed $$(redis-server --version | head -n1)"; \
+	else \
+		echo "redis test: no redis-server and not root with apt-get; it will be skipped"; \
 	fi
 
 test: lint typecheck pytest
