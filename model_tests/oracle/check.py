@@ -66,7 +66,7 @@ from pagedkv.model_tests.oracle.search import (
     epoch_phases,
     epoch_seed,
 )
-from pagedkv.model_tests.oracle.shared_failures import SharedFailures
+from pagedkv.model_tests.oracle.shared_failures import SharedFailures, scope
 from pagedkv.model_tests.oracle.stepping import Stepping
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
 from pagedkv.model_tests.oracle.watchdog import watched
@@ -218,7 +218,8 @@ def run_check(
     search = Search(runs, AFTER_FAILURE_SECONDS, stepping, progress)
     stored = None
     if shared is not None:
-        stored = shared.scoped(level, profile, contract, layouts, known, per_run)
+        key = scope(shared.target, level, profile, contract, layouts, known, per_run)
+        stored = shared.scoped(key)
         search.choices = run_choices
 
     def declined(config: Any, why: str) -> None:

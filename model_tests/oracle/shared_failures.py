@@ -53,19 +53,9 @@ class SharedFailures:
     where: str
     target: str
 
-    def scoped(
-        self,
-        level: Level,
-        profile: Profile,
-        contract: Contract,
-        layouts: Sequence[str],
-        known: KnownDifferences | None,
-        per_run: int,
-    ) -> ScopedDatabase:
-        """This check's part of the database."""
-        return ScopedDatabase(
-            self.database, scope(self.target, level, profile, contract, layouts, known, per_run)
-        )
+    def scoped(self, key: bytes) -> ScopedDatabase:
+        """One check's part of the database, under ``key`` (``scope``)."""
+        return ScopedDatabase(self.database, key)
 
 
 def scope(

@@ -34,6 +34,7 @@ FINDS_IT = ("--seed", "0", "--steps", "2000")
 TOO_SMALL = ("--seed", "5", "--steps", "30")
 """One run of 30 steps: too few to find it alone (shown each time)."""
 REDIS_SERVER = shutil.which("redis-server")
+PAGEDKV_CHECK = (sys.executable, "-m", "pagedkv", "check", "--target")
 
 
 def check(tmp_path: Path, name: str, target: str, *argv: str) -> dict[str, Any]:
@@ -41,11 +42,7 @@ def check(tmp_path: Path, name: str, target: str, *argv: str) -> dict[str, Any]:
     verdict = tmp_path / f"{name}.json"
     done = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "pagedkv",
-            "check",
-            "--target",
+            *PAGEDKV_CHECK,
             target,
             *argv,
             "--json",
@@ -184,11 +181,7 @@ def test_a_database_that_cannot_be_used_is_one_line_and_exit_2(tmp_path: Path) -
     ]:
         done = subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "pagedkv",
-                "check",
-                "--target",
+                *PAGEDKV_CHECK,
                 "reference",
                 "--steps",
                 "30",
