@@ -178,21 +178,26 @@ def _ended(code: int | None) -> str:
 
 
 def _stop(processes: Sequence[BaseProcess]) -> None:
-    """Every worker ended: asked (SIGTERM: it kills its ``exec:`` programs), then killed."""
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    deadline = time.monotonic() + STOP_WAIT
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-        if process.is_alive():
-            process.kill()
-            process.join()
+    """Every worker ended: asked (SIGTERM: it kills its ``exec:`` programs), then killed, at
+    once if a second Ctrl-C cuts the wait short."""
+    try:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        deadline = time.monotonic() + STOP_WAIT
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+                process.join()
 
 
 def _work(job: Job, index: int, seed: int, messages: Queue[tuple[Any, ...]], parent: int) -> None:
     """One worker: the check of ``seed``, its result sent back pickled."""
     reaper.end_with_parent(parent)
+    signal.signal(signal.SIGINT, _left_to_the_parent)  # Ctrl-C is the parent's: it stops us
     signal.signal(signal.SIGTERM, _leave)  # exit handlers run: they kill exec: programs
     pin_generation()  # as the command line does: the same seed draws the same runs
     last = 0.0
@@ -223,14 +228,19 @@ def _work(job: Job, index: int, seed: int, messages: Queue[tuple[Any, ...]], par
         )
         messages.put(("progress", index, result.runs, result.calls, not result.passed))
         messages.put(("done", index, _portable(result)))
-    except (KeyboardInterrupt, SystemExit):
-        raise  # the parent is stopping it, or was interrupted with it
+    except SystemExit:
+        raise  # the parent is stopping it (SIGTERM)
     except BaseException as error:
         messages.put(("error", index, failure_message(error)))
 
 
 def _leave(signum: int, frame: FrameType | None) -> None:
     sys.exit(128 + signum)
+
+
+def _left_to_the_parent(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C reaches the whole process group; the parent answers it for every worker. (A
+    handler, not ``SIG_IGN``, which ``exec:`` programs would inherit.)"""
 
 
 def _portable(result: CheckResult) -> bytes:

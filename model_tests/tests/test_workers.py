@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +167,31 @@ def test_passing_workers_pass_with_every_run_counted() -> None:
     result = combine(job("t", "manager", 100), outcomes)
     assert result.passed and (result.runs, result.calls) == (30, 300)
     assert result.all_seeds == (5, 6, 7)
+
+
+def test_ctrl_c_stops_every_worker_and_is_130(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group; the parent answers it, for every worker."""
+    command = [sys.executable, "-m", "pagedkv", "check", "--target", "reference"]
+    command += ["--workers", "2", "--steps", "20000", "--seed", "1"]
+    started = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env={**os.environ, "PAGEDKV_PROGRESS": "0.5"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert started.stderr is not None
+    for line in started.stderr:  # the workers are under way
+        if "checking:" in line and not line.split("checking: ")[1].startswith("0 of"):
+            break
+    os.killpg(started.pid, signal.SIGINT)
+    _, err = started.communicate(timeout=60)
+    assert started.returncode == 130
+    assert err.strip().endswith("pagedkv: interrupted"), err
+    deadline = time.monotonic() + 10  # what has ended may wait a moment to be reaped by init
+    with pytest.raises(ProcessLookupError):  # nothing of the group is left
+        while time.monotonic() < deadline:
+            os.killpg(started.pid, 0)
+            time.sleep(0.1)
