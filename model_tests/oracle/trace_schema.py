@@ -20,7 +20,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
-from pagedkv import specs
+import pagedkv.specs as specs_package
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.known import ALL_KINDS
 from pagedkv.specs import errors as error_module
@@ -31,7 +31,7 @@ from pagedkv.specs.request_types import AttentionKind
 from pagedkv.specs.validation import CONFIG_BOUNDS
 from pagedkv.specs.wire import REQUEST_FIELDS, json_form
 
-SCHEMA_FILE = Path(specs.__file__).with_name("trace.schema.json")
+SCHEMA_FILE = Path(specs_package.__file__).with_name("trace.schema.json")
 """Beside the spec pages: ``specs/trace.schema.json`` (shipped in the wheel)."""
 
 Schema = dict[str, Any]
