@@ -59,7 +59,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pagedkv import __version__
-from pagedkv.model_tests.bench.report import Section, cell
+from pagedkv.model_tests.bench.report import Section, plain_text, rich_table
 from pagedkv.model_tests.bench.runner import REFERENCE_CALLS, BenchError, resolve_targets
 from pagedkv.model_tests.bench.runner import run as run_bench
 from pagedkv.model_tests.bench.sections import Options as BenchOptions
@@ -273,32 +273,13 @@ class Output:
         return answer != "" and answer.strip().lower() not in ("q", "quit")
 
     def section(self, section: Section) -> None:
-        """A benchmark section: its tables (numbers right-aligned), then their notes."""
+        """A benchmark section: its tables (numbers right-aligned; boxed on a terminal, plain
+        aligned text otherwise), then their notes."""
         for found in section.tables:
-            cells = [[cell(value) for value in row] for row in found.rows]
-            numeric = [
-                all(isinstance(row[i], int | float) for row in found.rows if i < len(row))
-                for i in range(len(found.columns))
-            ]
             if self.console is None:
-                widths = [
-                    max([len(name)] + [len(row[i]) for row in cells])
-                    for i, name in enumerate(found.columns)
-                ]
-                print(found.title, file=self.stream)
-                for row in [found.columns, ["-" * w for w in widths], *cells]:
-                    aligned = [
-                        text.rjust(width) if right else text.ljust(width)
-                        for text, width, right in zip(row, widths, numeric, strict=True)
-                    ]
-                    print("  ".join(aligned).rstrip(), file=self.stream)
+                print(plain_text(found), file=self.stream)
             else:
-                table = Table(title=found.title, title_justify="left")
-                for name, right in zip(found.columns, numeric, strict=True):
-                    table.add_column(name, justify="right" if right else "left")
-                for row in cells:
-                    table.add_row(*row)
-                self.console.print(table)
+                self.console.print(rich_table(found))
             for note in found.notes:
                 self.line(f"  {note}", "dim")
             self.line()

@@ -109,10 +109,11 @@ _JSON_KIND |= {"seqs": "ids", "blocks": "ids", "group_blocks": "chains", "reques
 """Kinds of the operation table that share a JSON form: ids and counts are integers, a request's
 blocks per group are lists of ids as chains are."""
 
-_KINDS = frozenset(
+JSON_FORMS = frozenset(
     {"int", "bool", "float", "tokens", "ids", "chains", "pairs", "device", "status", "none"}
     | {"extra_key", "prefix", "str", "request", "hit", "events"}
 )
+"""The JSON form of every kind (``specs/trace.schema.json`` has one definition for each)."""
 
 _EXACT_TYPES: dict[str, type] = {
     "int": int,
@@ -123,7 +124,7 @@ _EXACT_TYPES: dict[str, type] = {
 }
 
 
-def _base(kind: str) -> str:
+def json_form(kind: str) -> str:
     """The JSON form of ``kind``, without its ``?``."""
     bare = kind.rstrip("?")
     return _JSON_KIND.get(bare, bare)
@@ -168,7 +169,7 @@ def exact_value(kind: str, value: object, at: str = "") -> Any:
     ``NotExact`` naming what it is (``at``: where inside the value it is, ``[2]``)."""
     if kind.endswith("?") and value is None:
         return None
-    base = _base(kind)
+    base = json_form(kind)
     if base in _EXACT_TYPES:
         if type(value) is not _EXACT_TYPES[base]:
             raise _not(value, at, _EXACT_TYPES[base].__name__)
@@ -261,7 +262,7 @@ def _exact_event(value: object, at: str) -> KVEvent:
 
 def fits(kind: str, value: object) -> bool:
     """Whether ``value`` is exactly of ``kind`` (else an argument is written raw)."""
-    if _base(kind) not in _KINDS:
+    if json_form(kind) not in JSON_FORMS:
         raise CodecError(f"unknown kind {kind!r}")
     try:
         exact_value(kind, value)
@@ -350,7 +351,7 @@ def _json_of(kind: str, value: Any) -> JSON:
     """The JSON of an exact value of ``kind``."""
     if value is None:
         return None
-    base = _base(kind)
+    base = json_form(kind)
     if base in {"int", "bool", "tokens", "ids"}:
         return value
     if base == "float":
@@ -378,7 +379,7 @@ def _json_of(kind: str, value: Any) -> JSON:
 
 def encode_value(kind: str, value: object, where: str = "value") -> JSON:
     """``value``'s JSON; one not exactly of ``kind`` is written ``{"raw": ...}``."""
-    if _base(kind) not in _KINDS:
+    if json_form(kind) not in JSON_FORMS:
         raise CodecError(f"unknown kind {kind!r}")
     try:
         exact = exact_value(kind, value)
@@ -431,7 +432,7 @@ def decode_value(kind: str, value: JSON, where: str = "value", *, allow_raw: boo
         return value["raw"]
     if kind.endswith("?") and value is None:
         return None
-    base = _base(kind)
+    base = json_form(kind)
     if base == "int":
         return _int(value, where)
     if base == "bool":

@@ -34,7 +34,7 @@ from functools import partial
 import torch
 
 from pagedkv.model_tests.bench.kernels import synchronize
-from pagedkv.model_tests.bench.report import Table, cell, load_average
+from pagedkv.model_tests.bench.report import Table, load_average, plain_text
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.optimized.defragmenter import OptimizedDefragmenter
 from pagedkv.optimized.kernels import swap_blocks_in_place
@@ -321,13 +321,7 @@ def tables(run: ServingRun, seconds: float) -> list[Table]:
 
 def print_table(table: Table) -> None:
     """Plain aligned text (``pagedkv bench --defrag`` prints the same tables with rich)."""
-    text = [[cell(value) for value in row] for row in table.rows]
-    widths = [
-        max([len(name)] + [len(row[i]) for row in text]) for i, name in enumerate(table.columns)
-    ]
-    print(table.title)
-    for row in [table.columns, ["-" * width for width in widths], *text]:
-        print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)))
+    print(plain_text(table))
     for note in table.notes:
         print(f"  {note}")
     print()

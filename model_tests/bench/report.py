@@ -1,10 +1,16 @@
-"""What a benchmark section hands back: tables to print and data for the JSON file."""
+"""What a benchmark section hands back: tables to print and data for the JSON file; a table
+drawn with rich, boxed on a terminal and as plain aligned text for a log or a pipe."""
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass, field
 from typing import Any
+
+import rich.table
+from rich import box
+from rich.console import Console
 
 
 @dataclass
@@ -36,3 +42,37 @@ def cell(value: Any) -> str:
             return "-"
         return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
     return str(value)
+
+
+PLAIN = box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
+"""No frame: a dashed line under the header, the columns apart (plain text for a log)."""
+PLAIN_WIDTH = 10_000
+"""Columns wide enough that no table is wrapped: a log keeps each row on one line."""
+
+
+def rich_table(table: Table, *, plain: bool = False) -> rich.table.Table:
+    """``table`` for rich: numbers right-aligned; ``plain``, without a frame (``PLAIN``) or a
+    title (rich would wrap it to the table's width; ``plain_text`` prints it whole)."""
+    numeric = [
+        all(isinstance(row[i], int | float) for row in table.rows if i < len(row))
+        for i in range(len(table.columns))
+    ]
+    drawn = (
+        rich.table.Table(box=PLAIN, show_edge=False, pad_edge=False, collapse_padding=True)
+        if plain
+        else rich.table.Table(title=table.title, title_justify="left")
+    )
+    for name, right in zip(table.columns, numeric, strict=True):
+        drawn.add_column(name, justify="right" if right else "left")
+    for row in table.rows:
+        drawn.add_row(*(cell(value) for value in row))
+    return drawn
+
+
+def plain_text(table: Table) -> str:
+    """``table`` as plain aligned text, no styling at all: its title, the header, a dashed line,
+    the rows (each line without trailing spaces)."""
+    out = io.StringIO()
+    console = Console(file=out, color_system=None, force_terminal=False, width=PLAIN_WIDTH)
+    console.print(rich_table(table, plain=True))
+    return "\n".join([table.title, *(line.rstrip() for line in out.getvalue().splitlines())])

@@ -2,17 +2,19 @@
 
 Each program runs as the leader of its own process group, and the whole group is killed
 (``exec_target``). A descendant that left the group (``setsid``, a daemon's double fork) escapes
-that kill. On Linux two things catch it:
+that kill. Two things catch it:
 
-- before the group is killed, the program's descendants are read from ``/proc`` (each process's
-  parent), whatever group they are in, and killed after it;
-- the ``pagedkv`` command is a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``): a process
-  whose parent exits is given to pagedkv instead of to init, so one orphaned before the kill is
-  still pagedkv's child, and known as the program's by the mark it inherited in its environment
-  (``PAGEDKV_PEER``).
+- before the group is killed, the program's descendants are found (``psutil``: each process's
+  parent, on Linux from ``/proc``, on macOS and the BSDs from the kernel), whatever group they
+  are in, and killed after it; psutil checks that a process it kills is still the one it found,
+  not a new one that was given its id;
+- on Linux the ``pagedkv`` command is a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``,
+  which psutil does not offer: called through ``ctypes``): a process whose parent exits is given
+  to pagedkv instead of to init, so one orphaned before the kill is still pagedkv's child, and
+  known as the program's by the mark it inherited in its environment (``PAGEDKV_PEER``).
 
-Elsewhere (no ``/proc``, no ``prctl``) only the process group is killed: a descendant that left
-it keeps running (``specs/oracle.md`` §5).
+Elsewhere (no ``prctl``) a descendant orphaned before the kill keeps running
+(``specs/oracle.md`` §5).
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
+
+import psutil
 
 MARK = "PAGEDKV_PEER"
 """The environment variable each program (and so each of its descendants) is started with."""
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
-PROC = Path("/proc")
 
 
 def adopt_orphans() -> bool:
@@ -58,64 +60,41 @@ def end_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _parent(pid: int) -> int | None:
+def descendants(pid: int) -> list[psutil.Process]:
+    """Every process below ``pid`` (empty if ``pid`` is gone or cannot be read)."""
     try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # after the command's name, which may hold ")"
-
-
-def _processes() -> list[int]:
-    try:
-        return [int(name) for name in os.listdir(PROC) if name.isdigit()]
-    except OSError:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
         return []
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid``, children first (empty without ``/proc``)."""
-    children: dict[int, list[int]] = {}
-    for each in _processes():
-        parent = _parent(each)
-        if parent is not None:
-            children.setdefault(parent, []).append(each)
-    found, queue = [], [pid]
-    while queue:
-        below = children.get(queue.pop(0), [])
-        found += below
-        queue += below
-    return found
-
-
-def marked(pid: int, mark: str) -> bool:
-    """Whether ``pid`` was started with ``MARK=mark`` in its environment."""
+def marked(process: psutil.Process, mark: str) -> bool:
+    """Whether ``process`` was started with ``MARK=mark`` in its environment."""
     try:
-        environment = (PROC / str(pid) / "environ").read_bytes()
-    except OSError:
+        return bool(process.environ().get(MARK) == mark)
+    except psutil.Error:
         return False
-    return f"{MARK}={mark}".encode() in environment.split(b"\0")
 
 
-def strays(mark: str) -> list[int]:
+def strays(mark: str) -> list[psutil.Process]:
     """This process's children that carry ``mark``: a program's descendants orphaned and given
     to pagedkv as the subreaper, with everything below them."""
-    own = [pid for pid in descendants(os.getpid()) if _parent(pid) == os.getpid()]
-    found = [pid for pid in own if marked(pid, mark)]
-    return found + [below for pid in found for below in descendants(pid)]
+    found = [child for child in psutil.Process().children() if marked(child, mark)]
+    return found + [below for child in found for below in descendants(child.pid)]
 
 
-def kill_all(pids: list[int]) -> None:
-    """SIGKILL each of ``pids``, then reap those that are this process's children (an adopted
-    orphan is, and would stay a zombie)."""
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+def kill_all(processes: list[psutil.Process]) -> None:
+    """SIGKILL each of ``processes`` still running (psutil refuses one whose id now names
+    another), then reap those that are this process's children (an adopted orphan is, and would
+    stay a zombie)."""
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
     deadline = time.monotonic() + 2
-    for pid in pids:
+    for process in processes:
         while time.monotonic() < deadline:
             try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
+                done, _ = os.waitpid(process.pid, os.WNOHANG)
             except ChildProcessError:
                 break  # not ours, or already reaped
             if done:

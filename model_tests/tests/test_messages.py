@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pagedkv import cli
+from pagedkv.model_tests.bench.report import Section, Table
 from pagedkv.model_tests.oracle import trace
 from pagedkv.model_tests.oracle.request_layouts import layout_of
 from pagedkv.model_tests.oracle.soak import soak
@@ -154,3 +155,43 @@ def test_no_color_means_no_styling_at_all(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("NO_COLOR", "")  # empty: as if unset (no-color.org)
     code, styled, _ = run_cli("demo", stdout=Terminal())
     assert "\x1b[1m" in styled
+
+
+BENCH = Section(
+    "operations",
+    [
+        Table(
+            "per operation: median microseconds, the reference against the optimized manager",
+            ["operation", "calls", "reference", "optimized"],
+            [["allocate", 120, 12.345, 1.2], ["append_slots", 4000, 120.5, float("nan")]],
+            ["load average 1.0"],
+        )
+    ],
+)
+
+
+def test_a_benchmark_table_is_rich_on_a_terminal_and_plain_text_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same rich table three ways: boxed and styled on a terminal, boxed without a single
+    escape code under ``NO_COLOR``, and plain aligned text (title whole, a dashed line under the
+    header, numbers to the right) where the output is not a terminal."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    styled = Terminal()
+    cli.Output(styled).section(BENCH)
+    assert STYLING.search(styled.getvalue()) and "┏━" in styled.getvalue()
+    monkeypatch.setenv("NO_COLOR", "1")
+    uncoloured = Terminal()
+    cli.Output(uncoloured).section(BENCH)
+    assert not STYLING.search(uncoloured.getvalue()) and "┃ operation" in uncoloured.getvalue()
+    plain = io.StringIO()
+    cli.Output(plain).section(BENCH)
+    assert plain.getvalue().splitlines() == [
+        "per operation: median microseconds, the reference against the optimized manager",
+        "operation     calls  reference  optimized",
+        "------------- ------ ---------- ---------",
+        "allocate        120       12.3      1.200",
+        "append_slots   4000      120.5          -",
+        "  load average 1.0",
+        "",
+    ]

@@ -30,8 +30,10 @@ from pagedkv.model_tests.tests.teaching_pages import (
     read_page,
     swap_trace,
 )
+from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.specs.errors import ConfigurationError
-from pagedkv.specs.types import CopyPair, ManagerConfig, PoolConfig
+from pagedkv.specs.request_types import Request, RequestConfig
+from pagedkv.specs.types import CopyPair, ExtraKey, ManagerConfig, PoolConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -306,6 +308,28 @@ def test_the_target_side_shows_its_own_tables_and_where_they_differ() -> None:
     assert row.differs_at()  # the target kept a block the reference released to the null block
     reader = read_page(page.render(walk))
     assert "cell differs" in page.render(walk) and reader.marked == [2]
+
+
+def test_every_value_on_the_page_is_escaped() -> None:
+    """Names that come from a trace (its file, a request's id, a cache salt) are text on the page
+    (the templates escape every value), never markup: one script and one style, the page's own,
+    and the names read back as written."""
+    hostile = '<img src=x onerror="alert(1)">'
+    salt = "</section><script>alert('salt')</script>"
+    config = RequestConfig(num_blocks=4, block_size=2)
+    request = Request(hostile, (1, 2, 3), 3, extra_key=ExtraKey(cache_salt=salt))
+    calls = [("allocate_slots", (request, 3, 0, None, 0)), ("free", (hostile,))]
+    walk = walk_trace(
+        trace.trace_of_calls("request", config, calls),
+        f"{hostile}.jsonl",
+        RequestManager,
+        hostile,
+    )
+    text = page.render(walk)
+    reader = read_page(text)
+    assert (reader.scripts, reader.styles, reader.outside) == (1, 1, [])
+    assert "<img" not in text and "<script>alert" not in text
+    assert hostile in reader.sections[1].content and len(reader.sections) == 3
 
 
 # --- the command line -----------------------------------------------------------------------------

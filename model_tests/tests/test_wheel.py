@@ -67,6 +67,14 @@ def test_the_wheel_ships_one_typed_package_and_no_tests(wheel: Path) -> None:
     assert "pagedkv/py.typed" in names and "pagedkv/cli.py" in names
     assert "pagedkv/specs/block_pool.md" in names
     assert "pagedkv/specs/verdict.schema.json" in names  # what --json writes, for its readers
+    assert "pagedkv/specs/trace.schema.json" in names  # the trace format, for other languages
+    for template in (
+        "page.html",
+        "step.html",
+        "request_picture.html",
+        "cells.html",
+    ):  # the viewer's page
+        assert f"pagedkv/model_tests/teaching/templates/{template}" in names
     # the real peers' known defects, which `python -m pagedkv.model_tests.peers.run --known` reads
     assert "pagedkv/model_tests/peers/known/vllm-0.6.3-manager.toml" in names, names
 
