@@ -58,7 +58,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pagedkv import __version__
-from pagedkv.model_tests.bench.report import Section, cell
+from pagedkv.model_tests.bench.report import Section, cell, is_figure
 from pagedkv.model_tests.bench.runner import REFERENCE_CALLS, BenchError, resolve_targets
 from pagedkv.model_tests.bench.runner import run as run_bench
 from pagedkv.model_tests.bench.sections import Options as BenchOptions
@@ -272,7 +272,7 @@ class Output:
         for found in section.tables:
             cells = [[cell(value) for value in row] for row in found.rows]
             numeric = [
-                all(isinstance(row[i], int | float) for row in found.rows if i < len(row))
+                all(is_figure(row[i]) for row in found.rows if i < len(row))
                 for i in range(len(found.columns))
             ]
             if self.console is None:
@@ -699,8 +699,13 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
         for name, path in (("json", args.json), ("plot", args.plot), ("trace", args.trace_out))
     }
     per_call = timeout.resolve(args.timeout)
+    held_to = named_profile(args.profile)
     try:
-        found = resolve_targets(args.target, args.baseline, reference_calls, per_call)
+        held_to.check_level("manager")
+    except ValueError as error:
+        raise UsageError(f"--profile: {error}") from None
+    try:
+        found = resolve_targets(args.target, args.baseline, reference_calls, per_call, args.profile)
     except BenchError as error:
         raise UsageError(str(error)) from None
     options = BenchOptions(
@@ -714,6 +719,7 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
         defrag=args.defrag,
         trace_out=written["trace"],
         timeout=per_call,
+        requests=not args.no_requests,
     )
     try:
         run_bench(options, out.section, written["json"], written["plot"])
@@ -853,6 +859,18 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="also replay on package.module:factory or exec:PROGRAM (repeatable)",
+    )
+    bench.add_argument(
+        "--profile",
+        default="pagedkv",
+        choices=[name for name in PROFILE_NAMES if ":" not in name and name != "safety"],
+        help="the policy every --target follows: they replay the stream the scheduler makes"
+        " over the reference under it, their answers held to it (pagedkv)",
+    )
+    bench.add_argument(
+        "--no-requests",
+        action="store_true",
+        help="leave out the request level (pagedkv and vLLM 0.33.0's KVCacheManager)",
     )
     bench.add_argument(
         "--baseline",

@@ -2,7 +2,9 @@
 then write the JSON file and the plot.
 
 ``SECTIONS`` is the list a new section joins: a function from the ``Context`` (options, the
-workload, what earlier sections found) to a ``Section``. The kernels and the plot need torch and
+streams, what earlier sections found) to a ``Section``, which prints it as it comes back and
+keeps its ``data`` in the JSON file under its name (the plot reads that file: a section with a
+figure worth drawing adds a panel to ``plot.PANELS``). The kernels and the plot need torch and
 matplotlib, which the rest does not: each runs as a program of its own (``python -m
 pagedkv.model_tests.bench.kernels``, ``python -m pagedkv.model_tests.bench.plot``) when asked for.
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 from pagedkv.model_tests.bench import baseline
 from pagedkv.model_tests.bench.report import Section, Table, load_average
+from pagedkv.model_tests.bench.request_sections import requests_section
 from pagedkv.model_tests.bench.scaling import scaling_section
 from pagedkv.model_tests.bench.sections import (
     Context,
@@ -32,6 +35,7 @@ from pagedkv.model_tests.bench.sections import (
     queries_section,
     workload_section,
 )
+from pagedkv.model_tests.bench.streams import PAGEDKV
 from pagedkv.model_tests.oracle import targets, trace
 from pagedkv.model_tests.oracle.guard import guard
 
@@ -144,6 +148,7 @@ SECTIONS: list[Callable[[Context], Section]] = [
     end_to_end_section,
     memory_section,
     queries_section,
+    requests_section,
     scaling_section,
     kernels_section,
     defrag_section,
@@ -155,10 +160,12 @@ def resolve_targets(
     revision: str | None,
     reference_calls: int | None,
     timeout: float | None = None,
+    profile: str = PAGEDKV,
 ) -> list[Target]:
     """The implementations to compare with the optimized manager: an earlier commit's optimized
     manager (``revision``), the reference (unless ``reference_calls`` is None) and every
-    ``--target``; ``timeout`` for each call into them (None: the environment's)."""
+    ``--target``, held to ``profile``; ``timeout`` for each call into them (None: the
+    environment's)."""
     found: list[Target] = []
     if revision is not None:
         try:
@@ -170,7 +177,7 @@ def resolve_targets(
     if reference_calls is not None:
         found.append(Target("reference", _load("reference", timeout), reference_calls or None))
     for spec in specs:
-        found.append(Target(spec, _load(spec, timeout)))
+        found.append(Target(spec, _load(spec, timeout), profile=profile))
     return found
 
 
