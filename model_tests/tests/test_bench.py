@@ -19,9 +19,10 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from matplotlib import pyplot
 
 from pagedkv import cli
 from pagedkv.model_tests.bench import baseline, plot, replay, request_sections, runner
@@ -238,17 +239,20 @@ def test_the_plot_draws_implementations_only_and_no_empty_panel(
     empty where a section had no data."""
     document = {name: section.data for name, section in answering_otherwise.items()}
     assert document["operations"]["allocate_us_per_prompt_block"]  # kept, not as a series
-    figure = plot.plt.figure()
+    figure = pyplot.figure()
     draw = plot.operations_panel(document)
     assert draw is not None
     draw(figure.add_subplot())
-    labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    legend = figure.axes[0].get_legend()
+    assert legend is not None
+    labels = [text.get_text() for text in legend.get_texts()]
     assert labels == ["optimized", "miscounts", "lacks"]
     ratios = plot.end_to_end_panel(document)
     assert ratios is not None
     ratios(figure.add_subplot())
-    assert 1.0 in [line.get_xdata()[0] for line in figure.axes[1].get_lines()]  # the line at 1
-    plot.plt.close(figure)
+    at = [list(cast(list[float], line.get_xdata())) for line in figure.axes[1].get_lines()]
+    assert [1.0, 1.0] in at  # the line at 1
+    pyplot.close(figure)
     assert plot.draw(document, tmp_path / "bench.png") == 2  # operations and end to end
     assert plot.kernels_panel(document) is None and plot.scaling_panel(document) is None
 
