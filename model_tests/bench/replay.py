@@ -162,7 +162,8 @@ class Raised:
     message: str
 
     def __repr__(self) -> str:
-        return f"raised {self.error}({self.message!r})"
+        message = self.message if len(self.message) <= 100 else self.message[:99] + "…"
+        return f"raised {self.error}({message!r})"
 
 
 def check(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pagedkv.model_tests.bench import baseline
-from pagedkv.model_tests.bench.report import Section, Table, load_average
+from pagedkv.model_tests.bench.report import Section, Spread, Table, load_average
 from pagedkv.model_tests.bench.request_sections import requests_section
 from pagedkv.model_tests.bench.scaling import scaling_section
 from pagedkv.model_tests.bench.sections import (
@@ -87,9 +87,7 @@ def kernels_section(context: Context) -> Section:
             "MiB",
             "kernel GB/s",
             "copy_ GB/s",
-            "ratio (median)",
-            "min",
-            "max",
+            "ratio",
         ],
     )
     for row in data["rows"]:
@@ -103,14 +101,13 @@ def kernels_section(context: Context) -> Section:
                 row["mib"],
                 row["kernel_gbps"],
                 row["copy_gbps"],
-                ratio["median"],
-                ratio["min"],
-                ratio["max"],
+                Spread(ratio["median"], ratio["min"], ratio["max"], ratio.get("n", 0)),
             ]
         )
     table.notes.append(
         "ratio = the kernel's bandwidth / a contiguous copy_ of the same bytes, per repetition"
-        " (the two timed in turns); an exchange moves each block twice"
+        " (the two timed in turns), median [min, max]; GB/s: medians; an exchange moves each"
+        " block twice"
     )
     section.tables.append(table)
     section.data = data

@@ -225,6 +225,10 @@ def check_section(context: Context) -> Section:
             [run.label, run.stream.profile, len(run.calls), agreement.describe(), rate]
         )
         data[run.label] = {**agreement.as_json(), "hit_rate": rate, "policy": run.stream.profile}
+        if agreement.per_operation:
+            by_operation = sorted(agreement.per_operation.items(), key=lambda item: -item[1])
+            shown = ", ".join(f"{op} {count}" for op, count in by_operation)
+            table.notes.append(f"{run.label} answers otherwise at: {shown}")
     table.notes.append(
         "answers: compared with the stream's recording (block ids by their number); an"
         " implementation that answers otherwise is still timed on every call"
