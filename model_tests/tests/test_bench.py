@@ -150,6 +150,7 @@ def test_pagedkv_bench_writes_every_section(tmp_path: Path) -> None:
     assert plot_out.read_bytes().startswith(b"\x89PNG")
     assert "per operation" in out and "growth with the pool" in out and "block kernels" in out
     assert "request level" in out and document["requests"]["managers"]
+    assert "GPU blocks, median [min, max] of 1 pass(es)" in out  # growth, with its spread
 
 
 @pytest.mark.parametrize(
