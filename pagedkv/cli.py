@@ -706,8 +706,13 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
         for name, path in (("json", args.json), ("plot", args.plot), ("trace", args.trace_out))
     }
     per_call = timeout.resolve(args.timeout)
+    held_to = named_profile(args.profile)
     try:
-        found = resolve_targets(args.target, args.baseline, reference_calls, per_call)
+        held_to.check_level("manager")
+    except ValueError as error:
+        raise UsageError(f"--profile: {error}") from None
+    try:
+        found = resolve_targets(args.target, args.baseline, reference_calls, per_call, args.profile)
     except BenchError as error:
         raise UsageError(str(error)) from None
     options = BenchOptions(
@@ -721,6 +726,7 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
         defrag=args.defrag,
         trace_out=written["trace"],
         timeout=per_call,
+        requests=not args.no_requests,
     )
     try:
         run_bench(options, out.section, written["json"], written["plot"])
@@ -876,6 +882,18 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="also replay on package.module:factory or exec:PROGRAM (repeatable)",
+    )
+    bench.add_argument(
+        "--profile",
+        default="pagedkv",
+        choices=[name for name in PROFILE_NAMES if ":" not in name and name != "safety"],
+        help="the policy every --target follows: they replay the stream the scheduler makes"
+        " over the reference under it, their answers held to it (pagedkv)",
+    )
+    bench.add_argument(
+        "--no-requests",
+        action="store_true",
+        help="leave out the request level (pagedkv and vLLM 0.33.0's KVCacheManager)",
     )
     bench.add_argument(
         "--baseline",

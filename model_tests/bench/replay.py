@@ -24,9 +24,10 @@ import time
 import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from pagedkv.model_tests.bench.report import Spread
 from pagedkv.model_tests.bench.scheduler import Call, digest
 from pagedkv.model_tests.lockstep.show import show_call
 from pagedkv.model_tests.oracle.loop_deadline import LoopDeadline, Unwatched, calls_within
@@ -34,23 +35,6 @@ from pagedkv.model_tests.oracle.timeout import FOREVER
 from pagedkv.specs.types import ManagerConfig
 
 Factory = Callable[[ManagerConfig], Any]
-
-
-@dataclass(frozen=True)
-class Spread:
-    """The median of repeated measurements, with the smallest and largest."""
-
-    median: float
-    low: float
-    high: float
-    count: int
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Spread:
-        return cls(statistics.median(values), min(values), max(values), len(values))
-
-    def as_json(self) -> dict[str, float]:
-        return {"median": self.median, "min": self.low, "max": self.high, "n": self.count}
 
 
 class ReplayError(Exception):
@@ -92,6 +76,96 @@ def replaying(calls: Sequence[Call], config: ManagerConfig, timeout: float) -> I
         yield replay
 
 
+@dataclass(frozen=True)
+class Difference:
+    """One call answered otherwise than the recording (or raising where it answered)."""
+
+    number: int
+    method: str
+    got: Any
+    expected: Any
+
+    def describe(self) -> str:
+        return (
+            f"call {self.number}, {self.method}: {self.got!r}, the recording has {self.expected!r}"
+        )
+
+
+@dataclass
+class Agreement:
+    """How an implementation answered a recorded stream: the manager after the replay, how many
+    calls it answered otherwise (how many of them by raising), the first such call, and the
+    count per operation."""
+
+    manager: Any
+    calls: int
+    differ: int = 0
+    raised: int = 0
+    first: Difference | None = None
+    per_operation: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def as_recorded(self) -> bool:
+        return self.differ == 0
+
+    def describe(self) -> str:
+        if self.first is None:
+            return "as recorded"
+        raised = f", {self.raised} of them raising" if self.raised else ""
+        return f"{self.differ} differ{raised}; first: {self.first.describe()}"
+
+    def as_json(self) -> dict[str, Any]:
+        first = self.first
+        return {
+            "calls": self.calls,
+            "differ": self.differ,
+            "raised": self.raised,
+            "first": None if first is None else {**first.__dict__, "text": first.describe()},
+            "per_operation": self.per_operation,
+        }
+
+
+def compare(
+    factory: Factory,
+    config: ManagerConfig,
+    calls: Sequence[Call],
+    outcomes: Sequence[Any],
+    timeout: float = FOREVER,
+) -> Agreement:
+    """Replay once, comparing every result with the recording and going on past a difference
+    (an exception is an answer too: its class); the replay's calls are the recording's whatever
+    the implementation answers, so it can be timed on them all the same."""
+    with replaying(calls, config, timeout) as replay:
+        agreement = Agreement(factory(config), len(calls))
+        bound = _bound(agreement.manager, calls)
+        answers = zip(replay.stream(), outcomes, strict=True)
+        for number, ((method, args), expected) in enumerate(answers, 1):
+            try:
+                got = digest(bound[method](*args))
+            except Exception as error:
+                got = Raised(type(error).__name__, str(error))
+            if got == expected:
+                continue
+            agreement.differ += 1
+            agreement.raised += isinstance(got, Raised)
+            agreement.per_operation[method] = agreement.per_operation.get(method, 0) + 1
+            if agreement.first is None:
+                agreement.first = Difference(number, method, got, expected)
+    return agreement
+
+
+@dataclass(frozen=True)
+class Raised:
+    """A call's answer that was an exception."""
+
+    error: str
+    message: str
+
+    def __repr__(self) -> str:
+        message = self.message if len(self.message) <= 100 else self.message[:99] + "…"
+        return f"raised {self.error}({message!r})"
+
+
 def check(
     factory: Factory,
     config: ManagerConfig,
@@ -99,21 +173,12 @@ def check(
     outcomes: Sequence[Any],
     timeout: float = FOREVER,
 ) -> Any:
-    """Replay once, comparing every result with the recording; returns the manager after it."""
-    with replaying(calls, config, timeout) as replay:
-        manager = factory(config)
-        bound = _bound(manager, calls)
-        answers = zip(replay.stream(), outcomes, strict=True)
-        for number, ((method, args), expected) in enumerate(answers, 1):
-            try:
-                got = digest(bound[method](*args))
-            except Exception as error:
-                raise ReplayError(f"call {number}, {method}: raised {error!r}") from None
-            if got != expected:
-                raise ReplayError(
-                    f"call {number}, {method}: {got!r}, the recording has {expected!r}"
-                )
-    return manager
+    """Replay once, comparing every result with the recording; returns the manager after it,
+    or raises ``ReplayError`` naming the first call answered otherwise."""
+    agreement = compare(factory, config, calls, outcomes, timeout)
+    if agreement.first is not None:
+        raise ReplayError(agreement.first.describe())
+    return agreement.manager
 
 
 @contextmanager
@@ -137,7 +202,10 @@ def seconds(
         with stream_frozen():
             start = time.process_time()
             for method, args in replay.stream():
-                bound[method](*args)
+                try:  # noqa: SIM105 (a with-statement per call would be timed)
+                    bound[method](*args)
+                except Exception:  # an answer too (``compare`` counts it); free when none
+                    pass
             return time.process_time() - start
 
 
@@ -162,9 +230,18 @@ def interleaved(
 
 @dataclass(frozen=True)
 class OpTime:
+    """An operation's mean µs per call over a stream (with several passes: the median of the
+    passes' means, and the smallest and largest of them)."""
+
     calls: int
     mean_us: float
     total_s: float
+    passes: Spread | None = None
+    """The passes' means (None: one pass)."""
+
+    @property
+    def spread(self) -> Spread:
+        return self.passes or Spread(self.mean_us, self.mean_us, self.mean_us, 1)
 
 
 def clock_overhead_ns(samples: int = 200_000) -> float:
@@ -191,13 +268,15 @@ def per_operation(
     """Mean µs of each operation over the stream, the clock's own cost subtracted; with several
     passes, each operation's median of them (a pass another process interrupted counts once)."""
     found = [_one_pass(factory, config, calls, overhead_ns, timeout) for _ in range(max(1, passes))]
+    spreads = {method: Spread.of([one[method].mean_us for one in found]) for method in found[0]}
     return {
         method: OpTime(
             found[0][method].calls,
-            statistics.median(one[method].mean_us for one in found),
+            spread.median,
             statistics.median(one[method].total_s for one in found),
+            spread,
         )
-        for method in found[0]
+        for method, spread in spreads.items()
     }
 
 
@@ -254,7 +333,10 @@ def _timed_pass(
             fn = bound[method]
             before = paused[0]
             start = clock()
-            fn(*args)
+            try:  # noqa: SIM105 (a with-statement per call would be timed)
+                fn(*args)
+            except Exception:  # timed as an answer, as in ``seconds``
+                pass
             totals[method] += clock() - start - (paused[0] - before)
             counts[method] += 1
     found = {
@@ -279,7 +361,10 @@ def peak_memory(
             manager = factory(config)
             bound = _bound(manager, calls)
             for method, args in replay.stream():
-                bound[method](*args)
+                try:  # noqa: SIM105 (a with-statement per call would be timed)
+                    bound[method](*args)
+                except Exception:  # as in ``seconds``
+                    pass
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -5,12 +5,36 @@ from __future__ import annotations
 
 import io
 import os
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import rich.table
 from rich import box
 from rich.console import Console
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of repeated measurements, with the smallest and largest: a figure's cell
+    reads ``median [min, max]``."""
+
+    median: float
+    low: float
+    high: float
+    count: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    def scaled(self, factor: float) -> Spread:
+        """The same measurements in another unit (µs per call from seconds per replay)."""
+        return Spread(self.median * factor, self.low * factor, self.high * factor, self.count)
+
+    def as_json(self) -> dict[str, float]:
+        return {"median": self.median, "min": self.low, "max": self.high, "n": self.count}
 
 
 @dataclass
@@ -36,12 +60,20 @@ def load_average() -> float:
 
 
 def cell(value: Any) -> str:
-    """A table cell: floats to three significant decimals where small, two otherwise."""
+    """A table cell: floats to three significant decimals where small, two otherwise; a
+    ``Spread`` as ``median [min, max]``."""
+    if isinstance(value, Spread):
+        return f"{cell(value.median)} [{cell(value.low)}, {cell(value.high)}]"
     if isinstance(value, float):
         if value != value:  # NaN: no figure
             return "-"
         return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
     return str(value)
+
+
+def is_figure(value: Any) -> bool:
+    """Whether a cell is a number (right-aligned)."""
+    return isinstance(value, int | float | Spread)
 
 
 PLAIN = box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
@@ -54,7 +86,7 @@ def rich_table(table: Table, *, plain: bool = False) -> rich.table.Table:
     """``table`` for rich: numbers right-aligned; ``plain``, without a frame (``PLAIN``) or a
     title (rich would wrap it to the table's width; ``plain_text`` prints it whole)."""
     numeric = [
-        all(isinstance(row[i], int | float) for row in table.rows if i < len(row))
+        all(is_figure(row[i]) for row in table.rows if i < len(row))
         for i in range(len(table.columns))
     ]
     drawn = (

@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pagedkv.model_tests.bench.replay import Spread, stream_frozen
+from pagedkv.model_tests.bench.replay import stream_frozen
+from pagedkv.model_tests.bench.report import Spread
 from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs import request_calls
@@ -165,7 +166,7 @@ def decode_microseconds(
     spent = 0
     count = 0
     with stream_frozen():
-        for decode, run in itertools.groupby(calls, key=_is_decode):
+        for decode, run in itertools.groupby(calls, key=is_decode):
             bound = [(call.method(manager), call.args) for call in run]
             start = clock()
             for method, args in bound:
@@ -176,7 +177,7 @@ def decode_microseconds(
     return spent / count / 1e3
 
 
-def _is_decode(call: RequestCall[Any]) -> bool:
+def is_decode(call: RequestCall[Any]) -> bool:
     return call.name == "allocate_slots" and call.args[1:] == (1, 0, None, 0)
 
 
@@ -188,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     options = parser.parse_args(argv)
     config, calls = record(options.groups, options.seed)
     check(config, calls)
-    decodes = sum(1 for call in calls if _is_decode(call))
+    decodes = sum(1 for call in calls if is_decode(call))
     print(
         f"stream ({options.groups}): {len(calls)} calls, {decodes} single-token decodes,"
         f" {NUM_REQUESTS} requests, block size {BLOCK_SIZE}; answers equal on both sides"

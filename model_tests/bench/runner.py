@@ -2,7 +2,9 @@
 then write the JSON file and the plot.
 
 ``SECTIONS`` is the list a new section joins: a function from the ``Context`` (options, the
-workload, what earlier sections found) to a ``Section``. The kernels and the plot need torch and
+streams, what earlier sections found) to a ``Section``, which prints it as it comes back and
+keeps its ``data`` in the JSON file under its name (the plot reads that file: a section with a
+figure worth drawing adds a panel to ``plot.PANELS``). The kernels and the plot need torch and
 matplotlib, which the rest does not: each runs as a program of its own (``python -m
 pagedkv.model_tests.bench.kernels``, ``python -m pagedkv.model_tests.bench.plot``) when asked for.
 """
@@ -18,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from pagedkv.model_tests.bench import baseline
-from pagedkv.model_tests.bench.report import Section, Table, load_average
+from pagedkv.model_tests.bench.report import Section, Spread, Table, load_average
+from pagedkv.model_tests.bench.request_sections import requests_section
 from pagedkv.model_tests.bench.scaling import scaling_section
 from pagedkv.model_tests.bench.sections import (
     Context,
@@ -32,6 +35,7 @@ from pagedkv.model_tests.bench.sections import (
     queries_section,
     workload_section,
 )
+from pagedkv.model_tests.bench.streams import PAGEDKV
 from pagedkv.model_tests.oracle import targets, trace
 from pagedkv.model_tests.oracle.guard import guard
 
@@ -83,9 +87,7 @@ def kernels_section(context: Context) -> Section:
             "MiB",
             "kernel GB/s",
             "copy_ GB/s",
-            "ratio (median)",
-            "min",
-            "max",
+            "ratio",
         ],
     )
     for row in data["rows"]:
@@ -99,14 +101,13 @@ def kernels_section(context: Context) -> Section:
                 row["mib"],
                 row["kernel_gbps"],
                 row["copy_gbps"],
-                ratio["median"],
-                ratio["min"],
-                ratio["max"],
+                Spread(ratio["median"], ratio["min"], ratio["max"], ratio.get("n", 0)),
             ]
         )
     table.notes.append(
         "ratio = the kernel's bandwidth / a contiguous copy_ of the same bytes, per repetition"
-        " (the two timed in turns); an exchange moves each block twice"
+        " (the two timed in turns), median [min, max]; GB/s: medians; an exchange moves each"
+        " block twice"
     )
     section.tables.append(table)
     section.data = data
@@ -144,6 +145,7 @@ SECTIONS: list[Callable[[Context], Section]] = [
     end_to_end_section,
     memory_section,
     queries_section,
+    requests_section,
     scaling_section,
     kernels_section,
     defrag_section,
@@ -155,10 +157,12 @@ def resolve_targets(
     revision: str | None,
     reference_calls: int | None,
     timeout: float | None = None,
+    profile: str = PAGEDKV,
 ) -> list[Target]:
     """The implementations to compare with the optimized manager: an earlier commit's optimized
     manager (``revision``), the reference (unless ``reference_calls`` is None) and every
-    ``--target``; ``timeout`` for each call into them (None: the environment's)."""
+    ``--target``, held to ``profile``; ``timeout`` for each call into them (None: the
+    environment's)."""
     found: list[Target] = []
     if revision is not None:
         try:
@@ -170,7 +174,7 @@ def resolve_targets(
     if reference_calls is not None:
         found.append(Target("reference", _load("reference", timeout), reference_calls or None))
     for spec in specs:
-        found.append(Target(spec, _load(spec, timeout)))
+        found.append(Target(spec, _load(spec, timeout), profile=profile))
     return found
 
 

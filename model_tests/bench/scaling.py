@@ -14,7 +14,7 @@ from typing import Any
 from pagedkv.model_tests.bench import replay
 from pagedkv.model_tests.bench.control import ControlLoop
 from pagedkv.model_tests.bench.replay import COLLECTOR
-from pagedkv.model_tests.bench.report import Section, Table, load_average
+from pagedkv.model_tests.bench.report import Section, Spread, Table, load_average
 from pagedkv.model_tests.bench.sections import Context, workload_spec
 from pagedkv.model_tests.bench.workload import build
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
@@ -29,6 +29,7 @@ def scaling_section(context: Context) -> Section:
     sizes = QUICK_SIZES if options.quick else options.scaling
     budget = 20_000 if options.quick else options.scaling_calls
     base = workload_spec(options)
+    passes = min(3, options.repetitions)
     found: dict[int, dict[str, dict[str, replay.OpTime]]] = {}
     described: dict[int, str] = {}
     for size in sizes:
@@ -36,7 +37,7 @@ def scaling_section(context: Context) -> Section:
         described[size] = f"{len(workload.calls)} calls, {workload.totals.steps} steps"
         found[size] = {
             name: replay.per_operation(
-                factory, workload.config, workload.calls, context.overhead_ns
+                factory, workload.config, workload.calls, context.overhead_ns, passes
             )
             for name, factory in (
                 ("optimized", OptimizedBlockSpaceManager),
@@ -46,8 +47,8 @@ def scaling_section(context: Context) -> Section:
         del workload
     first, last = sizes[0], sizes[-1]
     table = Table(
-        f"growth with the pool: µs per call, {first} to {last} GPU blocks"
-        f" (load average {load_average()})",
+        f"growth with the pool: µs per call, {first} to {last} GPU blocks, median [min, max]"
+        f" of {passes} pass(es) (load average {load_average()})",
         [
             "operation",
             *[f"{size} blocks" for size in sizes],
@@ -66,8 +67,9 @@ def scaling_section(context: Context) -> Section:
         control = [_mean(found[size]["control"], op) for size in sizes]
         growth = mine[-1] / mine[0] if mine[0] else float("nan")
         control_growth = control[-1] / control[0] if control[0] else float("nan")
+        spreads = [_spread(found[size]["optimized"], op) for size in sizes]
         table.rows.append(
-            [op, *mine, growth, control_growth, "yes" if growth <= control_growth else "NO"]
+            [op, *spreads, growth, control_growth, "yes" if growth <= control_growth else "NO"]
         )
         data["operations"][op] = {
             "optimized_us": mine,
@@ -100,6 +102,7 @@ def scaling_section(context: Context) -> Section:
             "growth": growth,
             "control_growth": control_growth,
         }
+    table.notes.append("growth, control growth and the every-call rows are of the medians")
     table.notes.append(
         f"each operation's time leaves out the collector's pauses; the {COLLECTOR} row is their"
         " time per call of each stream (a full collection walks every live object, so it grows"
@@ -115,6 +118,11 @@ def scaling_section(context: Context) -> Section:
     )
     context.facts["scaling"] = data
     return Section("scaling", [table], data)
+
+
+def _spread(timings: dict[str, replay.OpTime], op: str) -> Spread | float:
+    timing = timings.get(op)
+    return timing.spread if timing is not None else float("nan")
 
 
 def _mean(timings: dict[str, replay.OpTime], op: str) -> float:

@@ -12,7 +12,11 @@ sequences are freed; a finished request's next conversation turn arrives a few s
 
 The loop reads the manager's answers, so the stream depends on them; any conforming manager gives
 the same answers (they depend on free-block counts only, never on which ids were chosen), so the
-stream replays on every implementation.
+stream replays on every implementation that follows the same policy. A profile that lacks an
+operation (``Offered``: vLLM 0.6.3 has no ``get_num_cached_tokens``, nano-vllm no fork, swap or
+lookahead) is served as its engine's scheduler serves it: the question is not asked (the whole
+prompt counts as scheduled), a preemption recomputes, a request samples one sequence, a
+speculative one decodes without lookahead slots.
 """
 
 from __future__ import annotations
@@ -68,6 +72,18 @@ class Recorder:
         return result
 
 
+@dataclass(frozen=True)
+class Offered:
+    """What the manager under a profile offers the scheduler (``specs/policy.py``:
+    ``unsupported`` and ``lookahead``); everything by default."""
+
+    unsupported: frozenset[str] = frozenset()
+    lookahead: bool = True
+
+    def __contains__(self, operation: str) -> bool:
+        return operation not in self.unsupported
+
+
 class Caller(Protocol):
     """What the scheduler calls the manager through (a ``Recorder``)."""
 
@@ -111,8 +127,10 @@ class Scheduler:
         requests: list[Request],
         block_size: int,
         limits: SchedulerLimits,
+        offered: Offered | None = None,
     ) -> None:
         self.call = call
+        self.offered = offered or Offered()
         self.block_size = block_size
         self.limits = limits
         self.arrivals: deque[Request] = deque(requests)
@@ -165,7 +183,8 @@ class Scheduler:
             for seq_id in group.seq_ids:
                 self.call(calls.get_block_table(seq_id))
                 self.call(calls.access_all_blocks_in_seq(seq_id, now))
-            self.call(calls.get_common_computed_block_ids(list(group.seq_ids)))
+            if "get_common_computed_block_ids" in self.offered:
+                self.call(calls.get_common_computed_block_ids(list(group.seq_ids)))
         for group in scheduled:
             self.call(calls.mark_blocks_as_computed(group.group_id))
         for group in scheduled:
@@ -194,7 +213,9 @@ class Scheduler:
                     group.group_id, list(group.seq_ids), request.prompt, request.extra_key
                 )
             )
-            cached = self.call(calls.get_num_cached_tokens(group.seq_ids[0]))
+            cached = 0
+            if "get_num_cached_tokens" in self.offered:
+                cached = self.call(calls.get_num_cached_tokens(group.seq_ids[0]))
             self.totals.scheduled_tokens += max(1, len(request.prompt) - cached)
             self.running.append(group)
             admitted.append(group)
@@ -211,7 +232,7 @@ class Scheduler:
             group = queue.popleft()
             num_new = max(len(group.pending(i)) for i in range(len(group.seq_ids)))
             while not self.call(
-                calls.can_append_slots(group.group_id, num_new, group.request.lookahead)
+                calls.can_append_slots(group.group_id, num_new, self._lookahead(group))
             ):
                 preempted = True
                 if queue:
@@ -225,15 +246,19 @@ class Scheduler:
         self.running = kept
         return list(kept), preempted
 
+    def _lookahead(self, group: Group) -> int:
+        return group.request.lookahead if self.offered.lookahead else 0
+
     def _append(self, group: Group) -> None:
         for index, seq_id in enumerate(group.seq_ids):
             tokens = group.pending(index)
-            self.call(calls.append_slots(seq_id, tokens, group.request.lookahead))
+            self.call(calls.append_slots(seq_id, tokens, self._lookahead(group)))
             group.appended[index] = group.sampled[index]
             self.totals.scheduled_tokens += len(tokens)
 
     def _preempt(self, group: Group) -> None:
-        if self.call(calls.can_swap_out(group.group_id)) is AllocStatus.OK:
+        swaps = "can_swap_out" in self.offered and "swap_out" in self.offered
+        if swaps and self.call(calls.can_swap_out(group.group_id)) is AllocStatus.OK:
             self.call(calls.swap_out(group.group_id))
             self.swapped.append(group)
             self.totals.preempted_by_swap += 1
@@ -260,7 +285,7 @@ class Scheduler:
         back: list[Group] = []
         while self.swapped:
             group = self.swapped[0]
-            status = self.call(calls.can_swap_in(group.group_id, group.request.lookahead))
+            status = self.call(calls.can_swap_in(group.group_id, self._lookahead(group)))
             if status is AllocStatus.NEVER:  # it cannot come back: give it up
                 self.swapped.popleft()
                 for seq_id in group.seq_ids:
@@ -275,7 +300,7 @@ class Scheduler:
             # can_swap_in promised the lookahead slots, not the tokens sampled before the group
             # left: it decodes now only if they fit, else the next step's decode decides
             num_new = max(len(group.pending(i)) for i in range(len(group.seq_ids)))
-            if self.call(calls.can_append_slots(group.group_id, num_new, group.request.lookahead)):
+            if self.call(calls.can_append_slots(group.group_id, num_new, self._lookahead(group))):
                 self._append(group)
                 back.append(group)
         return back
@@ -293,7 +318,8 @@ class Scheduler:
         for index in range(len(group.seq_ids)):
             wanted = len(request.outputs[index])
             group.sampled[index] = min(wanted, group.sampled[index] + accepted)
-        if request.num_seqs > len(group.seq_ids) and not group.forked:
+        forks = "fork" in self.offered
+        if forks and request.num_seqs > len(group.seq_ids) and not group.forked:
             child = self.fresh_id()
             self.call(calls.fork(group.seq_ids[0], child))
             group.seq_ids.append(child)

@@ -14,13 +14,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pagedkv.model_tests.bench.requests import RequestShape, generate
-from pagedkv.model_tests.bench.scheduler import Call, Recorder, Scheduler, SchedulerLimits, Totals
+from pagedkv.model_tests.bench.scheduler import (
+    Call,
+    Offered,
+    Recorder,
+    Scheduler,
+    SchedulerLimits,
+    Totals,
+)
 from pagedkv.model_tests.oracle import trace
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.specs.interface import BlockSpaceManager
 from pagedkv.specs.types import Device, ManagerConfig
 
 REFERENCE_GPU_BLOCKS = 2048
+EVERYTHING = Offered()
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,8 @@ class Workload:
     """Each call's result as ``scheduler.digest`` keeps it, for checking a replay."""
     totals: Totals
     hit_rate: float
+    profile: str = "pagedkv"
+    """The policy whose answers steered the scheduler (``streams.py``)."""
 
     @property
     def config(self) -> ManagerConfig:
@@ -89,22 +99,30 @@ class Workload:
             f" caching {'on' if spec.enable_caching else 'off'}: {totals.steps} steps,"
             f" {len(self.calls)} calls, {totals.scheduled_tokens} scheduled tokens,"
             f" {totals.preempted_by_swap} swap and {totals.preempted_by_recompute} recompute"
-            f" preemptions, GPU hit rate {self.hit_rate:.3f}"
+            f" preemptions, GPU hit rate {self.hit_rate:.3f}; steered by policy {self.profile}"
         )
 
 
 Factory = Callable[[ManagerConfig], BlockSpaceManager]
 
 
-def build(spec: WorkloadSpec, factory: Factory = OptimizedBlockSpaceManager) -> Workload:
-    """Run the scheduler over a manager from ``factory`` and keep what it called."""
+def build(
+    spec: WorkloadSpec,
+    factory: Factory = OptimizedBlockSpaceManager,
+    offered: Offered = EVERYTHING,
+    profile: str = "pagedkv",
+) -> Workload:
+    """Run the scheduler over a manager from ``factory`` (following ``profile``, which
+    ``offered`` describes) and keep what it called."""
     manager = factory(spec.config)
     recorder = Recorder(manager)
     requests = generate(spec.shape, spec.seed)
-    scheduler = Scheduler(recorder, requests, spec.block_size, spec.limits)
+    scheduler = Scheduler(recorder, requests, spec.block_size, spec.limits, offered)
     totals = scheduler.run(lambda: len(recorder.calls))
-    hit_rate = manager.get_prefix_cache_hit_rate(Device.GPU)
-    return Workload(spec, recorder.calls, recorder.outcomes, totals, hit_rate)
+    hit_rate = float("nan")
+    if "get_prefix_cache_hit_rate" in offered:
+        hit_rate = manager.get_prefix_cache_hit_rate(Device.GPU)
+    return Workload(spec, recorder.calls, recorder.outcomes, totals, hit_rate, profile)
 
 
 def to_trace(workload: Workload) -> trace.Trace:

@@ -180,6 +180,17 @@ class VllmV1Manager:
     def config(self) -> RequestConfig:
         return self._config
 
+    @property
+    def kv_cache_manager(self) -> Any:
+        """vLLM's own ``KVCacheManager``, as configured here (``vllm_v1_replay.py`` drives it
+        directly, as vLLM's scheduler does)."""
+        return self._v1
+
+    def vllm_request(self, request: Request) -> Any:
+        """A new vLLM ``Request`` for ``request``'s prompt and keys: vLLM's engine makes it when
+        the request arrives, and computes its prompt's block hashes there."""
+        return self._new_mirror(request)
+
     # --- the vLLM request -----------------------------------------------------------------------
 
     def _new_mirror(self, request: Request) -> Any:
