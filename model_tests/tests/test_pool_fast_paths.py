@@ -10,6 +10,7 @@ pool of another block size; a lookalike of the last block hashed."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -45,7 +46,7 @@ def outcome(call: Callable[[], Any]) -> tuple[str, Any]:
 
 
 def same(pools: list[Any], call: Callable[[Any], Any]) -> tuple[str, Any]:
-    reference, optimized = (outcome(lambda pool=pool: call(pool)) for pool in pools)
+    reference, optimized = (outcome(partial(call, pool)) for pool in pools)
     assert optimized == reference
     assert pools[1].view() == pools[0].view()
     return reference
@@ -153,11 +154,15 @@ def test_allocate_immutable_refuses_what_the_reference_refuses(tokens: Any) -> N
     )
 
 
+def allocate(pool: Any, prefix: Prefix, tokens: Any) -> Any:
+    return pool.allocate_immutable(prefix, tokens)
+
+
 def test_allocate_immutable_of_plain_blocks_agrees_and_hashes_as_the_spec() -> None:
     pools = both()
     prefix = Prefix(ROOT, 0, KEY)
     for tokens in ([1, 2, 3, 4], (1, 2, 3, 4), (MAX_TOKEN, 0, 5, 6)):
-        block = same(pools, lambda pool, tokens=tokens: pool.allocate_immutable(prefix, tokens))[1]
+        block = same(pools, partial(allocate, prefix=prefix, tokens=tokens))[1]
         assert pools[1].hash_of(block) == block_hash(ROOT, tuple(tokens), KEY)
     same(pools, lambda pool: pool.hit_rate())
 
