@@ -79,6 +79,7 @@ class OptimizedBlockPool:
         self._num_blocks = num_blocks
         self._end_id = config.first_id + num_blocks
         self._prefixes = CheckedPrefixes(config.block_size)
+        self._checked_prefixes = self._prefixes.entries
         self._pack_block = struct.Struct(f"<{config.block_size}Q").pack
         self._ref_counts: list[int] = [0] * num_blocks
         self._tokens: list[tuple[Token, ...]] = [()] * num_blocks
@@ -161,7 +162,8 @@ class OptimizedBlockPool:
             evicted_hash = self._hashes[index]
             assert evicted_hash is not None
             del self._cached[evicted_hash]
-            self.pending_cows.pop(block, None)
+            if self.pending_cows:
+                self.pending_cows.pop(block, None)
             self._blank(index)
         self._ref_counts[block - self._first_id] = 1
         self.num_free -= 1
@@ -233,7 +235,7 @@ class OptimizedBlockPool:
             packed = self._pack_block(*checked)
         else:
             checked = tuple(tokens)
-        entry = self._prefixes.entries.get(id(prefix))
+        entry = self._checked_prefixes.get(id(prefix))
         key_bytes = (
             entry[1] if entry is not None and entry[0] is prefix else self._prefixes.check(prefix)
         )
@@ -241,7 +243,9 @@ class OptimizedBlockPool:
         if self._caching:
             content_hash = packed_block_hash(prefix.hash, packed, key_bytes)
             remember_block_hash(prefix.hash, checked, prefix.extra_key, content_hash)
-        return self.take_full(parts(prefix), checked, content_hash)
+        return self.take_full(
+            (prefix.hash, prefix.num_tokens, prefix.extra_key), checked, content_hash
+        )
 
     # --- appending, promotion and copy-on-write ------------------------------------------------
 
@@ -276,7 +280,8 @@ class OptimizedBlockPool:
         and releases its own (dedup, no copy needed). Otherwise a shared block is copied first
         (copy-on-write) and the caller appends into its copy."""
         index = block - self._first_id if type(block) is int else -1
-        if 0 <= index < self._num_blocks and (type(tokens) is tuple or type(tokens) is list):
+        kind = type(tokens)
+        if 0 <= index < self._num_blocks and (kind is tuple or kind is list):
             # the common call, checked at C speed: a held block, plain tokens that fit, a prefix
             # checked before; anything else goes to the shared checks, which raise in order
             holders = self._ref_counts[index]
@@ -286,20 +291,18 @@ class OptimizedBlockPool:
                 if count == 1
                 else count > 1 and packed_tokens(tokens) is not None
             ):  # the block and the tokens pass: the prefix is checked next
-                entry = self._prefixes.entries.get(id(prefix))
+                entry = self._checked_prefixes.get(id(prefix))
                 if entry is not None and entry[0] is prefix:
                     key_bytes = entry[1]
                 else:
                     key_bytes = self._prefixes.admit(prefix)
+                new_tokens = tokens if type(tokens) is tuple else tuple(tokens)
                 held = self._tokens[index]
                 room = self._block_size - len(held)
                 if count < room and holders == 1:  # the caller's own block, not filled: in place
-                    self._tokens[index] = held + (
-                        tokens if type(tokens) is tuple else tuple(tokens)
-                    )
+                    self._tokens[index] = held + new_tokens
                     return block
                 if count <= room:
-                    new_tokens = tokens if type(tokens) is tuple else tuple(tokens)
                     return self._append(block, prefix, new_tokens, key_bytes)
         checked_block, checked = check_append(self._config, block, prefix, tokens, self._facts)
         return self._append(checked_block, prefix, tuple(checked), self._prefixes.admit(prefix))
@@ -395,9 +398,9 @@ class OptimizedBlockPool:
 
     # --- the trusted core: ids this pool handed out, room already checked ----------------------
 
-    def take(self) -> BlockId:
-        """A new empty block (``allocate_mutable`` without the room check)."""
-        return self._take_block()
+    take = _take_block
+    """A new empty block (``allocate_mutable``): the same method under its core name, a call
+    fewer per block on the manager's hot path."""
 
     def take_full(
         self, prefix: PrefixParts, tokens: tuple[Token, ...], content_hash: BlockHash | None
@@ -490,17 +493,15 @@ class OptimizedBlockPool:
         self._release(block)
         self._acquire(cached)
 
-    def hold(self, block: BlockId) -> None:
-        """One more reference to a held (or cached) block."""
-        self._acquire(block)
+    hold = _acquire
+    """One more reference to a held (or cached) block."""
 
     def hold_all(self, blocks: Iterable[BlockId]) -> None:
         for block in blocks:
             self._acquire(block)
 
-    def release(self, block: BlockId) -> None:
-        """One reference fewer to a held block (``free`` without the checks)."""
-        self._release(block)
+    release = _release
+    """One reference fewer to a held block (``free`` without the checks)."""
 
     def new_access_stamp(self) -> int:
         """A stamp later than every access recorded so far."""

@@ -15,7 +15,7 @@ subclass) or raises its error for the first bad token.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import countOf
 
 from pagedkv.specs.types import MAX_TOKEN
@@ -36,7 +36,7 @@ def plain_tokens(tokens: list[object] | tuple[object, ...]) -> bool:
 
 
 def packed_tokens(
-    tokens: list[object] | tuple[object, ...], pack: Callable[..., bytes] | None = None
+    tokens: Sequence[object], pack: Callable[..., bytes] | None = None
 ) -> bytes | None:
     """The tokens as the content hash encodes them (u64 little-endian each) when every one is
     an ``int`` in ``[0, MAX_TOKEN]``, else None: one pass in C both checks a block's tokens and
