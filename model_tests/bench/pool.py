@@ -25,6 +25,7 @@ from pagedkv.model_tests.bench.pool_stream import DECODE, FREE, PROMPT, PoolStre
 from pagedkv.model_tests.bench.report import Section, Table, cell, load_average
 from pagedkv.model_tests.bench.requests import RequestShape
 from pagedkv.model_tests.bench.scheduler import SchedulerLimits
+from pagedkv.model_tests.bench.sections import Context
 from pagedkv.model_tests.bench.workload import WorkloadSpec, build
 from pagedkv.model_tests.oracle import targets
 
@@ -191,9 +192,15 @@ def measure(spec: WorkloadSpec, repetitions: int) -> Section:
 
 
 def pool_section(seed: int = 0, repetitions: int = 5, quick: bool = False) -> Section:
-    """The ``pagedkv bench`` section (the workload of ``sections.workload_spec``)."""
+    """The section for the bench's workload (``sections.workload_spec``), or a smoke run's."""
     spec = quick_spec(seed) if quick else WorkloadSpec(seed=seed)
     return measure(spec, 1 if quick else repetitions)
+
+
+def section(context: Context) -> Section:
+    """``pagedkv bench``'s section: one entry of ``runner.SECTIONS``."""
+    options = context.options
+    return pool_section(options.seed, options.repetitions, options.quick)
 
 
 def print_section(section: Section) -> None:
