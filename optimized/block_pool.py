@@ -11,7 +11,11 @@ every full collection take longer than all the calls between two of them.
 Two faces. The ``BlockPool`` protocol (``allocate_mutable``, ``append_tokens``, ``free``, ...)
 validates all of its input, in the reference's order and with the shared
 ``pagedkv.specs.validation``
-checks, before it changes anything, so an error leaves the pool as it was. Under it is a trusted
+checks, before it changes anything, so an error leaves the pool as it was. The common call is
+checked inline instead, as cheaply as the checks allow: a plain int id in range and held, plain
+int tokens (a block's tokens packed once, for their check and their hash), a prefix this pool has
+checked before (``checked_prefixes.py``); anything else goes to the shared checks, which raise
+the first error in the reference's order with its message. Under it is a trusted
 core (``take``, ``take_full``, ``fill``, ``hold``, ``release``, ``touch``, ``set_computed``, ...)
 that checks nothing: it is for a caller that only passes ids this pool handed it, and that has
 already checked its worst case of blocks against ``num_free_blocks`` (the block space manager).
