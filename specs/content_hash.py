@@ -143,6 +143,12 @@ class BlockHasher:
         return hashes
 
 
+@lru_cache(maxsize=1024)
+def hasher_for(extra_key: ExtraKey) -> BlockHasher:
+    """One ``BlockHasher`` per extra key, for a caller hashing the blocks of many sequences."""
+    return BlockHasher(extra_key)
+
+
 _last_hashed: tuple[BlockHash, ExtraKey | None, tuple[Token, ...], BlockHash] = (b"", None, (), b"")
 """The last block hashed through ``remember_block_hash``: (parent, extra key, tokens, hash)."""
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pagedkv.optimized.block_pool import OptimizedBlockPool
-from pagedkv.specs.content_hash import ROOT, BlockHasher, Prefix
+from pagedkv.specs.content_hash import ROOT, BlockHasher, Prefix, hasher_for
 from pagedkv.specs.types import BlockHash, BlockId, ExtraKey, PoolConfig, Token
 
 
@@ -101,13 +101,12 @@ class PagedkvCore:
         self.pool = OptimizedBlockPool(config)
         self.size = block_size
         self.seqs: dict[int, _CoreSequence] = {}
-        self.hashers: dict[ExtraKey, BlockHasher] = {}
         self.handlers = (self.prompt, self.decode, self.free)
 
     def prompt(self, seq: int, payload: tuple[tuple[Token, ...], ExtraKey]) -> None:
         tokens, key = payload
         pool, size = self.pool, self.size
-        hasher = self.hashers.get(key) or self.hashers.setdefault(key, BlockHasher(key))
+        hasher = hasher_for(key)
         full = len(tokens) // size * size
         chunks = [tokens[start : start + size] for start in range(0, full, size)]
         hashes = hasher.chain(ROOT, chunks)

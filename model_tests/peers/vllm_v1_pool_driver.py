@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from pagedkv.model_tests.peers import vllm_v1_pool
-from pagedkv.specs.content_hash import ROOT, BlockHasher
+from pagedkv.specs.content_hash import ROOT, BlockHasher, hasher_for
 from pagedkv.specs.types import BlockHash, ExtraKey, Token
 
 
@@ -41,13 +41,12 @@ class VllmV1:
         self.pool: Any = pool_class(num_blocks + 1, True, block_size)
         self.size = block_size
         self.requests: dict[int, _V1Request] = {}
-        self.hashers: dict[ExtraKey, BlockHasher] = {}
         self.handlers = (self.prompt, self.decode, self.free)
 
     def prompt(self, seq: int, payload: tuple[tuple[Token, ...], ExtraKey]) -> None:
         tokens, key = payload
         pool, size = self.pool, self.size
-        hasher = self.hashers.get(key) or self.hashers.setdefault(key, BlockHasher(key))
+        hasher = hasher_for(key)
         num_full = len(tokens) // size
         chunks = [tokens[index * size : (index + 1) * size] for index in range(num_full)]
         request = _V1Request(list(tokens), hasher.chain(ROOT, chunks), hasher)
