@@ -11,7 +11,11 @@ every full collection take longer than all the calls between two of them.
 Two faces. The ``BlockPool`` protocol (``allocate_mutable``, ``append_tokens``, ``free``, ...)
 validates all of its input, in the reference's order and with the shared
 ``pagedkv.specs.validation``
-checks, before it changes anything, so an error leaves the pool as it was. Under it is a trusted
+checks, before it changes anything, so an error leaves the pool as it was. The common call is
+checked inline instead, as cheaply as the checks allow: a plain int id in range and held, plain
+int tokens (a block's tokens packed once, for their check and their hash), a prefix this pool has
+checked before (``checked_prefixes.py``); anything else goes to the shared checks, which raise
+the first error in the reference's order with its message. Under it is a trusted
 core (``take``, ``take_full``, ``fill``, ``hold``, ``release``, ``touch``, ``set_computed``, ...)
 that checks nothing: it is for a caller that only passes ids this pool handed it, and that has
 already checked its worst case of blocks against ``num_free_blocks`` (the block space manager).
@@ -20,14 +24,19 @@ The core takes content hashes from its caller, who computes each one once.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Mapping, Sequence
+from heapq import heappop, heappush
 
+from pagedkv.optimized.checked_prefixes import CheckedPrefixes
 from pagedkv.optimized.evictor import Evictor
 from pagedkv.optimized.free_list import FreeList
-from pagedkv.specs.content_hash import ROOT, Prefix
+from pagedkv.optimized.tokens import packed_tokens
+from pagedkv.specs.content_hash import ROOT, Prefix, packed_block_hash, remember_block_hash
 from pagedkv.specs.errors import DoubleFreeError, OutOfBlocksError
 from pagedkv.specs.pool_view import BlockView, PoolView
 from pagedkv.specs.types import (
+    MAX_TOKEN,
     NEVER_ACCESSED,
     BlockHash,
     BlockId,
@@ -48,7 +57,6 @@ from pagedkv.specs.validation import (
     check_known,
     check_live,
     check_pool_config,
-    check_prefix,
     check_time,
 )
 
@@ -73,6 +81,10 @@ class OptimizedBlockPool:
         self.caching = config.enable_caching
         num_blocks = config.num_blocks
         self._num_blocks = num_blocks
+        self._end_id = config.first_id + num_blocks
+        self._prefixes = CheckedPrefixes(config.block_size)
+        self._checked_prefixes = self._prefixes.entries
+        self._pack_block = struct.Struct(f"<{config.block_size}Q").pack
         self._ref_counts: list[int] = [0] * num_blocks
         self._tokens: list[tuple[Token, ...]] = [()] * num_blocks
         self._hashes: list[BlockHash | None] = [None] * num_blocks
@@ -145,14 +157,17 @@ class OptimizedBlockPool:
             raise OutOfBlocksError(
                 f"no free or evictable block left (all {self._config.num_blocks} are in use)"
             )
-        block = self._free.pop_lowest()
-        if block is None:  # the free list is empty: evict
+        free_ids = self._free.heap
+        if free_ids:
+            block = heappop(free_ids)
+        else:  # the free list is empty: evict
             block = self._evictor.pop()
             index = block - self._first_id
             evicted_hash = self._hashes[index]
             assert evicted_hash is not None
             del self._cached[evicted_hash]
-            self.pending_cows.pop(block, None)
+            if self.pending_cows:
+                self.pending_cows.pop(block, None)
             self._blank(index)
         self._ref_counts[block - self._first_id] = 1
         self.num_free -= 1
@@ -171,14 +186,20 @@ class OptimizedBlockPool:
         into it included: a later hit reads it. Any other block returns to the free list blank,
         and a pending copy into it is dropped: nobody reads it."""
         index = block - self._first_id
-        self._ref_counts[index] -= 1
-        if self._ref_counts[index]:
+        holders = self._ref_counts[index] - 1
+        self._ref_counts[index] = holders
+        if holders:
             return
         self.num_free += 1
         if self._hashes[index] is None:
-            self.pending_cows.pop(block, None)
-            self._blank(index)
-            self._free.push(block)
+            if self.pending_cows:
+                self.pending_cows.pop(block, None)
+            # _blank, less the fields only a hash sets (_cache sets them, _blank clears them)
+            self._tokens[index] = ()
+            self._computed[index] = False
+            self._last_accessed[index] = NEVER_ACCESSED
+            self._access_stamps[index] = 0
+            heappush(self._free.heap, block)
         else:
             num_hashed = self._starts[index] + len(self._tokens[index])
             self._evictor.add(block, self._last_accessed[index], num_hashed)
@@ -207,10 +228,28 @@ class OptimizedBlockPool:
         """A full block of ``tokens`` after ``prefix``: the cached block when there is one (a hit),
         else a new block that becomes the cached block for its hash. A hit leaves the computed
         mark alone: a block filled in this very step holds no KV until ``mark_computed``."""
-        checked = tuple(check_full_block(tokens, self._block_size))
-        check_prefix(prefix, self._block_size)
-        content_hash = prefix.child_hash(checked) if self._caching else None
-        return self.take_full(parts(prefix), checked, content_hash)
+        size = self._block_size
+        packed = (
+            packed_tokens(tokens, self._pack_block)
+            if (type(tokens) is tuple or type(tokens) is list) and len(tokens) == size
+            else None
+        )
+        if packed is None:  # not plain ints, or not a full block: the checks say which, in order
+            checked = tuple(check_full_block(tokens, size))
+            packed = self._pack_block(*checked)
+        else:
+            checked = tuple(tokens)
+        entry = self._checked_prefixes.get(id(prefix))
+        key_bytes = (
+            entry[1] if entry is not None and entry[0] is prefix else self._prefixes.check(prefix)
+        )
+        content_hash = None
+        if self._caching:
+            content_hash = packed_block_hash(prefix.hash, packed, key_bytes)
+            remember_block_hash(prefix.hash, checked, prefix.extra_key, content_hash)
+        return self.take_full(
+            (prefix.hash, prefix.num_tokens, prefix.extra_key), checked, content_hash
+        )
 
     # --- appending, promotion and copy-on-write ------------------------------------------------
 
@@ -244,13 +283,50 @@ class OptimizedBlockPool:
         fills gets its hash; if another block already holds that hash, the caller switches to it
         and releases its own (dedup, no copy needed). Otherwise a shared block is copied first
         (copy-on-write) and the caller appends into its copy."""
-        block, checked = check_append(self._config, block, prefix, tokens, self._facts)
-        new_tokens = tuple(checked)
+        index = block - self._first_id if type(block) is int else -1
+        kind = type(tokens)
+        if 0 <= index < self._num_blocks and (kind is tuple or kind is list):
+            # the common call, checked at C speed: a held block, plain tokens that fit, a prefix
+            # checked before; anything else goes to the shared checks, which raise in order
+            holders = self._ref_counts[index]
+            count = len(tokens)
+            if holders and (
+                (type(token := tokens[0]) is int and 0 <= token <= MAX_TOKEN)
+                if count == 1
+                else count > 1 and packed_tokens(tokens) is not None
+            ):  # the block and the tokens pass: the prefix is checked next
+                entry = self._checked_prefixes.get(id(prefix))
+                if entry is not None and entry[0] is prefix:
+                    key_bytes = entry[1]
+                else:
+                    key_bytes = self._prefixes.admit(prefix)
+                new_tokens = tokens if type(tokens) is tuple else tuple(tokens)
+                held = self._tokens[index]
+                room = self._block_size - len(held)
+                if count < room and holders == 1:  # the caller's own block, not filled: in place
+                    self._tokens[index] = held + new_tokens
+                    return block
+                if count <= room:
+                    return self._append(block, prefix, new_tokens, key_bytes)
+        checked_block, checked = check_append(self._config, block, prefix, tokens, self._facts)
+        return self._append(checked_block, prefix, tuple(checked), self._prefixes.admit(prefix))
+
+    def _append(
+        self, block: BlockId, prefix: Prefix, new_tokens: tuple[Token, ...], key_bytes: bytes
+    ) -> BlockId:
+        """``append_tokens`` once its input is checked."""
         index = block - self._first_id
+        held = self._tokens[index]
+        if len(held) + len(new_tokens) < self._block_size:
+            if self._ref_counts[index] == 1:  # the caller's own block: in place
+                self._tokens[index] = held + new_tokens
+                return block
+            return self.fill(block, None, new_tokens, None)  # a copy may raise, first thing
         content_hash = None
-        if self._caching and len(self._tokens[index]) + len(new_tokens) == self._block_size:
-            content_hash = prefix.child_hash(self._tokens[index] + new_tokens)
-        # a copy may raise, first thing
+        if self._caching:
+            filled = held + new_tokens
+            content_hash = packed_block_hash(prefix.hash, self._pack_block(*filled), key_bytes)
+            remember_block_hash(prefix.hash, filled, prefix.extra_key, content_hash)
         return self.fill(block, parts(prefix), new_tokens, content_hash)
 
     def clear_copy_on_writes(self) -> list[CopyPair]:
@@ -264,6 +340,13 @@ class OptimizedBlockPool:
     # --- freeing and forking -------------------------------------------------------------------
 
     def free(self, block: BlockId) -> None:
+        if (
+            type(block) is int
+            and self._first_id <= block < self._end_id
+            and self._ref_counts[block - self._first_id]
+        ):
+            self._release(block)
+            return
         check_block_id(self._config, block)
         if self._ref_counts[block - self._first_id] == 0:
             raise DoubleFreeError(f"block {block} is already free (ref count 0)")
@@ -319,9 +402,9 @@ class OptimizedBlockPool:
 
     # --- the trusted core: ids this pool handed out, room already checked ----------------------
 
-    def take(self) -> BlockId:
-        """A new empty block (``allocate_mutable`` without the room check)."""
-        return self._take_block()
+    take = _take_block
+    """A new empty block (``allocate_mutable``): the same method under its core name, a call
+    fewer per block on the manager's hot path."""
 
     def take_full(
         self, prefix: PrefixParts, tokens: tuple[Token, ...], content_hash: BlockHash | None
@@ -414,17 +497,15 @@ class OptimizedBlockPool:
         self._release(block)
         self._acquire(cached)
 
-    def hold(self, block: BlockId) -> None:
-        """One more reference to a held (or cached) block."""
-        self._acquire(block)
+    hold = _acquire
+    """One more reference to a held (or cached) block."""
 
     def hold_all(self, blocks: Iterable[BlockId]) -> None:
         for block in blocks:
             self._acquire(block)
 
-    def release(self, block: BlockId) -> None:
-        """One reference fewer to a held block (``free`` without the checks)."""
-        self._release(block)
+    release = _release
+    """One reference fewer to a held block (``free`` without the checks)."""
 
     def new_access_stamp(self) -> int:
         """A stamp later than every access recorded so far."""

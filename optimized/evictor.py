@@ -47,7 +47,8 @@ class Evictor:
         self._next_stamp += 1
         self._live[block] = entry
         heapq.heappush(self._heap, entry)
-        self._compact_if_stale()
+        if len(self._heap) > 3 * len(self._live) + _SLACK:  # a call saved while none is due
+            self._compact_if_stale()
 
     def remove(self, block: BlockId) -> None:
         """``block`` is held again; its entry goes stale."""

@@ -16,21 +16,23 @@ class FreeList:
     the heap never holds stale entries.
     """
 
-    __slots__ = ("_heap",)
+    __slots__ = ("heap",)
 
     def __init__(self, blocks: Iterable[BlockId] = ()) -> None:
-        self._heap: list[BlockId] = list(blocks)
-        heapq.heapify(self._heap)
+        self.heap: list[BlockId] = list(blocks)
+        """The heap itself: the pool's hottest paths push and pop on it directly
+        (``heapq.heappush``, ``heapq.heappop``), a method call fewer per block."""
+        heapq.heapify(self.heap)
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self.heap)
 
     def push(self, block: BlockId) -> None:
-        heapq.heappush(self._heap, block)
+        heapq.heappush(self.heap, block)
 
     def pop_lowest(self) -> BlockId | None:
         """The lowest free id, taken off the list; None when the list is empty."""
-        return heapq.heappop(self._heap) if self._heap else None
+        return heapq.heappop(self.heap) if self.heap else None
 
     def blocks(self) -> frozenset[BlockId]:
-        return frozenset(self._heap)
+        return frozenset(self.heap)

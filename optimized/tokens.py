@@ -15,6 +15,7 @@ subclass) or raises its error for the first bad token.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Sequence
 from operator import countOf
 
 from pagedkv.specs.types import MAX_TOKEN
@@ -32,3 +33,21 @@ def plain_tokens(tokens: list[object] | tuple[object, ...]) -> bool:
     except struct.error:  # a negative token, or one of 2**64 or more
         return False
     return packed[7::8].isascii()
+
+
+def packed_tokens(
+    tokens: Sequence[object], pack: Callable[..., bytes] | None = None
+) -> bytes | None:
+    """The tokens as the content hash encodes them (u64 little-endian each) when every one is
+    an ``int`` in ``[0, MAX_TOKEN]``, else None: one pass in C both checks a block's tokens and
+    gives the bytes its hash reads, so they are encoded once. ``pack``: a ``struct.Struct``'s
+    ``pack`` for exactly ``len(tokens)`` tokens (``"<nQ"``), kept by a caller that packs blocks
+    of one size again and again."""
+    count = len(tokens)
+    if countOf(map(type, tokens), int) != count:
+        return None
+    try:
+        packed = pack(*tokens) if pack is not None else struct.pack(f"<{count}Q", *tokens)
+    except struct.error:  # a negative token, or one of 2**64 or more
+        return None
+    return packed if packed[7::8].isascii() else None

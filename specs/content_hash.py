@@ -50,6 +50,8 @@ def encode_extra_key(extra_key: ExtraKey) -> bytes:
     post: extra_key.cache_salt is None or _[8 * _[0] + 6 :].decode() == extra_key.cache_salt
     post: extra_key.cache_salt is None or _[8*_[0]+2:][:4] == (len(_)-6-8*_[0]).to_bytes(4,"little")
     """
+    if extra_key.lora_id is None and extra_key.cache_salt is None:  # the common key
+        return b"\x00\x00"
     out = bytearray()
     if extra_key.lora_id is None:
         out += b"\x00"
@@ -85,6 +87,16 @@ def encode_block(parent: BlockHash, tokens: Sequence[Token], extra_key: ExtraKey
             encode_extra_key(extra_key),
         )
     )
+
+
+def packed_block_hash(parent: BlockHash, packed_tokens: bytes, key_bytes: bytes) -> BlockHash:
+    """``block_hash`` of tokens already packed (u64 little-endian each) under a key already
+    encoded (``encode_extra_key``): for a caller that has the bytes at hand, so that a block's
+    content is encoded once. The bytes hashed are exactly ``encode_block``'s."""
+    count = struct.pack("<I", len(packed_tokens) >> 3)
+    return hashlib.sha256(
+        b"".join((BLOCK_DOMAIN, parent, count, packed_tokens, key_bytes))
+    ).digest()
 
 
 def block_hash(parent: BlockHash, tokens: Sequence[Token], extra_key: ExtraKey) -> BlockHash:
@@ -131,6 +143,27 @@ class BlockHasher:
         return hashes
 
 
+@lru_cache(maxsize=1024)
+def hasher_for(extra_key: ExtraKey) -> BlockHasher:
+    """One ``BlockHasher`` per extra key, for a caller hashing the blocks of many sequences."""
+    return BlockHasher(extra_key)
+
+
+_last_hashed: tuple[BlockHash, ExtraKey | None, tuple[Token, ...], BlockHash] = (b"", None, (), b"")
+"""The last block hashed through ``remember_block_hash``: (parent, extra key, tokens, hash)."""
+
+
+def remember_block_hash(
+    parent: BlockHash, tokens: tuple[Token, ...], extra_key: ExtraKey, content_hash: BlockHash
+) -> None:
+    """Note the hash of a block just filled, for ``Prefix.child_hash``: a pool and its caller
+    both need the hash of a block that fills (the pool to cache the block, the caller for the
+    next block's ``Prefix``), and the second asks for what the first computed, so the block is
+    encoded and hashed once. One tuple, replaced whole: a reader sees an entry or the next."""
+    global _last_hashed
+    _last_hashed = (parent, extra_key, tokens, content_hash)
+
+
 @dataclass(frozen=True, slots=True)
 class Prefix:
     """Where a block sits in its sequence: the hash and length of everything before it.
@@ -145,6 +178,13 @@ class Prefix:
     extra_key: ExtraKey = field(default_factory=ExtraKey)
 
     def child_hash(self, tokens: Sequence[Token]) -> BlockHash:
+        last = _last_hashed
+        if (
+            last[0] is self.hash
+            and last[1] is self.extra_key
+            and last[2] == (tokens if type(tokens) is tuple else tuple(tokens))
+        ):
+            return last[3]
         return block_hash(self.hash, tokens, self.extra_key)
 
     def extend(self, tokens: Sequence[Token]) -> Prefix:

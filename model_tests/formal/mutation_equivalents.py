@@ -33,7 +33,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "if view.content_hash is not None and view.prefix is not None:",
         "And -> Or",
     ): ("a block view's prefix is set exactly when its hash is (I3), so either test is both"),
-    ("optimized/free_list.py", "heapq.heapify(self._heap)", "delete the call"): (
+    ("optimized/free_list.py", "heapq.heapify(self.heap)", "delete the call"): (
         "every pool builds its free list from config.block_ids, a rising range: already a heap"
     ),
     (

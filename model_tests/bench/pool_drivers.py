@@ -1,0 +1,146 @@
+"""The callers a pool-level stream (``pool_stream.py``) is replayed through: each owns its
+sequences' tokens and block lists and drives one pool as its own engine would.
+
+- ``PagedkvPublic``: pagedkv's ``BlockPool`` protocol, every call validated: a prompt is one
+  ``allocate_immutable`` per full block and an ``append_tokens`` for its tail, a decode token one
+  ``append_tokens`` (after an ``allocate_mutable`` when the last block is full), a free one
+  ``free`` per block, tail first. The caller builds each block's ``Prefix`` as it goes.
+- ``PagedkvCore``: the optimized pool's trusted core, the way the optimized manager drives it
+  (hashes computed once by the caller, a prompt in one ``take_full_blocks``).
+
+vLLM v1's caller, the third, is a peer's (``pagedkv.model_tests.peers.vllm_v1_pool_driver``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.specs.content_hash import ROOT, BlockHasher, Prefix, hasher_for
+from pagedkv.specs.types import BlockHash, BlockId, ExtraKey, PoolConfig, Token
+
+
+class Driver(Protocol):
+    """One caller over one pool; ``handlers`` answer the events by kind (``pool_stream``)."""
+
+    @property
+    def handlers(self) -> tuple[Callable[[int, Any], None], ...]: ...
+
+
+class _PagedkvSequence:
+    __slots__ = ("blocks", "prefix", "tokens")
+
+    def __init__(self, blocks: list[BlockId], tokens: list[Token], prefix: Prefix) -> None:
+        self.blocks = blocks
+        self.tokens = tokens
+        self.prefix = prefix
+        """The prefix of the last block (the one a decode token goes to while it has room)."""
+
+
+class PagedkvPublic:
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        config = PoolConfig(num_blocks=num_blocks, block_size=block_size, enable_caching=True)
+        self.pool = OptimizedBlockPool(config)
+        self.size = block_size
+        self.seqs: dict[int, _PagedkvSequence] = {}
+        self.handlers = (self.prompt, self.decode, self.free)
+
+    def prompt(self, seq: int, payload: tuple[tuple[Token, ...], ExtraKey]) -> None:
+        tokens, key = payload
+        pool, size = self.pool, self.size
+        prefix = Prefix(ROOT, 0, key)
+        blocks: list[BlockId] = []
+        full = len(tokens) // size * size
+        for start in range(0, full, size):
+            chunk = tokens[start : start + size]
+            blocks.append(pool.allocate_immutable(prefix, chunk))
+            prefix = prefix.extend(chunk)
+        if full < len(tokens):
+            blocks.append(pool.append_tokens(pool.allocate_mutable(), prefix, tokens[full:]))
+        self.seqs[seq] = _PagedkvSequence(blocks, list(tokens), prefix)
+
+    def decode(self, seq: int, token: Token) -> None:
+        state = self.seqs[seq]
+        tokens, blocks, size = state.tokens, state.blocks, self.size
+        if len(tokens) % size == 0:
+            blocks.append(self.pool.allocate_mutable())
+        tokens.append(token)
+        blocks[-1] = self.pool.append_tokens(blocks[-1], state.prefix, (token,))
+        if len(tokens) % size == 0:
+            state.prefix = state.prefix.extend(tokens[-size:])
+
+    def free(self, seq: int, _: None) -> None:
+        free = self.pool.free
+        for block in reversed(self.seqs.pop(seq).blocks):
+            free(block)
+
+
+class _CoreSequence:
+    __slots__ = ("blocks", "hasher", "key", "parent", "tokens")
+
+    def __init__(
+        self,
+        blocks: list[BlockId],
+        tokens: list[Token],
+        parent: BlockHash,
+        key: ExtraKey,
+        hasher: BlockHasher,
+    ) -> None:
+        self.blocks = blocks
+        self.tokens = tokens
+        self.parent = parent
+        """The hash of the last full block (``ROOT`` before the first)."""
+        self.key = key
+        self.hasher = hasher
+
+
+class PagedkvCore:
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        config = PoolConfig(num_blocks=num_blocks, block_size=block_size, enable_caching=True)
+        self.pool = OptimizedBlockPool(config)
+        self.size = block_size
+        self.seqs: dict[int, _CoreSequence] = {}
+        self.handlers = (self.prompt, self.decode, self.free)
+
+    def prompt(self, seq: int, payload: tuple[tuple[Token, ...], ExtraKey]) -> None:
+        tokens, key = payload
+        pool, size = self.pool, self.size
+        hasher = hasher_for(key)
+        full = len(tokens) // size * size
+        chunks = [tokens[start : start + size] for start in range(0, full, size)]
+        hashes = hasher.chain(ROOT, chunks)
+        blocks = pool.take_full_blocks(chunks, hashes, key)
+        if full < len(tokens):
+            block = pool.take()
+            pool.append_in_place(block, tokens[full:])
+            blocks.append(block)
+        parent = hashes[-1] if hashes else ROOT
+        self.seqs[seq] = _CoreSequence(blocks, list(tokens), parent, key, hasher)
+
+    def decode(self, seq: int, token: Token) -> None:
+        state = self.seqs[seq]
+        tokens, blocks, size, pool = state.tokens, state.blocks, self.size, self.pool
+        if len(tokens) % size == 0:
+            blocks.append(pool.take())
+        tokens.append(token)
+        if len(tokens) % size:
+            if not pool.append_in_place(blocks[-1], (token,)):
+                blocks[-1] = pool.fill(blocks[-1], None, (token,), None)
+            return
+        content_hash = state.hasher(state.parent, tokens[-size:])
+        prefix = (state.parent, len(tokens) - size, state.key)
+        blocks[-1] = pool.fill(blocks[-1], prefix, (token,), content_hash)
+        state.parent = content_hash
+
+    def free(self, seq: int, _: None) -> None:
+        release = self.pool.release
+        for block in reversed(self.seqs.pop(seq).blocks):
+            release(block)
+
+
+DRIVERS: dict[str, Callable[[int, int], Driver]] = {
+    "pagedkv public API": PagedkvPublic,
+    "pagedkv core": PagedkvCore,
+}
+"""Each of pagedkv's callers by the name the bench prints."""

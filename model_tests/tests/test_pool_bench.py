@@ -1,0 +1,45 @@
+"""The pool-level bench (``python -m pagedkv.model_tests.bench.pool``) as a smoke run: the
+stream it derives from the workload replays on every caller, vLLM v1's real pool included,
+without running out, and every table has its rows. Its figures mean nothing here (benchmarks are
+never tests). Skipped without vLLM 0.33.0's files (``make peers-fetch``), failed under
+``CI=true``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pagedkv.model_tests.bench import pool
+from pagedkv.model_tests.bench.pool_drivers import DRIVERS
+from pagedkv.model_tests.bench.pool_stream import DECODE, FREE, PROMPT, derive
+from pagedkv.model_tests.bench.workload import build
+from pagedkv.model_tests.peers import sources
+
+
+def require_v1() -> None:
+    if sources.VLLM_V1.fetched:
+        return
+    reason = f"{sources.VLLM_V1.name} not fetched (make peers-fetch)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run the real-peer tests, but {reason}")
+    pytest.skip(reason)
+
+
+def test_the_stream_holds_every_kind_of_event_and_sizes_its_pool() -> None:
+    stream = derive(build(pool.quick_spec()))
+    kinds = {kind for kind, _, _ in stream.events}
+    assert kinds == {PROMPT, DECODE, FREE}
+    counts = stream.counts()
+    assert counts["prompts"] >= counts["frees"] > 0
+    assert stream.peak_blocks > 0 and stream.prompt_blocks > 0 and stream.freed_blocks > 0
+
+
+def test_a_smoke_run_times_every_caller_on_the_same_stream() -> None:
+    require_v1()
+    section = pool.pool_section(quick=True)
+    stream, end_to_end, per_operation = section.tables
+    assert stream.rows
+    assert [row[0] for row in end_to_end.rows] == [*DRIVERS, pool.VLLM]
+    assert [row[0] for row in per_operation.rows] == list(pool.OPERATIONS)
+    assert section.data["end_to_end"][pool.VLLM]["vllm_over_this"]["median"] == 1.0
