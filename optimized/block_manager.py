@@ -14,8 +14,9 @@ What a scheduler asks at every step costs O(1) amortized, whatever the sequence'
 ``access_all_blocks_in_seq`` keeps its time on the table until a block is released or the state
 is observed, ``mark_blocks_as_computed`` looks only at blocks filled since the last mark, and
 ``get_common_computed_block_ids`` extends a cached computed prefix (``optimized/block_table.py``
-says why each is exact). ``can_allocate`` remembers the last tuple prompt it validated, since a
-scheduler asks again and again about the request at the head of its queue.
+says why each is exact). ``can_allocate`` and ``allocate`` remember the prompts they checked, tuples
+and lists alike (``optimized/checked_prompts.py``), since a scheduler asks again and again about
+the requests at the head of its queue.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from pagedkv.optimized.block_ids import NO_BLOCK_IDS, BlockIds
 from pagedkv.optimized.block_pool import OptimizedBlockPool, common_length
 from pagedkv.optimized.block_table import BlockTable, SequenceGroup
-from pagedkv.optimized.tokens import plain_tokens
+from pagedkv.optimized.checked_prompts import CheckedPrompts
 from pagedkv.specs.accounting import (
     alloc_status,
     blocks_for,
@@ -56,7 +57,6 @@ from pagedkv.specs.validation import (
     check_on_device,
     check_seq_ids,
     check_time,
-    check_tokens,
     lookup_group,
     lookup_sequence,
 )
@@ -94,9 +94,7 @@ class OptimizedBlockSpaceManager:
         self._watermark = config.watermark_blocks
         self._access_stamps = itertools.count(1)
         """Orders accesses: tables keep theirs aside (``BlockTable.access``) with a stamp."""
-        self._known_prompt: tuple[Token, ...] | None = None
-        """The last tuple prompt whose tokens passed the check: a tuple cannot change, so the
-        same object needs no second look."""
+        self._prompts = CheckedPrompts()
 
     @property
     def config(self) -> ManagerConfig:
@@ -145,23 +143,10 @@ class OptimizedBlockSpaceManager:
 
     # --- admission ------------------------------------------------------------------------------
 
-    def _prompt_tokens(self, prompt: object) -> tuple[Token, ...]:
-        """The prompt's tokens, checked (in C loops: ``optimized/tokens.py``); the same tuple
-        again needs no second look, as it cannot have changed."""
-        known = self._known_prompt
-        if prompt is known and known is not None:
-            return known
-        if type(prompt) is tuple and prompt and plain_tokens(prompt):
-            self._known_prompt = prompt
-            return prompt
-        if type(prompt) is list and prompt and plain_tokens(prompt):
-            return tuple(prompt)
-        return tuple(check_tokens(prompt))  # an empty prompt is refused here
-
     def _prompt_blocks(
         self, prompt: object, encoder: object, lookahead: int = 0
-    ) -> tuple[tuple[Token, ...], list[Token] | None, int]:
-        tokens = self._prompt_tokens(prompt)
+    ) -> tuple[Sequence[Token], list[Token] | None, int]:
+        tokens = self._prompts.tokens(prompt)
         encoder_tokens = check_encoder_support(self._config, encoder)
         needed = blocks_for(len(tokens) + lookahead, self._block_size)
         if encoder_tokens is not None:
