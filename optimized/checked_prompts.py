@@ -49,7 +49,7 @@ class CheckedPrompts:
             known = found[1]
             if type(prompt) is tuple or (
                 prompt == known
-                and type(sum(prompt)) is int  # type: ignore[call-overload]
+                and type(sum(prompt)) is int
                 and _same_small_ints(prompt, known, found[2])  # type: ignore[arg-type]
             ):
                 return known
@@ -61,7 +61,7 @@ class CheckedPrompts:
             return prompt
         if type(prompt) is list and prompt and plain_tokens(prompt):
             copy: list[Token] = prompt.copy()
-            small = ()
+            small: tuple[int, ...] = ()
             if copy.count(0) or copy.count(1):
                 small = tuple(i for i, token in enumerate(copy) if token < 2)
             self._remember(prompt, copy, small)
