@@ -22,6 +22,7 @@ the requests at the head of its queue.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Sequence
 
 from pagedkv.optimized.block_ids import NO_BLOCK_IDS, BlockIds
@@ -32,11 +33,11 @@ from pagedkv.specs.accounting import (
     alloc_status,
     blocks_for,
     blocks_touched_by_append,
-    most_blocks_touched,
 )
 from pagedkv.specs.errors import DuplicateSequenceError, OutOfBlocksError
 from pagedkv.specs.manager_view import GroupView, ManagerView, SeqView
 from pagedkv.specs.types import (
+    MAX_TOKEN,
     NO_EXTRA_KEY,
     AllocStatus,
     BlockId,
@@ -60,6 +61,9 @@ from pagedkv.specs.validation import (
     lookup_group,
     lookup_sequence,
 )
+
+LARGEST_FLOAT = sys.float_info.max
+"""The largest finite ``now``: a plain float in ``[0, LARGEST_FLOAT]`` passes ``check_time``."""
 
 GPU, CPU = Device.GPU, Device.CPU
 """The devices, as module names: reading an ``Enum`` member through its class costs about as much
@@ -93,7 +97,8 @@ class OptimizedBlockSpaceManager:
         """Free GPU blocks when nothing is allocated (the null block stays)."""
         self._watermark = config.watermark_blocks
         self._access_stamps = itertools.count(1)
-        """Orders accesses: tables keep theirs aside (``BlockTable.access``) with a stamp."""
+        """Orders accesses: each table keeps its last one aside with a stamp
+        (``optimized/block_table.py``, "a pending access")."""
         self._prompts = CheckedPrompts()
 
     @property
@@ -227,7 +232,7 @@ class OptimizedBlockSpaceManager:
             lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
         free = self._gpu.num_free
         members = found.members
-        if len(members) * most_blocks_touched(num_new, lookahead) <= free:
+        if len(members) * (num_new + lookahead + 1) <= free:  # most_blocks_touched, inline
             return True
         size = self._block_size
         needed = 0
@@ -250,12 +255,20 @@ class OptimizedBlockSpaceManager:
         if table.group.device is not GPU:
             group = table.group
             check_on_device(group.group_id, group.device, GPU, "append to")
-        new_tokens = check_new_tokens(tokens)
+        if (
+            type(tokens) is list
+            and len(tokens) == 1
+            and type(token := tokens[0]) is int
+            and (0 <= token <= MAX_TOKEN)
+        ):  # a decode step's one token: check_new_tokens' answer without the call
+            new_tokens: tuple[Token, ...] = (token,)
+        else:
+            new_tokens = check_new_tokens(tokens)
         lookahead = num_lookahead_slots
         if type(lookahead) is not int or lookahead < 0:
             lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
         gpu = self._gpu
-        if most_blocks_touched(len(new_tokens), lookahead) > gpu.num_free:
+        if len(new_tokens) + lookahead + 1 > gpu.num_free:  # most_blocks_touched, inline
             needed = table.blocks_touched_by_append(self._block_size, len(new_tokens), lookahead)
             if needed > gpu.num_free:
                 raise OutOfBlocksError(
@@ -356,7 +369,10 @@ class OptimizedBlockSpaceManager:
     # --- queries and marks ----------------------------------------------------------------------
 
     def get_block_table(self, seq_id: int) -> list[BlockId]:
-        return self._table(seq_id).blocks.copy()
+        table = self._tables.get(seq_id) if type(seq_id) is int else None
+        if table is None:
+            table = self._table(seq_id)
+        return table.blocks.copy()
 
     def get_cross_block_table(self, group_id: int) -> list[BlockId]:
         return list(self._group(group_id).cross_blocks)
@@ -372,7 +388,12 @@ class OptimizedBlockSpaceManager:
         table = self._tables.get(seq_id) if type(seq_id) is int else None
         if table is None:
             table = self._table(seq_id)
-        table.access(check_time(now), next(self._access_stamps))
+        if type(now) is not float or not 0.0 <= now <= LARGEST_FLOAT:  # NaN fails it too
+            now = check_time(now)
+        # the table's pending access (optimized/block_table.py): it replaces the older one
+        table.access_time = now
+        table.access_stamp = next(self._access_stamps)
+        table.access_end = len(table.blocks)
 
     def mark_blocks_as_computed(self, group_id: int) -> None:
         """After the model ran: every full block of the group's sequences holds its KV now.

@@ -10,7 +10,9 @@ three questions a scheduler asks of every running sequence at every step cost O(
   hashes that block alone, once, after its parent's hash
   (``pagedkv.reference.block_table.prefix_at`` starts over from the root each time).
 - a pending access (``access_time``, ``access_stamp``, ``access_end``): the last
-  ``access_all_blocks_in_seq`` is kept here instead of being written into every block, and is
+  ``access_all_blocks_in_seq`` (which sets the three: every held entry up to ``access_end`` was
+  accessed at ``access_time``; a later access has a higher stamp and covers every entry an older
+  one did, so it simply replaces it) is kept here instead of being written into every block, and is
   written into a block (``pool.touch``) only when the table stops holding it there: before a
   release, an append that may replace the block, or a swap. A block's access time is only ever
   read once nobody holds it (the eviction order), and ``view`` shows the pending access as if it
@@ -106,14 +108,6 @@ class BlockTable:
         )
 
     # --- the pending access ---------------------------------------------------------------------
-
-    def access(self, now: float, stamp: int) -> None:
-        """``access_all_blocks_in_seq``: every held entry's block was accessed at ``now``; a
-        later access has a higher ``stamp``. A newer access covers every entry an older one
-        did, so it simply replaces it."""
-        self.access_time = now
-        self.access_stamp = stamp
-        self.access_end = len(self.blocks)
 
     def untouched(self, into: dict[BlockId, tuple[int, float]]) -> None:
         """Add the blocks still waiting for the pending access to ``into`` (block -> (stamp,

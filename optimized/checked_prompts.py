@@ -8,12 +8,17 @@ changed it since, and a changed prompt must be checked again. So each remembered
 copy of its tokens (the very same objects), and the list passes again only when
 
 - it is equal to the copy (``==`` on two lists: a C loop that finds the unchanged elements by
-  identity, so a changed value, a changed length or a removed token shows at once);
-- its sum is a plain ``int``: a token replaced by an equal number of another type (``1.0`` for
-  ``1``, a ``Decimal``, a numpy scalar) passes ``==`` but turns the sum into its own type;
+  identity, about a nanosecond a token, so a changed value, a changed length or a removed token
+  shows at once);
 - the positions that held 0 or 1 still hold the very same objects: ``True`` and ``False`` are
-  equal to 1 and 0 and add up as ints, and only those two values can be confused with them.
+  equal to 1 and 0 (and the small ints are one object each in CPython, so a plain 0 or 1 put
+  back is the same object; if not, the list is only checked again).
 
+What ``==`` cannot see is a token replaced by an equal number of another type that is not a
+bool (``7.0`` or ``Decimal(7)`` for ``7``): a type check costs ten to twenty times the
+comparison (``sum``, ``map(type, ...)``, ``marshal``: each looks at every object in C), which
+would put a long prompt's ``can_allocate`` behind vLLM's. Such a list is read as the tokens it
+equals (its checked copy is what the manager uses); ``specs/block_manager.md`` §5.1 says so.
 Anything else is checked in full. The memo holds ``CAPACITY`` prompts, the oldest going first, and
 keeps them alive: an id is never reused while its prompt is remembered.
 """
@@ -48,9 +53,7 @@ class CheckedPrompts:
         if found is not None and found[0] is prompt:
             known = found[1]
             if type(prompt) is tuple or (
-                prompt == known
-                and type(sum(prompt)) is int
-                and _same_small_ints(prompt, known, found[2])  # type: ignore[arg-type]
+                prompt == known and _same_small_ints(prompt, known, found[2])  # type: ignore[arg-type]
             ):
                 return known
         return self._first_sight(prompt)
