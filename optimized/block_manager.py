@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pagedkv.optimized.block_ids import NO_BLOCK_IDS, BlockIds
 from pagedkv.optimized.block_pool import OptimizedBlockPool, common_length
@@ -70,6 +71,14 @@ GPU, CPU = Device.GPU, Device.CPU
 as the rest of a scheduler query on CPython 3.11."""
 
 
+@dataclass(frozen=True)
+class LiveState:
+    """The live groups and sequences, read only (``OptimizedBlockSpaceManager.live``)."""
+
+    groups: Mapping[int, SequenceGroup]
+    seqs: Mapping[int, BlockTable]
+
+
 class OptimizedBlockSpaceManager:
     """What a scheduler asks of the KV cache, over plain sequence ids, group ids and tokens."""
 
@@ -100,6 +109,7 @@ class OptimizedBlockSpaceManager:
         """Orders accesses: each table keeps its last one aside with a stamp
         (``optimized/block_table.py``, "a pending access")."""
         self._prompts = CheckedPrompts()
+        self._live = LiveState(self._groups, self._tables)
 
     @property
     def config(self) -> ManagerConfig:
@@ -499,6 +509,13 @@ class OptimizedBlockSpaceManager:
         return True
 
     # --- the observable state -------------------------------------------------------------------
+
+    def live(self) -> LiveState:
+        """The live groups (each with its ``device`` and ``seq_ids``) and sequences (each with its
+        ``tokens``), kept up to date and never to be changed by the reader: what a driver that
+        picks its next call from the manager's own state reads (``pagedkv soak`` with this
+        manager as its model), in O(1) where ``view`` copies everything."""
+        return self._live
 
     def view(self) -> ManagerView:
         """Accesses the tables keep aside show as if every one had been written at once."""

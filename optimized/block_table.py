@@ -277,6 +277,11 @@ class SequenceGroup:
     def __post_init__(self) -> None:
         self.hasher = hasher_for(self.extra_key)
 
+    @property
+    def seq_ids(self) -> tuple[int, ...]:
+        """The live sequences, in the group's order."""
+        return tuple(self.members)
+
 
 @lru_cache(maxsize=1024)
 def hasher_for(extra_key: ExtraKey) -> BlockHasher:
