@@ -30,6 +30,7 @@ three questions a scheduler asks of every running sequence at every step cost O(
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -53,7 +54,9 @@ class BlockTable:
     and the bookkeeping above."""
 
     group: SequenceGroup
-    tokens: list[Token]
+    tokens: array[Token]
+    """The sequence's tokens, packed (``array('q')``: every token fits in 63 bits): one object
+    for the garbage collector, where a list is one more reference per token to walk."""
     blocks: list[BlockId]
     hashes: list[BlockHash]
     """With caching: the content hashes of blocks ``0 .. len(tokens) // block_size - 1``."""
@@ -82,14 +85,14 @@ class BlockTable:
         blocks = pool.take_full_blocks(chunks, hashes if pool.caching else None, group.extra_key)
         if num_full < len(prompt):
             blocks.append(pool.fill(pool.take(), None, prompt[num_full:], None))
-        return cls(group, list(prompt), blocks, hashes)
+        return cls(group, array("q", prompt), blocks, hashes)
 
     def fork(self) -> BlockTable:
         """A child's table: the same entries (the caller raises their ref counts). The parent's
         pending access stays the parent's; it reaches the shared blocks all the same."""
         return BlockTable(
             self.group,
-            self.tokens.copy(),
+            array("q", self.tokens),
             self.blocks.copy(),
             self.hashes.copy(),
             self.num_released,
