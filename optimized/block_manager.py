@@ -14,28 +14,31 @@ What a scheduler asks at every step costs O(1) amortized, whatever the sequence'
 ``access_all_blocks_in_seq`` keeps its time on the table until a block is released or the state
 is observed, ``mark_blocks_as_computed`` looks only at blocks filled since the last mark, and
 ``get_common_computed_block_ids`` extends a cached computed prefix (``optimized/block_table.py``
-says why each is exact). ``can_allocate`` remembers the last tuple prompt it validated, since a
-scheduler asks again and again about the request at the head of its queue.
+says why each is exact). ``can_allocate`` and ``allocate`` remember the prompts they checked, tuples
+and lists alike (``optimized/checked_prompts.py``), since a scheduler asks again and again about
+the requests at the head of its queue.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pagedkv.optimized.block_ids import NO_BLOCK_IDS, BlockIds
 from pagedkv.optimized.block_pool import OptimizedBlockPool, common_length
 from pagedkv.optimized.block_table import BlockTable, SequenceGroup
-from pagedkv.optimized.tokens import plain_tokens
+from pagedkv.optimized.checked_prompts import CheckedPrompts
 from pagedkv.specs.accounting import (
     alloc_status,
     blocks_for,
     blocks_touched_by_append,
-    most_blocks_touched,
 )
 from pagedkv.specs.errors import DuplicateSequenceError, OutOfBlocksError
 from pagedkv.specs.manager_view import GroupView, ManagerView, SeqView
 from pagedkv.specs.types import (
+    MAX_TOKEN,
     NO_EXTRA_KEY,
     AllocStatus,
     BlockId,
@@ -56,14 +59,24 @@ from pagedkv.specs.validation import (
     check_on_device,
     check_seq_ids,
     check_time,
-    check_tokens,
     lookup_group,
     lookup_sequence,
 )
 
+LARGEST_FLOAT = sys.float_info.max
+"""The largest finite ``now``: a plain float in ``[0, LARGEST_FLOAT]`` passes ``check_time``."""
+
 GPU, CPU = Device.GPU, Device.CPU
 """The devices, as module names: reading an ``Enum`` member through its class costs about as much
 as the rest of a scheduler query on CPython 3.11."""
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """The live groups and sequences, read only (``OptimizedBlockSpaceManager.live``)."""
+
+    groups: Mapping[int, SequenceGroup]
+    seqs: Mapping[int, BlockTable]
 
 
 class OptimizedBlockSpaceManager:
@@ -93,10 +106,10 @@ class OptimizedBlockSpaceManager:
         """Free GPU blocks when nothing is allocated (the null block stays)."""
         self._watermark = config.watermark_blocks
         self._access_stamps = itertools.count(1)
-        """Orders accesses: tables keep theirs aside (``BlockTable.access``) with a stamp."""
-        self._known_prompt: tuple[Token, ...] | None = None
-        """The last tuple prompt whose tokens passed the check: a tuple cannot change, so the
-        same object needs no second look."""
+        """Orders accesses: each table keeps its last one aside with a stamp
+        (``optimized/block_table.py``, "a pending access")."""
+        self._prompts = CheckedPrompts()
+        self._live = LiveState(self._groups, self._tables)
 
     @property
     def config(self) -> ManagerConfig:
@@ -145,23 +158,10 @@ class OptimizedBlockSpaceManager:
 
     # --- admission ------------------------------------------------------------------------------
 
-    def _prompt_tokens(self, prompt: object) -> tuple[Token, ...]:
-        """The prompt's tokens, checked (in C loops: ``optimized/tokens.py``); the same tuple
-        again needs no second look, as it cannot have changed."""
-        known = self._known_prompt
-        if prompt is known and known is not None:
-            return known
-        if type(prompt) is tuple and prompt and plain_tokens(prompt):
-            self._known_prompt = prompt
-            return prompt
-        if type(prompt) is list and prompt and plain_tokens(prompt):
-            return tuple(prompt)
-        return tuple(check_tokens(prompt))  # an empty prompt is refused here
-
     def _prompt_blocks(
         self, prompt: object, encoder: object, lookahead: int = 0
-    ) -> tuple[tuple[Token, ...], list[Token] | None, int]:
-        tokens = self._prompt_tokens(prompt)
+    ) -> tuple[Sequence[Token], list[Token] | None, int]:
+        tokens = self._prompts.tokens(prompt)
         encoder_tokens = check_encoder_support(self._config, encoder)
         needed = blocks_for(len(tokens) + lookahead, self._block_size)
         if encoder_tokens is not None:
@@ -242,7 +242,7 @@ class OptimizedBlockSpaceManager:
             lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
         free = self._gpu.num_free
         members = found.members
-        if len(members) * most_blocks_touched(num_new, lookahead) <= free:
+        if len(members) * (num_new + lookahead + 1) <= free:  # most_blocks_touched, inline
             return True
         size = self._block_size
         needed = 0
@@ -265,12 +265,20 @@ class OptimizedBlockSpaceManager:
         if table.group.device is not GPU:
             group = table.group
             check_on_device(group.group_id, group.device, GPU, "append to")
-        new_tokens = check_new_tokens(tokens)
+        if (
+            type(tokens) is list
+            and len(tokens) == 1
+            and type(token := tokens[0]) is int
+            and (0 <= token <= MAX_TOKEN)
+        ):  # a decode step's one token: check_new_tokens' answer without the call
+            new_tokens: tuple[Token, ...] = (token,)
+        else:
+            new_tokens = check_new_tokens(tokens)
         lookahead = num_lookahead_slots
         if type(lookahead) is not int or lookahead < 0:
             lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
         gpu = self._gpu
-        if most_blocks_touched(len(new_tokens), lookahead) > gpu.num_free:
+        if len(new_tokens) + lookahead + 1 > gpu.num_free:  # most_blocks_touched, inline
             needed = table.blocks_touched_by_append(self._block_size, len(new_tokens), lookahead)
             if needed > gpu.num_free:
                 raise OutOfBlocksError(
@@ -371,7 +379,10 @@ class OptimizedBlockSpaceManager:
     # --- queries and marks ----------------------------------------------------------------------
 
     def get_block_table(self, seq_id: int) -> list[BlockId]:
-        return self._table(seq_id).blocks.copy()
+        table = self._tables.get(seq_id) if type(seq_id) is int else None
+        if table is None:
+            table = self._table(seq_id)
+        return table.blocks.copy()
 
     def get_cross_block_table(self, group_id: int) -> list[BlockId]:
         return list(self._group(group_id).cross_blocks)
@@ -387,7 +398,12 @@ class OptimizedBlockSpaceManager:
         table = self._tables.get(seq_id) if type(seq_id) is int else None
         if table is None:
             table = self._table(seq_id)
-        table.access(check_time(now), next(self._access_stamps))
+        if type(now) is not float or not 0.0 <= now <= LARGEST_FLOAT:  # NaN fails it too
+            now = check_time(now)
+        # the table's pending access (optimized/block_table.py): it replaces the older one
+        table.access_time = now
+        table.access_stamp = next(self._access_stamps)
+        table.access_end = len(table.blocks)
 
     def mark_blocks_as_computed(self, group_id: int) -> None:
         """After the model ran: every full block of the group's sequences holds its KV now.
@@ -493,6 +509,13 @@ class OptimizedBlockSpaceManager:
         return True
 
     # --- the observable state -------------------------------------------------------------------
+
+    def live(self) -> LiveState:
+        """The live groups (each with its ``device`` and ``seq_ids``) and sequences (each with its
+        ``tokens``), kept up to date and never to be changed by the reader: what a driver that
+        picks its next call from the manager's own state reads (``pagedkv soak`` with this
+        manager as its model), in O(1) where ``view`` copies everything."""
+        return self._live
 
     def view(self) -> ManagerView:
         """Accesses the tables keep aside show as if every one had been written at once."""

@@ -10,7 +10,9 @@ three questions a scheduler asks of every running sequence at every step cost O(
   hashes that block alone, once, after its parent's hash
   (``pagedkv.reference.block_table.prefix_at`` starts over from the root each time).
 - a pending access (``access_time``, ``access_stamp``, ``access_end``): the last
-  ``access_all_blocks_in_seq`` is kept here instead of being written into every block, and is
+  ``access_all_blocks_in_seq`` (which sets the three: every held entry up to ``access_end`` was
+  accessed at ``access_time``; a later access has a higher stamp and covers every entry an older
+  one did, so it simply replaces it) is kept here instead of being written into every block, and is
   written into a block (``pool.touch``) only when the table stops holding it there: before a
   release, an append that may replace the block, or a swap. A block's access time is only ever
   read once nobody holds it (the eviction order), and ``view`` shows the pending access as if it
@@ -28,6 +30,7 @@ three questions a scheduler asks of every running sequence at every step cost O(
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -51,7 +54,9 @@ class BlockTable:
     and the bookkeeping above."""
 
     group: SequenceGroup
-    tokens: list[Token]
+    tokens: array[Token]
+    """The sequence's tokens, packed (``array('q')``: every token fits in 63 bits): one object
+    for the garbage collector, where a list is one more reference per token to walk."""
     blocks: list[BlockId]
     hashes: list[BlockHash]
     """With caching: the content hashes of blocks ``0 .. len(tokens) // block_size - 1``."""
@@ -80,14 +85,14 @@ class BlockTable:
         blocks = pool.take_full_blocks(chunks, hashes if pool.caching else None, group.extra_key)
         if num_full < len(prompt):
             blocks.append(pool.fill(pool.take(), None, prompt[num_full:], None))
-        return cls(group, list(prompt), blocks, hashes)
+        return cls(group, array("q", prompt), blocks, hashes)
 
     def fork(self) -> BlockTable:
         """A child's table: the same entries (the caller raises their ref counts). The parent's
         pending access stays the parent's; it reaches the shared blocks all the same."""
         return BlockTable(
             self.group,
-            self.tokens.copy(),
+            array("q", self.tokens),
             self.blocks.copy(),
             self.hashes.copy(),
             self.num_released,
@@ -106,14 +111,6 @@ class BlockTable:
         )
 
     # --- the pending access ---------------------------------------------------------------------
-
-    def access(self, now: float, stamp: int) -> None:
-        """``access_all_blocks_in_seq``: every held entry's block was accessed at ``now``; a
-        later access has a higher ``stamp``. A newer access covers every entry an older one
-        did, so it simply replaces it."""
-        self.access_time = now
-        self.access_stamp = stamp
-        self.access_end = len(self.blocks)
 
     def untouched(self, into: dict[BlockId, tuple[int, float]]) -> None:
         """Add the blocks still waiting for the pending access to ``into`` (block -> (stamp,
@@ -282,6 +279,11 @@ class SequenceGroup:
 
     def __post_init__(self) -> None:
         self.hasher = hasher_for(self.extra_key)
+
+    @property
+    def seq_ids(self) -> tuple[int, ...]:
+        """The live sequences, in the group's order."""
+        return tuple(self.members)
 
 
 @lru_cache(maxsize=1024)

@@ -65,7 +65,7 @@ from pagedkv.model_tests.bench.runner import run as run_bench
 from pagedkv.model_tests.bench.sections import Options as BenchOptions
 from pagedkv.model_tests.lockstep.calls import TargetStopped
 from pagedkv.model_tests.machines import profiles
-from pagedkv.model_tests.oracle import codec, progress, targets, timeout, trace
+from pagedkv.model_tests.oracle import codec, progress, soak_model, targets, timeout, trace
 from pagedkv.model_tests.oracle.check import (
     DEFAULT_STEPS,
     DEFAULT_TRACE,
@@ -587,9 +587,12 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
     level = _level(args.level)
     factory = targets.check(args.target, level, args.timeout, offered=SOAK_LEVELS)
     exact = args.exact or args.target == "optimized"
+    model = soak_model.REFERENCE
     if exact:
         sample = targets.build(factory, level, args.target)
         viewable = callable(getattr(sample, "view", None))
+        if viewable and level == "manager" and not args.reference_model:
+            model = soak_model.choose(sample)
         close_target(sample)
         if not viewable:
             raise UsageError(f"--exact compares whole states: {args.target} has no view()")
@@ -604,12 +607,15 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
             progress=lambda steps: shown(steps),
             level=level,
             layouts=args.groups,
+            model=model,
         )
     if result.trace_path == trace_out:  # named as the user did (see cmd_check)
         result.trace_path = Path(args.trace_out)
     report, hint = _soak_report(result, args.target, level, args.groups, exact, seed)
     out.report(report)
     code = EXIT_PASS if result.passed else EXIT_FAIL
+    if result.own_bug is not None:  # pagedkv's bug, not the target's (specs/oracle.md §6)
+        code = EXIT_ERROR
     if files.wanted:
         verdict = soak_verdict(
             result,
@@ -638,6 +644,8 @@ def _soak_report(
 ) -> tuple[Report, str | None]:
     """What ``soak`` prints, and the command that replays its trace (if one was written)."""
     mode = "exact" if exact else "isomorphic"
+    if result.model != soak_model.REFERENCE.name:
+        mode += f", the {result.model} manager as the model, the reference confirming"
     groups = f", groups {','.join(layouts)}" if level == "request" else ""
     title = f"pagedkv soak {target} ({level} level{groups}, {mode} mode, seed {seed})"
     rate = result.steps / result.seconds if result.seconds else 0.0
@@ -664,11 +672,17 @@ def _soak_report(
             detail=f"expected an answer: {result.failure}",
             notes=["note: not shrunk or replayed: the target hung, and is not called again"],
         ), None
+    if result.own_bug is not None:
+        target = "optimized"  # the trace shows the optimized manager against the reference
     report = Report(
         False,
         title,
         f"FAIL after {result.steps} steps: shrunk from {result.unshrunk} calls to"
-        f" {len(result.calls)}",
+        f" {len(result.calls)}"
+        if result.own_bug is None
+        else f"ERROR after {result.steps} steps: a bug of pagedkv's, not the target's: the"
+        f" optimized model saw '{result.failure}', and the reference disagrees with it (shrunk"
+        f" from {result.unshrunk} calls to {len(result.calls)})",
         show_config(result.config),
         [
             StepLine(
@@ -679,8 +693,13 @@ def _soak_report(
             )
             for number, op in enumerate(result.trace.ops if result.trace else [], 1)
         ],
-        f"diverges: {result.failure}",
+        f"diverges: {result.failure if result.own_bug is None else result.own_bug}",
     )
+    if result.confirmed:
+        report.notes.append(
+            "note: found with the optimized manager as the model; confirmed by the reference,"
+            " which answers every call of the episode as it did"
+        )
     hint = None
     if result.trace_path is not None:
         hint = (
@@ -861,6 +880,12 @@ def parser() -> argparse.ArgumentParser:
         "--exact",
         action="store_true",
         help="compare whole states (view()) as for optimized, not through the protocol",
+    )
+    soak_.add_argument(
+        "--reference-model",
+        action="store_true",
+        help="in exact mode, keep the reference as the model (by default the optimized manager"
+        " stands in for it, several times faster, the reference confirming any divergence)",
     )
     soak_.add_argument(
         "--trace-out",

@@ -176,12 +176,13 @@ def detached(value: Any) -> Any:
 
 
 def run_call(
-    side: object, call: Call[Any, T], **extra: Any
+    side: object, call: Call[Any, T], *, detach: bool = True, **extra: Any
 ) -> tuple[T | None, BaseException | None]:
-    """``call`` on ``side``, with its own copy of the arguments (``detached``): the result, or
-    the exception it raised. ``extra`` are keyword arguments only the reference takes (the
-    pool's ``choice``)."""
-    args = detached(call.args)
+    """``call`` on ``side``, with its own copy of the arguments (``detached``; not with
+    ``detach=False``, for a side of pagedkv's own that changes no argument it is handed,
+    called before any other): the result, or the exception it raised. ``extra`` are
+    keyword arguments only the reference takes (the pool's ``choice``)."""
+    args = detached(call.args) if detach else call.args
     try:
         return call.method(side)(*args, **extra), None
     except (KeyboardInterrupt, TargetStopped):

@@ -200,6 +200,11 @@ class GuardedTarget:
         return forward
 
 
+def unguarded(target: Any) -> Any:
+    """What a guarded target wraps (anything else as it is), to look at, never to call."""
+    return target._target if isinstance(target, GuardedTarget) else target
+
+
 def guard(factory: Callable[[Any], Any], timeout: float | None = None) -> Callable[[Any], Any]:
     """``factory`` under a per-call timeout: an ``exec:`` factory has its own, a guarded one is
     left as it is."""
@@ -208,4 +213,4 @@ def guard(factory: Callable[[Any], Any], timeout: float | None = None) -> Callab
     return GuardedFactory(factory, timeout)
 
 
-__all__ = ["GuardedFactory", "GuardedTarget", "TargetCrash", "guard"]
+__all__ = ["GuardedFactory", "GuardedTarget", "TargetCrash", "guard", "unguarded"]

@@ -49,6 +49,7 @@ from pagedkv.model_tests.oracle.request_soak import (
     RequestWalk,
     random_request_config,
 )
+from pagedkv.model_tests.oracle.soak_model import REFERENCE, Model, WalkState
 from pagedkv.model_tests.oracle.watchdog import watched
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import invariants
@@ -90,24 +91,40 @@ class SoakResult:
     """Whether ``pagedkv replay`` of the written trace reproduces the divergence."""
     hung: bool = False
     """The failure is a call the target did not answer in time: it was not called again."""
+    model: str = "reference"
+    """The model the walk ran with (``soak_model.py``)."""
+    own_bug: str | None = None
+    """The optimized model disagrees with the reference on the failing episode's calls: a bug of
+    pagedkv's, not the target's (``failure`` then says what the stand-in saw). ``calls`` and
+    ``trace`` are that disagreement, shrunk; ``pagedkv replay --target optimized`` shows it."""
+    confirmed: bool = False
+    """A stand-in model's divergence was put to the reference, which confirmed it."""
 
     @property
     def passed(self) -> bool:
-        return self.failure is None
+        return self.failure is None and self.own_bug is None
 
 
 # --- the two sides ------------------------------------------------------------------------------
 
 
 class Lockstep:
-    """One episode: the reference and the target, a call at a time."""
+    """One episode: the model (the reference, or its stand-in: ``soak_model.py``) and the target,
+    a call at a time."""
 
-    def __init__(self, factory: Factory, config: ManagerConfig, exact: bool) -> None:
-        self.model = ReferenceBlockSpaceManager(config)
+    def __init__(
+        self, factory: Factory, config: ManagerConfig, exact: bool, model: Model = REFERENCE
+    ) -> None:
+        self.model = model.build(config)
+        self.read_state = model.state
         self.target = factory(config)
         self.exact = exact
         self.session: IsomorphicManagerSession | None = None
         self.calls: list[RecordedCall] = []
+
+    def state(self) -> WalkState:
+        """The model's live groups and sequences, which the walk draws from."""
+        return self.read_state(self.model)
 
     def begin(self) -> None:
         """The isomorphic session, which reads the new target's tables and free counts at once:
@@ -121,11 +138,14 @@ class Lockstep:
         self.calls.append((method, args))
         if self.session is not None:
             return self.session.call(call)
-        result, error = run_call(self.model, call)
-        theirs, their_error = run_call(self.target, call)
+        result, error = run_call(self.model, call, detach=False)  # the model keeps no argument
+        answer, their_error = run_call(self.target, call)
         if error is not None or their_error is not None:
-            return shared_error(show_call(method, args), (result, error), (theirs, their_error))
-        theirs = exact_answer("manager", method, show_call(method, args), theirs)
+            return shared_error(show_call(method, args), (result, error), (answer, their_error))
+        try:
+            theirs = exact_answer("manager", method, method, answer)
+        except Divergence:  # again, to name the whole call (written out only when needed)
+            theirs = exact_answer("manager", method, show_call(method, args), answer)
         if codec.exact_result("manager", method, result) != theirs:
             raise Divergence(
                 f"{show_call(method, args)}: the reference returned {show_value(result)},"
@@ -220,7 +240,7 @@ class Walk:
         """One or a few calls (an action follows the question that promised it). Decoding picks
         a group on the GPU, as a scheduler does; everything else any group."""
         rng = self.rng
-        state = self.side.model.state
+        state = self.side.state()
         draw = rng.random()
         groups = state.groups
         if draw < 0.10 or not groups:
@@ -282,9 +302,8 @@ class Walk:
         if allowed is False and self.rng.random() < 0.8:
             self.preempt(group_id)
             return
-        state = self.side.model.state
-        for seq_id in state.groups[group_id].seq_ids:
-            start = len(self.side.model.state.seqs[seq_id].tokens)
+        for seq_id in self.side.state().groups[group_id].seq_ids:
+            start = len(self.side.state().seqs[seq_id].tokens)
             result = self.side.call(
                 calls.append_slots(seq_id, self.tokens(start, num_new), lookahead)
             )
@@ -296,9 +315,7 @@ class Walk:
         if self.rng.random() < 0.5:
             self.swap(group_id, Device.GPU)
         else:
-            self.side.call(
-                calls.free(self.rng.choice(self.side.model.state.groups[group_id].seq_ids))
-            )
+            self.side.call(calls.free(self.rng.choice(self.side.state().groups[group_id].seq_ids)))
 
     def swap(self, group_id: int, device: Device) -> None:
         out = device is Device.GPU
@@ -313,7 +330,7 @@ class Walk:
         if status is AllocStatus.NEVER and not isinstance(result, PagedKVError) and out:
             raise Divergence("can_swap_out said NEVER, then the swap succeeded")
         if status is AllocStatus.OK and not out and lookahead:
-            for seq_id in self.side.model.state.groups[group_id].seq_ids:
+            for seq_id in self.side.state().groups[group_id].seq_ids:
                 promised = self.side.call(calls.append_slots(seq_id, [], lookahead))
                 if isinstance(promised, PagedKVError):
                     raise Divergence(f"can_swap_in promised {lookahead} lookahead slots")
@@ -353,10 +370,12 @@ Progress = Callable[[int], None]
 Side = Lockstep | RequestLockstep
 
 
-def make_side(level: Level, factory: Any, config: Any, exact: bool) -> Side:
+def make_side(
+    level: Level, factory: Any, config: Any, exact: bool, model: Model = REFERENCE
+) -> Side:
     if level == "request":
         return RequestLockstep(factory, config, exact)
-    return Lockstep(factory, config, exact)
+    return Lockstep(factory, config, exact, model)
 
 
 def make_walk(level: Level, rng: random.Random, side: Side) -> Walk | RequestWalk:
@@ -376,16 +395,21 @@ def soak(
     progress: Progress | None = None,
     level: Level = "manager",
     layouts: Sequence[GroupKind] = LAYOUTS,
+    model: Model = REFERENCE,
 ) -> SoakResult:
     """About ``steps`` calls in lockstep at ``level`` (the manager's or the request level's
-    walk, over the group ``layouts``); on the first divergence, the shrunk trace."""
+    walk, over the group ``layouts``) with ``model`` (at the manager level); on the first
+    divergence, the shrunk trace. A divergence found with a stand-in model is reported only once
+    the reference confirms it (``confirm``)."""
+    if model is not REFERENCE and (level != "manager" or not exact):
+        raise ValueError("a stand-in model needs the manager level in exact mode")
     rng = random.Random(seed)
-    result = SoakResult()
+    result = SoakResult(model=model.name)
     start, cpu = time.perf_counter(), time.process_time()
     while result.steps < steps and result.passed:
         config = random_request_config(rng, layouts) if level == "request" else random_config(rng)
         try:
-            side = make_side(level, factory, config, exact)
+            side = make_side(level, factory, config, exact, model)
         except TargetStopped as stopped:  # a hang is a FAIL, as under check
             result.failure, result.hung, result.config = str(stopped), True, config
             break
@@ -417,8 +441,28 @@ def soak(
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu
     if result.failure is not None and result.config is not None and not result.hung:
-        _shrink_and_write(result, factory, exact, trace_out, level)
+        if model is not REFERENCE:
+            confirm(result, model)
+        if result.own_bug is None:
+            _shrink_and_write(result, factory, exact, trace_out, level)
+        else:
+            _shrink_and_write(result, model.build, True, trace_out, level)
     return result
+
+
+def confirm(result: SoakResult, model: Model) -> None:
+    """A divergence a stand-in ``model`` found, put to the reference: the failing episode's calls
+    replayed with the reference as the model and the stand-in as the target, comparing results
+    and whole states after every call. If they agree, the reference answers every call as the
+    stand-in did, so the walk's verdict on the target is the reference's too: it stands,
+    ``confirmed``. If not, the stand-in was wrong: ``own_bug`` says how, and the target is not
+    blamed."""
+    assert result.config is not None
+    disagreement = diverges(model.build, result.config, result.calls, exact=True)
+    if disagreement is None:
+        result.confirmed = True
+    else:
+        result.own_bug = disagreement
 
 
 def diverges(

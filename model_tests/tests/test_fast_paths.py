@@ -4,9 +4,9 @@ some. Sampled inputs rarely put the one bad token where a wrong stride skips it 
 ``make mutate``, ``specs/mutation.md``), so every position is tried here. Its append counts
 skip the full check for a plain int, and anything else is still refused; the common prefix of
 chains is found by a binary search, which must agree with a plain scan. Ids, lookahead counts
-and prompts have shortcuts too (a dict hit for a plain int, the last tuple prompt remembered):
-a value that is not a plain int, a different prompt, or a list changed since its last check
-must each still reach the full rule."""
+and prompts have shortcuts too (a dict hit for a plain int, the prompts checked before
+remembered, lists with a copy of their tokens): a value that is not a plain int, a different
+prompt, or a list changed since its last check must each still reach the full rule."""
 
 from __future__ import annotations
 
@@ -136,9 +136,9 @@ def test_lookahead_that_skips_the_fast_type_check_is_still_refused(
 def test_each_prompt_is_read_for_itself(
     factory: Callable[[ManagerConfig], BlockSpaceManager],
 ) -> None:
-    """A tuple prompt checked once is remembered: another prompt (tuple or list) is read for
-    itself; a list is checked again on every call (it may have changed); a missing prompt, or
-    one that is no list or tuple, is refused (first, before any prompt is remembered)."""
+    """A prompt checked once is remembered: another prompt (tuple or list) is read for itself;
+    a list changed since is checked again; a missing prompt, or one that is no list or tuple, is
+    refused (first, before any prompt is remembered)."""
     manager = factory(ManagerConfig(block_size=1, num_gpu_blocks=4, num_cpu_blocks=4))
     not_prompts: list[object] = [None, (), [], b"ab", {1: 2}]  # bytes, a dict's keys: ints
     for missing in not_prompts:
@@ -153,3 +153,49 @@ def test_each_prompt_is_read_for_itself(
     prompt.append(-1)
     with pytest.raises(InvalidArgumentError):
         manager.can_allocate(prompt)
+
+
+CHANGES: list[tuple[str, Callable[[list[object]], None]]] = [
+    ("a value", lambda p: p.__setitem__(2, -1)),
+    ("a length", lambda p: p.append(-1)),
+    ("an equal bool for 1", lambda p: p.__setitem__(1, True)),
+    ("an equal bool for 0", lambda p: p.__setitem__(0, False)),
+    ("an equal float for 1", lambda p: p.__setitem__(1, 1.0)),
+]
+
+
+@pytest.mark.parametrize("factory", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])
+@pytest.mark.parametrize("change", CHANGES, ids=[name for name, _ in CHANGES])
+def test_a_remembered_list_changed_in_place_is_checked_again(
+    factory: Callable[[ManagerConfig], BlockSpaceManager],
+    change: tuple[str, Callable[[list[object]], None]],
+) -> None:
+    """The scheduler's own list, asked about twice (so it is remembered), then changed in place:
+    a new value, a longer list, or a 0 or 1 replaced by an equal bool or float (``==`` cannot tell
+    those from the tokens they replaced) is refused, by ``can_allocate`` and by
+    ``allocate``, which changes nothing."""
+    manager = factory(ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=4))
+    prompt: list[object] = [0, 1, 7, 300, 2**40]
+    for _ in range(2):
+        assert manager.can_allocate(prompt) is AllocStatus.OK  # type: ignore[arg-type]
+    change[1](prompt)
+    with pytest.raises(InvalidArgumentError):
+        manager.can_allocate(prompt)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        manager.allocate(1, [1], prompt)  # type: ignore[arg-type]
+    assert manager.get_num_free_gpu_blocks() == 8
+
+
+def test_many_prompts_are_remembered_and_the_oldest_forgotten() -> None:
+    """More prompts than the memo holds, each asked about twice, the first changed in place
+    after it was forgotten: every answer is the plain rule's."""
+    manager = OptimizedBlockSpaceManager(
+        ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=4)
+    )
+    prompts = [[1, 2, n] for n in range(200)]
+    for prompt in prompts * 2:
+        assert manager.can_allocate(prompt) is AllocStatus.OK
+    prompts[0][0] = -1
+    with pytest.raises(InvalidArgumentError):
+        manager.can_allocate(prompts[0])
+    assert manager.can_allocate(prompts[-1]) is AllocStatus.OK

@@ -1,0 +1,95 @@
+"""The fast soak (``specs/oracle.md`` §6): in exact mode the optimized manager stands in for the
+reference as the soak's model, and nothing it finds is reported before the reference has seen
+it. A divergence of the target's is confirmed by the reference and reported as the target's
+FAIL; a disagreement between the stand-in and the reference is pagedkv's own bug (exit code 2),
+never the target's. Each test plants one of the two."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from pagedkv import cli
+from pagedkv.model_tests.oracle import soak_model
+from pagedkv.model_tests.oracle.guard import guard
+from pagedkv.model_tests.oracle.soak import diverges, soak
+from pagedkv.model_tests.oracle.soak_model import OPTIMIZED, REFERENCE, Model
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.specs.types import ManagerConfig
+
+HERE = "pagedkv.model_tests.tests.test_fast_soak"
+
+
+class ForgetsARepeatedAccess(OptimizedBlockSpaceManager):
+    """A laziness bug only the whole state shows: a second access of a sequence is dropped."""
+
+    def access_all_blocks_in_seq(self, seq_id: int, now: float) -> None:
+        table = self.live().seqs.get(seq_id)
+        if table is not None and table.access_stamp and now > 1:
+            return
+        super().access_all_blocks_in_seq(seq_id, now)
+
+
+class Twin(OptimizedBlockSpaceManager):
+    """The optimized manager under another name: a target the stand-in may model."""
+
+
+BROKEN_STAND_IN = Model("optimized", ForgetsARepeatedAccess, OPTIMIZED.state)
+"""A stand-in with a bug of its own, as if the optimized manager had drifted from the
+reference."""
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_a_divergence_the_stand_in_finds_is_confirmed_by_the_reference() -> None:
+    result = soak(ForgetsARepeatedAccess, 30_000, 2, exact=True, model=OPTIMIZED)
+    assert not result.passed and result.model == "optimized"
+    assert result.confirmed and result.own_bug is None, (result.failure, result.own_bug)
+    assert "last_accessed" in (result.failure or ""), result.failure
+    assert result.config is not None
+    assert diverges(ForgetsARepeatedAccess, result.config, result.calls, True) is not None
+
+
+def test_a_stand_in_that_disagrees_with_the_reference_is_pagedkvs_bug() -> None:
+    """The target (the reference itself) is right; the stand-in is not. The target is not
+    blamed: the disagreement is the stand-in's, shrunk, and replays against it."""
+    result = soak(ReferenceBlockSpaceManager, 30_000, 2, exact=True, model=BROKEN_STAND_IN)
+    assert not result.passed and not result.confirmed
+    assert result.own_bug is not None and "last_accessed" in result.own_bug, result.own_bug
+    assert result.config is not None
+    assert diverges(ForgetsARepeatedAccess, result.config, result.calls, True) is not None
+    assert diverges(ReferenceBlockSpaceManager, result.config, result.calls, True) is None
+
+
+def test_the_command_says_who_is_at_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(tmp_path / "t.jsonl")
+    target = f"{HERE}:ForgetsARepeatedAccess"
+    common = ["--exact", "--steps", "30000", "--seed", "2", "--trace-out", path]
+    code, out, _ = run_cli("soak", "--target", target, *common)
+    assert code == 1 and "the optimized manager as the model" in out, out
+    assert "confirmed by the reference" in out, out
+    monkeypatch.setattr(soak_model, "choose", lambda sample: BROKEN_STAND_IN)
+    code, out, _ = run_cli("soak", "--target", f"{HERE}:Twin", *common)
+    assert code == 2 and "a bug of pagedkv's, not the target's" in out, out
+    assert "--target optimized" in out, out
+
+
+def test_the_stand_in_passes_a_correct_target_and_never_models_itself() -> None:
+    assert soak(Twin, 3000, 5, exact=True, model=OPTIMIZED).passed
+    assert soak_model.choose(OptimizedBlockSpaceManager(_config())) is REFERENCE
+    assert soak_model.choose(Twin(_config())) is OPTIMIZED
+    guarded = guard(OptimizedBlockSpaceManager)(_config())
+    assert soak_model.choose(guarded) is REFERENCE
+    code, out, _ = run_cli("soak", "--steps", "300", "--seed", "5")
+    assert code == 0 and "the optimized manager as the model" not in out, out
+
+
+def _config() -> ManagerConfig:
+    return ManagerConfig(block_size=2, num_gpu_blocks=4, num_cpu_blocks=2)
