@@ -104,7 +104,14 @@ def normalize_pairs(pairs: object, src_blocks: int, dst_blocks: int) -> list[tup
                 out.append((src, dst))
                 continue
         out.append(_checked_pair(pair))
-    for src, dst in out:
+    sources, destinations = [src for src, _ in out], [dst for _, dst in out]
+    in_range = not out or (
+        min(sources) >= 0
+        and max(sources) < src_blocks
+        and min(destinations) >= 0
+        and max(destinations) < dst_blocks
+    )
+    for src, dst in [] if in_range else out:  # the first pair out of range, to name it
         if not 0 <= src < src_blocks:
             raise ForeignBlockError(
                 f"source block {src} of pair ({src}, {dst}) is not in the store "
@@ -214,6 +221,8 @@ def _copy_within_device(src: KVStore, dst: KVStore, plan: Sequence[tuple[int, in
     """Every pair's block, all layers, from ``src`` to ``dst`` on one device; reads before
     writes when the two are the same store. Destinations are distinct."""
     written = {d for _, d in plan} if src is dst else set()
+    if written.isdisjoint([s for s, _ in plan]):
+        written = set()  # no source is also written: nothing has to be read aside
     if moves_host_bytes(src.device):
         copy_runs(HostBlocks.of(src), HostBlocks.of(dst), *_split_staged(_spans(plan), written))
         _count_writes(dst)
