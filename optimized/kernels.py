@@ -6,26 +6,33 @@ Pairs come either as a CPU ``[N, 2]`` int64 tensor (what a scheduler batches up)
 of ``(src, dst)`` int pairs (what a block manager hands out); both go through ``normalize_pairs``.
 
 Small blocks are limited by per-call overhead, not by bandwidth. ``copy_blocks`` and
-``swap_blocks`` coalesce pairs into runs of consecutive ids (``coalesce_runs``); a few runs are
-moved with one slice ``copy_`` per run and tensor, which reads and writes each byte once. Many
-runs (scattered pairs) are moved differently per device. On an accelerator: one gather
-(``index_select``) and one scatter (``index_copy_``) per tensor through a buffer, two kernel
-launches whatever the number of pairs. On the host those index kernels copy element by element,
-far below memory bandwidth, while a ``copy_`` is a ``memcpy``; so each run is one ``copy_`` of
-the store's single allocation (``KVStore.blocks``), moving that run in every layer at once.
-``swap_blocks_in_place`` exchanges through a gathered buffer per tensor, in batches padded to a
-few fixed sizes so that a compiled or graphed kernel sees only a handful of shapes, and small
-enough that the buffer stays in cache. The index kernels move rows as the widest word that tiles
-them (``_row_view``): their cost grows with the number of elements.
+``swap_blocks`` coalesce pairs into runs of consecutive ids (``coalesce_runs``), each one copy per
+tensor. How a run is copied depends on where the store lives and how torch runs there:
+
+- on the host with one torch thread (``moves_host_bytes``): one ``memcpy`` per run and tensor,
+  as ``memoryview`` slice assignments over the store's single allocation, with no tensor view or
+  kernel dispatch per block (``optimized/host_bytes.py``); ``swap_blocks_in_place`` trades each
+  pair's slabs the same way, unpadded;
+- on the host with several threads, torch's ``copy_`` (which splits a large copy over them): each
+  run one ``copy_`` of the single allocation (``KVStore.blocks``), moving it in every layer at once;
+- on an accelerator, a few runs are one slice ``copy_`` per run and tensor; many runs (scattered
+  pairs) one gather (``index_select``) and one scatter (``index_copy_``) per tensor through a
+  buffer, two kernel launches whatever the number of pairs.
+
+``swap_blocks_in_place`` off the byte path exchanges through a gathered buffer per tensor, in
+batches padded to a few fixed sizes so that a compiled or graphed kernel sees only a handful of
+shapes, and small enough that the buffer stays in cache. The index kernels move rows as the
+widest word that tiles them (``_row_view``): their cost grows with the number of elements.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, TypeAlias
+from typing import NamedTuple, TypeAlias, TypeVar
 
 import torch
 
+from pagedkv.optimized.host_bytes import HostBlocks, copy_runs, exchange_runs
 from pagedkv.optimized.kv_store import KVStore
 from pagedkv.specs.defrag_rule import padded_size
 from pagedkv.specs.errors import ForeignBlockError, InvalidArgumentError
@@ -53,6 +60,10 @@ class Run(NamedTuple):
     length: int
 
 
+RunT = TypeVar("RunT", bound=tuple[int, int, int])
+"""A ``Run``, or the plain tuple the byte path uses for one."""
+
+
 # --- input --------------------------------------------------------------------------------------
 
 
@@ -68,7 +79,7 @@ def normalize_pairs(pairs: object, src_blocks: int, dst_blocks: int) -> list[tup
     Python ints are what the run planning needs anyway, and checking everything here (rather than
     letting an index kernel fail halfway) is what keeps a rejected call from changing anything.
     """
-    out: list[tuple[int, int]] = []
+    rows: Sequence[object]
     if isinstance(pairs, torch.Tensor):
         if pairs.device.type != "cpu":
             raise InvalidArgumentError(f"pair tensor must be on the CPU, got device {pairs.device}")
@@ -76,22 +87,31 @@ def normalize_pairs(pairs: object, src_blocks: int, dst_blocks: int) -> list[tup
             raise InvalidArgumentError(f"pair tensor must be int64, got {pairs.dtype}")
         if pairs.dim() != 2 or pairs.shape[1] != 2:
             raise InvalidArgumentError(f"pair tensor must be [N, 2], got {list(pairs.shape)}")
-        out = [(int(s), int(d)) for s, d in pairs.tolist()]
+        rows = pairs.tolist()
     elif isinstance(pairs, Sequence) and not isinstance(pairs, str | bytes):
-        for pair in pairs:
-            if (
-                isinstance(pair, str | bytes)
-                or not isinstance(pair, Sequence)
-                or len(pair) != 2
-                or not all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
-            ):
-                raise InvalidArgumentError(f"each pair must be two ints (src, dst), got {pair!r}")
-            out.append((pair[0], pair[1]))
+        rows = pairs
     else:
         raise InvalidArgumentError(
             f"pairs must be an [N, 2] int64 tensor or a sequence of (src, dst), got {pairs!r}"
         )
-    for src, dst in out:
+    out: list[tuple[int, int]] = []
+    for pair in rows:
+        # A tuple or list of two plain ints is nearly every pair: tested by exact type first,
+        # for a fraction of what the general test costs.
+        if (type(pair) is tuple or type(pair) is list) and len(pair) == 2:
+            src, dst = pair
+            if type(src) is int and type(dst) is int:
+                out.append((src, dst))
+                continue
+        out.append(_checked_pair(pair))
+    sources, destinations = [src for src, _ in out], [dst for _, dst in out]
+    in_range = not out or (
+        min(sources) >= 0
+        and max(sources) < src_blocks
+        and min(destinations) >= 0
+        and max(destinations) < dst_blocks
+    )
+    for src, dst in [] if in_range else out:  # the first pair out of range, to name it
         if not 0 <= src < src_blocks:
             raise ForeignBlockError(
                 f"source block {src} of pair ({src}, {dst}) is not in the store "
@@ -105,8 +125,21 @@ def normalize_pairs(pairs: object, src_blocks: int, dst_blocks: int) -> list[tup
     return out
 
 
+def _checked_pair(pair: object) -> tuple[int, int]:
+    if (
+        isinstance(pair, str | bytes)
+        or not isinstance(pair, Sequence)
+        or len(pair) != 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+    ):
+        raise InvalidArgumentError(f"each pair must be two ints (src, dst), got {pair!r}")
+    return pair[0], pair[1]
+
+
 def _check_distinct_destinations(pairs: Sequence[tuple[int, int]]) -> None:
     """Two sources for one destination would make the result depend on write order."""
+    if len({dst for _, dst in pairs}) == len(pairs):
+        return
     seen: set[int] = set()
     for src, dst in pairs:
         if dst in seen:
@@ -122,15 +155,45 @@ def coalesce_runs(pairs: Sequence[tuple[int, int]]) -> list[Run]:
     Pairs are sorted first: with distinct destinations (which the callers enforce) the order of
     the copies cannot matter, and sorting finds runs however the caller happened to list them.
     """
-    runs: list[Run] = []
-    for src, dst in sorted(pairs):
-        if runs:
-            last = runs[-1]
-            if src == last.src + last.length and dst == last.dst + last.length:
-                runs[-1] = Run(last.src, last.dst, last.length + 1)
-                continue
-        runs.append(Run(src, dst, 1))
-    return runs
+    return [Run(src, dst, length) for src, dst, length in _spans(pairs)]
+
+
+def _spans(pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """``coalesce_runs`` as plain tuples, for the byte path, where building a ``Run`` per
+    scattered pair would cost as much as copying its block."""
+    spans: list[tuple[int, int, int]] = []
+    ordered = sorted(pairs)
+    if not ordered:
+        return spans
+    first_src, first_dst = ordered[0]
+    length = 1
+    for src, dst in ordered[1:]:
+        if src == first_src + length and dst == first_dst + length:
+            length += 1
+            continue
+        spans.append((first_src, first_dst, length))
+        first_src, first_dst, length = src, dst, 1
+    spans.append((first_src, first_dst, length))
+    return spans
+
+
+def moves_host_bytes(device: torch.device) -> bool:
+    """Whether blocks on ``device`` are moved as byte copies (``optimized/host_bytes.py``): on
+    the host while torch runs one intra-op thread. With more, torch's ``copy_`` splits each
+    large copy over them, which a ``memcpy`` loop cannot."""
+    return device.type == "cpu" and torch.get_num_threads() == 1
+
+
+def _split_staged(runs: Sequence[RunT], written: set[int]) -> tuple[list[RunT], list[RunT]]:
+    """(runs none of whose sources is written in this call, runs with one that is)."""
+    if not written:
+        return list(runs), []
+    direct: list[RunT] = []
+    staged: list[RunT] = []
+    for run in runs:
+        src, _, length = run
+        (direct if written.isdisjoint(range(src, src + length)) else staged).append(run)
+    return direct, staged
 
 
 # --- copy-on-write ------------------------------------------------------------------------------
@@ -157,14 +220,19 @@ def copy_blocks(store: KVStore, pairs: PairsLike) -> None:
 def _copy_within_device(src: KVStore, dst: KVStore, plan: Sequence[tuple[int, int]]) -> None:
     """Every pair's block, all layers, from ``src`` to ``dst`` on one device; reads before
     writes when the two are the same store. Destinations are distinct."""
+    written = {d for _, d in plan} if src is dst else set()
+    if written.isdisjoint([s for s, _ in plan]):
+        written = set()  # no source is also written: nothing has to be read aside
+    if moves_host_bytes(src.device):
+        copy_runs(HostBlocks.of(src), HostBlocks.of(dst), *_split_staged(_spans(plan), written))
+        _count_writes(dst)
+        return
     runs = coalesce_runs(plan)
     if len(runs) > MAX_RUNS and src.device.type != "cpu":
         _gather_scatter(src.tensors(), dst.tensors(), plan, src.device)
         return
     many = len(runs) > MAX_RUNS
-    written = {d for _, d in plan} if src is dst else set()
-    staged = [r for r in runs if any(b in written for b in range(r.src, r.src + r.length))]
-    direct = [r for r in runs if r not in staged]
+    direct, staged = _split_staged(runs, written)
     # Layers (and K, V) are separate tensors that never alias, so reading-before-writing only has
     # to hold within one tensor; staging one tensor at a time bounds the temporary memory.
     pairs_of_tensors = (
@@ -178,6 +246,12 @@ def _copy_within_device(src: KVStore, dst: KVStore, plan: Sequence[tuple[int, in
             destination[r.dst : r.dst + r.length].copy_(source[r.src : r.src + r.length])
         for r, temp in zip(staged, temps, strict=True):
             destination[r.dst : r.dst + r.length].copy_(temp)
+
+
+def _count_writes(store: KVStore) -> None:
+    """Tell torch the store's tensors were written, as a torch in-place op would (bytes written
+    through ``host_bytes`` bypass it): anything that saved one of them sees it changed."""
+    torch.autograd.graph.increment_version(store.blocks)
 
 
 def _gather_scatter(
@@ -242,7 +316,9 @@ def swap_blocks(src: KVStore, dst: KVStore, pairs: PairsLike) -> None:
 # --- in-place exchange (defragmentation) --------------------------------------------------------
 
 
-def _check_pad_sizes(pad_sizes: object) -> list[int]:
+def _check_pad_sizes(pad_sizes: object) -> tuple[int, ...]:
+    if pad_sizes is DEFAULT_PAD_SIZES:  # a tuple: checked once, below
+        return _DEFAULT_PAD_SIZES_SORTED
     if (
         isinstance(pad_sizes, str | bytes)
         or not isinstance(pad_sizes, Sequence)
@@ -252,12 +328,17 @@ def _check_pad_sizes(pad_sizes: object) -> list[int]:
         raise InvalidArgumentError(
             f"pad_sizes must be a non-empty sequence of ints >= 1, got {pad_sizes!r}"
         )
-    return sorted(set(pad_sizes))
+    return tuple(sorted(set(pad_sizes)))
+
+
+_DEFAULT_PAD_SIZES_SORTED = _check_pad_sizes(list(DEFAULT_PAD_SIZES))
 
 
 def _check_disjoint(pairs: Sequence[tuple[int, int]]) -> None:
     """An exchange batch is a set of disjoint transpositions; anything else has no single answer
     (``(1, 2), (2, 3)`` gives a different result per order) and breaks the padding argument."""
+    if len({block for pair in pairs for block in pair}) == 2 * len(pairs):
+        return
     seen: set[int] = set()
     for a, b in pairs:
         for block in (a, b):
@@ -334,6 +415,10 @@ def swap_blocks_in_place(
     plan = normalize_pairs(pairs, store.num_blocks, store.num_blocks)
     _check_disjoint(plan)
     if not plan:
+        return
+    if moves_host_bytes(store.device):
+        exchange_runs(HostBlocks.of(store), _spans(plan))
+        _count_writes(store)
         return
     rows = [_row_view(cache) for cache in store.tensors()]
     row_bytes = rows[0].shape[1] * rows[0].element_size()

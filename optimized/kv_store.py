@@ -17,6 +17,7 @@ resolved to its position before it reaches the store.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 
 import torch
@@ -101,6 +102,7 @@ class KVStore:
             caches = [(tensors[2 * layer], tensors[2 * layer + 1]) for layer in range(num_layers)]
         self._caches: tuple[LayerCache, ...] = tuple(caches)
         self._device = self._blocks.device
+        self._host_bytes: memoryview | None = None
 
     @property
     def caches(self) -> list[LayerCache]:
@@ -151,6 +153,18 @@ class KVStore:
         """Every cache tensor as one, ``[tensors, num_blocks, block_size, heads, head_dim]`` in
         the order of ``tensors()``: ``blocks[:, b]`` is block ``b`` of every layer, K and V."""
         return self._blocks
+
+    def host_bytes(self) -> memoryview:
+        """The single allocation of a host store as writable bytes, in the order of ``blocks``:
+        what the host kernels (``optimized/host_bytes.py``) copy slices of. Made on first use;
+        it stays valid as long as the store, which never frees or moves its allocation."""
+        if self._host_bytes is None:
+            if self._device.type != "cpu":
+                raise InvalidArgumentError(f"a store on {self._device} has no host bytes")
+            size = self._blocks.numel() * self._blocks.element_size()
+            raw = (ctypes.c_char * size).from_address(self._blocks.data_ptr())
+            self._host_bytes = memoryview(raw).cast("B")
+        return self._host_bytes
 
     def tensors(self) -> list[torch.Tensor]:
         """Every cache tensor (K then V per layer): the kernels treat them all alike."""

@@ -16,7 +16,10 @@ the tables as JSON, which ``pagedkv bench --defrag`` shows), never asserts:
    the used ids alone), runs that hit the cap, and the defragmenter's own time per step
    (``update_state`` and ``defragment``) beside the manager's;
 3. the exchange kernel on the run's own pair lists: GB/s beside a contiguous ``copy_`` of the
-   same bytes, interleaved in one process, median (min, max) over the repetitions.
+   same bytes, interleaved in one process, median (min, max) over the repetitions, each timed
+   as the kernels' benchmark does (``bench/kernels.py``: on the host this process's CPU time,
+   each sample repeated to a few milliseconds, so that neither the clock's resolution nor the
+   other work on a shared machine decides a batch of one pair).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from functools import partial
 
 import torch
 
-from pagedkv.model_tests.bench.kernels import synchronize
+from pagedkv.model_tests.bench.kernels import Timer, ratio_of
 from pagedkv.model_tests.bench.report import Table, load_average, plain_text
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.optimized.defragmenter import OptimizedDefragmenter
@@ -198,24 +201,6 @@ def accelerator() -> torch.device:
     return torch.device("cpu") if found is None else found
 
 
-def interleaved_seconds(
-    kernel: Callable[[], object], baseline: Callable[[], object], device: torch.device
-) -> tuple[list[float], list[float]]:
-    """Seconds of each call of ``kernel`` and ``baseline``, taking turns, after a warm-up."""
-    kernel()
-    baseline()
-    kernel_s: list[float] = []
-    baseline_s: list[float] = []
-    for _ in range(KERNEL_REPEATS):
-        for fn, out in ((kernel, kernel_s), (baseline, baseline_s)):
-            synchronize(device)
-            start = time.perf_counter()
-            fn()
-            synchronize(device)
-            out.append(time.perf_counter() - start)
-    return kernel_s, baseline_s
-
-
 def spread(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
@@ -239,7 +224,8 @@ def kernel_rows(
         src = torch.ones(moved // DTYPE.itemsize, dtype=DTYPE, device=store.device)
         dst = torch.empty_like(src)
         kernel = partial(swap_blocks_in_place, store, pairs, DEFRAG_PAD_SIZES)
-        kernel_s, copy_s = interleaved_seconds(kernel, partial(dst.copy_, src), store.device)
+        timer = Timer([store.device])
+        kernel_s, copy_s = ratio_of(kernel, partial(dst.copy_, src), timer, KERNEL_REPEATS)
         gbps = [moved / s / 1e9 for s in kernel_s]
         base = [moved / s / 1e9 for s in copy_s]
         ratio = [k / b for k, b in zip(gbps, base, strict=True)]
@@ -310,7 +296,8 @@ def tables(run: ServingRun, seconds: float) -> list[Table]:
             Table(
                 f"swap_blocks_in_place on this run's batches, {accelerator()}: {LAYERS} layers x"
                 f" (K, V), {KV_HEADS} kv heads x {HEAD_DIM}, {DTYPE}; median (min-max) of"
-                f" {KERNEL_REPEATS} interleaved repetitions; torch {torch.__version__},"
+                f" {KERNEL_REPEATS} interleaved repetitions ({Timer([accelerator()]).clock_name});"
+                f" torch {torch.__version__},"
                 f" {torch.get_num_threads()} thread(s)",
                 ["batch", "pairs", "MiB moved", "kernel GB/s", "copy_ GB/s", "ratio"],
                 rows_k,

@@ -60,6 +60,7 @@ class Timer:
     def __init__(self, devices: Sequence[torch.device]) -> None:
         self.devices = devices
         self.host_only = all(d.type == "cpu" for d in devices)
+        self.clock_name = "process CPU time" if self.host_only else "wall time between syncs"
 
     def __call__(self, fn: Callable[[], object], times: int) -> float:
         clock = time.process_time if self.host_only else time.perf_counter

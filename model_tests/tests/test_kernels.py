@@ -8,15 +8,17 @@ right values through a lossy path, or touched a block it was not given, fails.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import enum
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from pagedkv.optimized import host_bytes, kernels
 from pagedkv.optimized.kernels import (
     DEFAULT_PAD_SIZES,
     MAX_RUNS,
@@ -24,6 +26,7 @@ from pagedkv.optimized.kernels import (
     _row_view,
     coalesce_runs,
     copy_blocks,
+    moves_host_bytes,
     normalize_pairs,
     padded_batches,
     swap_blocks,
@@ -41,6 +44,21 @@ HEAD_SHAPES = [(1, 8), (2, 32)]  # (num_kv_heads, head_dim)
 LAYERS = 3
 
 # --- helpers ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["bytes", "torch"])
+def host_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs a test on each way the host moves blocks: byte copies (torch on one thread) and
+    torch's ``copy_`` and index kernels (two threads); ``kernels.moves_host_bytes`` picks."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1 if request.param == "bytes" else 2)
+    assert moves_host_bytes(torch.device("cpu")) is (request.param == "bytes")
+    yield request.param
+    torch.set_num_threads(before)
+
+
+ON_EITHER_PATH = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+"""``host_path`` holds for every example of a test: it only picks a thread count."""
 
 
 def make_store(
@@ -349,7 +367,7 @@ COPY_PAIRS: Pairs = [
 @pytest.mark.parametrize(("heads", "head_dim"), HEAD_SHAPES)
 @pytest.mark.parametrize("block_size", BLOCK_SIZES)
 def test_copy_blocks_matches_reference(
-    block_size: int, heads: int, head_dim: int, dtype: torch.dtype, mla: bool
+    block_size: int, heads: int, head_dim: int, dtype: torch.dtype, mla: bool, host_path: str
 ) -> None:
     store = make_store(
         16, block_size=block_size, heads=heads, head_dim=head_dim, dtype=dtype, mla=mla
@@ -373,7 +391,7 @@ def test_copy_blocks_matches_reference(
         [(0, 10), (1, 11), (2, 12), (5, 13), (6, 14), (3, 15)],  # runs broken up
     ],
 )
-def test_copy_blocks_overlaps_runs_and_forms(pairs: Pairs, form: str) -> None:
+def test_copy_blocks_overlaps_runs_and_forms(pairs: Pairs, form: str, host_path: str) -> None:
     store = make_store(20, seed=1)
     before = snapshot(store)
     copy_blocks(store, as_form(pairs, form))
@@ -404,8 +422,15 @@ def run_pairs(draw: st.DrawFn, src_blocks: int, dst_blocks: int) -> Pairs:
     mla=st.booleans(),
     form=st.sampled_from(["list", "tensor"]),
 )
+@ON_EITHER_PATH
 def test_copy_blocks_random(
-    data: st.DataObject, num_blocks: int, block_size: int, dtype: torch.dtype, mla: bool, form: str
+    data: st.DataObject,
+    num_blocks: int,
+    block_size: int,
+    dtype: torch.dtype,
+    mla: bool,
+    form: str,
+    host_path: str,
 ) -> None:
     pairs = data.draw(run_pairs(num_blocks, num_blocks))
     store = make_store(num_blocks, block_size=block_size, dtype=dtype, mla=mla, layers=2)
@@ -432,7 +457,7 @@ SWAP_PAIRS: Pairs = [
 @pytest.mark.parametrize(("heads", "head_dim"), HEAD_SHAPES)
 @pytest.mark.parametrize("block_size", BLOCK_SIZES)
 def test_swap_blocks_matches_reference(
-    block_size: int, heads: int, head_dim: int, dtype: torch.dtype, mla: bool
+    block_size: int, heads: int, head_dim: int, dtype: torch.dtype, mla: bool, host_path: str
 ) -> None:
     shape: dict[str, Any] = {"block_size": block_size, "heads": heads, "head_dim": head_dim}
     src = make_store(16, dtype=dtype, mla=mla, seed=1, **shape)
@@ -448,7 +473,7 @@ def test_swap_blocks_matches_reference(
     "pairs",
     [[], [(0, 0)], [(i, i) for i in range(8)], [(i, 9 - i) for i in range(8)], [(2, 9), (2, 8)]],
 )
-def test_swap_blocks_runs_and_forms(pairs: Pairs, form: str) -> None:
+def test_swap_blocks_runs_and_forms(pairs: Pairs, form: str, host_path: str) -> None:
     src, dst = make_store(8, seed=3), make_store(10, seed=4)
     src_before, dst_before = snapshot(src), snapshot(dst)
     swap_blocks(src, dst, as_form(pairs, form))
@@ -456,7 +481,7 @@ def test_swap_blocks_runs_and_forms(pairs: Pairs, form: str) -> None:
     assert_same(src.tensors(), src_before)
 
 
-def test_swap_blocks_within_one_store_reads_before_writing() -> None:
+def test_swap_blocks_within_one_store_reads_before_writing(host_path: str) -> None:
     store = make_store(6)
     before = snapshot(store)
     pairs = [(0, 1), (1, 2), (2, 3)]
@@ -473,6 +498,7 @@ def test_swap_blocks_within_one_store_reads_before_writing() -> None:
     mla=st.booleans(),
     form=st.sampled_from(["list", "tensor"]),
 )
+@ON_EITHER_PATH
 def test_swap_blocks_random(
     data: st.DataObject,
     src_blocks: int,
@@ -481,6 +507,7 @@ def test_swap_blocks_random(
     dtype: torch.dtype,
     mla: bool,
     form: str,
+    host_path: str,
 ) -> None:
     pairs = data.draw(run_pairs(src_blocks, dst_blocks))
     shape: dict[str, Any] = {"block_size": block_size, "dtype": dtype, "mla": mla, "layers": 2}
@@ -502,7 +529,7 @@ EXCHANGE_PAIRS: Pairs = [(0, 15), (3, 4), (5, 9), (6, 10), (7, 11)]  # 5, 6, 7 -
 @pytest.mark.parametrize(("heads", "head_dim"), HEAD_SHAPES)
 @pytest.mark.parametrize("block_size", BLOCK_SIZES)
 def test_swap_blocks_in_place_matches_reference(
-    block_size: int, heads: int, head_dim: int, dtype: torch.dtype, mla: bool
+    block_size: int, heads: int, head_dim: int, dtype: torch.dtype, mla: bool, host_path: str
 ) -> None:
     store = make_store(
         16, block_size=block_size, heads=heads, head_dim=head_dim, dtype=dtype, mla=mla
@@ -515,7 +542,7 @@ def test_swap_blocks_in_place_matches_reference(
     assert torch.equal(bits(store.tensors()[-1][15]), bits(before[-1][0]))
 
 
-def test_swap_blocks_in_place_on_a_store_of_one_tensor() -> None:
+def test_swap_blocks_in_place_on_a_store_of_one_tensor(host_path: str) -> None:
     """One MLA layer is one cache tensor: the exchange buffer is shaped from the only row view
     (shaping it from a second one was a gap found by ``make mutate``)."""
     store = make_store(6, mla=True, layers=1, seed=3)
@@ -535,7 +562,7 @@ def test_swap_blocks_in_place_on_a_store_of_one_tensor() -> None:
     ],
 )
 def test_swap_blocks_in_place_on_rows_no_wide_word_tiles(
-    dtype: torch.dtype, head_dim: int, word: torch.dtype
+    dtype: torch.dtype, head_dim: int, word: torch.dtype, host_path: str
 ) -> None:
     """Blocks of one token and one head: the rows are viewed as the widest word that divides
     them, never a wider one, and the exchange moves them as it does wide rows."""
@@ -546,7 +573,7 @@ def test_swap_blocks_in_place_on_rows_no_wide_word_tiles(
     assert_same(store.tensors(), ref_exchange(before, [(0, 5), (1, 2)]))
 
 
-def test_swap_blocks_in_place_on_rows_too_wide_for_the_buffer() -> None:
+def test_swap_blocks_in_place_on_rows_too_wide_for_the_buffer(host_path: str) -> None:
     """Rows of 512 KiB: not even the smallest pad size fits the buffer's bound, and the
     exchange still runs, in batches of the smallest size."""
     store = make_store(2, block_size=128, heads=8, head_dim=256, dtype=torch.float16, mla=True)
@@ -558,7 +585,9 @@ def test_swap_blocks_in_place_on_rows_too_wide_for_the_buffer() -> None:
 
 @pytest.mark.parametrize("form", ["list", "tensor"])
 @pytest.mark.parametrize("num_pairs", [0, 1, 3, 4, 5, 8, 9, 16, 17, 20])
-def test_swap_blocks_in_place_padding_touches_only_listed_pairs(num_pairs: int, form: str) -> None:
+def test_swap_blocks_in_place_padding_touches_only_listed_pairs(
+    num_pairs: int, form: str, host_path: str
+) -> None:
     """Pad sizes (4, 8) force padding (1, 3, 5, 9, 17 pairs) and chunking (9+ pairs)."""
     store = make_store(41, seed=7)
     before = snapshot(store)
@@ -602,7 +631,9 @@ def test_padded_batches_shapes_and_padding(
         assert all(pad == chunk[0] for pad in batch[len(chunk) :])  # padding repeats a real pair
 
 
-def test_swap_blocks_in_place_issues_one_fixed_shape_batch_per_tensor() -> None:
+@pytest.mark.parametrize("host_path", ["torch"], indirect=True)
+def test_swap_blocks_in_place_issues_one_fixed_shape_batch_per_tensor(host_path: str) -> None:
+    """Off the byte path (as on an accelerator) a batch is padded to a fixed shape."""
     store = make_store(32, layers=3, mla=False)
     pairs = [(2 * i, 2 * i + 1) for i in range(5)]
     with CountOps() as ops:
@@ -611,8 +642,9 @@ def test_swap_blocks_in_place_issues_one_fixed_shape_batch_per_tensor() -> None:
     assert set(ops.index_lengths) == {16}  # 5 pairs padded to 8, both directions
 
 
+@pytest.mark.parametrize("host_path", ["torch"], indirect=True)
 @pytest.mark.parametrize("kernel", ["copy", "swap"])
-def test_consecutive_runs_are_one_copy_per_tensor(kernel: str) -> None:
+def test_consecutive_runs_are_one_copy_per_tensor(kernel: str, host_path: str) -> None:
     src, dst = make_store(40, layers=3, seed=8), make_store(40, layers=3, seed=9)
     pairs = [(i, 20 + i) for i in range(16)]
     with CountOps() as ops:
@@ -621,6 +653,100 @@ def test_consecutive_runs_are_one_copy_per_tensor(kernel: str) -> None:
         else:
             swap_blocks(src, dst, pairs)
     assert ops.counts.get("copy_") == 6  # 3 layers x (K, V), one slice copy each
+
+
+# --- the byte path ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host_path", ["bytes"], indirect=True)
+@pytest.mark.parametrize("kernel", ["copy", "swap"])
+def test_byte_path_copies_each_run_once_and_stages_only_what_is_written(
+    kernel: str, host_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs reach the byte copy coalesced; only a run whose source this call also writes is
+    read aside first (and only within one store); no torch op runs at all."""
+    calls: list[tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]] = []
+    real = host_bytes.copy_runs
+
+    def spy(
+        src: host_bytes.HostBlocks,
+        dst: host_bytes.HostBlocks,
+        direct: Sequence[tuple[int, int, int]],
+        staged: Sequence[tuple[int, int, int]],
+    ) -> None:
+        calls.append((list(direct), list(staged)))
+        real(src, dst, direct, staged)
+
+    monkeypatch.setattr(kernels, "copy_runs", spy)
+    src, dst = make_store(40, layers=3, seed=8), make_store(40, layers=3, seed=9)
+    pairs = [(i, 20 + i) for i in range(16)] + [(37, 38), (36, 37)]  # a chain, itself a run
+    before, dst_before = snapshot(src), snapshot(dst)
+    with CountOps() as ops:
+        if kernel == "copy":
+            copy_blocks(src, pairs)
+        else:
+            swap_blocks(src, dst, pairs)
+    assert ops.counts == {}
+    if kernel == "copy":
+        assert calls == [([Run(0, 20, 16)], [Run(36, 37, 2)])]
+        assert_same(src.tensors(), ref_copy(before, pairs))
+    else:
+        assert calls == [([Run(0, 20, 16), Run(36, 37, 2)], [])]
+        assert_same(dst.tensors(), ref_swap(before, dst_before, pairs))
+
+
+@pytest.mark.parametrize("host_path", ["bytes"], indirect=True)
+def test_byte_path_tells_torch_the_store_was_written(host_path: str) -> None:
+    """Bytes written through ``host_bytes`` bypass torch's count of in-place writes, so the
+    kernels bump it as ``copy_`` would (a tensor saved for backward must see the change)."""
+    store, other = make_store(8, seed=26), make_store(8, seed=27)
+    moves: list[Callable[[], None]] = [
+        lambda: copy_blocks(store, [(0, 1)]),
+        lambda: swap_blocks(other, store, [(0, 1)]),
+        lambda: swap_blocks_in_place(store, [(0, 1)]),
+    ]
+    for move in moves:
+        version = store.blocks._version
+        move()
+        assert store.blocks._version > version
+        assert store.tensors()[0]._version == store.blocks._version  # views share the count
+
+
+@pytest.mark.parametrize("host_path", ["bytes"], indirect=True)
+@pytest.mark.parametrize("piece_blocks", [1, 2, 3])
+def test_byte_exchange_splits_long_runs_into_pieces(
+    piece_blocks: int, host_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of exchanges is traded a piece of at most ``EXCHANGE_PIECE_BYTES`` at a time (never
+    less than a block): pieces of 1, 2 and 3 blocks over runs of 1, 5 and 7 pairs."""
+    store = make_store(40, layers=2, seed=28)
+    slab = store.block_bytes // len(store.tensors())
+    monkeypatch.setattr(host_bytes, "EXCHANGE_PIECE_BYTES", piece_blocks * slab + slab // 2)
+    pairs = [(0, 39)] + [(1 + i, 20 + i) for i in range(5)] + [(10 + i, 30 + i) for i in range(7)]
+    assert len(coalesce_runs(pairs)) == 3
+    before = snapshot(store)
+    with CountOps() as ops:
+        swap_blocks_in_place(store, pairs)
+    assert ops.counts == {}  # no padding, no index kernels: bytes only
+    assert_same(store.tensors(), ref_exchange(before, pairs))
+
+
+def test_host_bytes_are_the_store_allocation() -> None:
+    store = make_store(4, seed=29)
+    memory = store.host_bytes()
+    assert memory is store.host_bytes()  # made once
+    assert len(memory) == store.blocks.numel() * store.blocks.element_size()
+    assert memory.format == "B" and not memory.readonly
+    first = store.tensors()[0].reshape(-1)[:1].clone()
+    memory[:4] = bytes(4)
+    assert float(store.tensors()[0].reshape(-1)[0]) == 0.0 != float(first[0])
+
+
+def test_only_a_host_store_has_host_bytes() -> None:
+    meta = KVStore(1, 2, 2, 1, 4, torch.float32, "meta")
+    assert not moves_host_bytes(meta.device)
+    with pytest.raises(InvalidArgumentError, match="no host bytes"):
+        meta.host_bytes()
 
 
 def test_coalesce_runs() -> None:
@@ -643,6 +769,7 @@ def test_coalesce_runs() -> None:
     form=st.sampled_from(["list", "tensor"]),
     pad_sizes=st.lists(st.integers(1, 6), min_size=1, max_size=3),
 )
+@ON_EITHER_PATH
 def test_swap_blocks_in_place_random(
     data: st.DataObject,
     num_blocks: int,
@@ -651,6 +778,7 @@ def test_swap_blocks_in_place_random(
     mla: bool,
     form: str,
     pad_sizes: list[int],
+    host_path: str,
 ) -> None:
     ids = data.draw(st.permutations(range(num_blocks)))
     count = data.draw(st.integers(0, num_blocks // 2))
@@ -797,12 +925,20 @@ def test_swap_blocks_rejects_a_destination_that_is_not_a_store() -> None:
         swap_blocks(store, store.caches, [(0, 1)])  # type: ignore[arg-type]
 
 
+class Slot(enum.IntEnum):
+    FIRST = 1
+    LAST = 3
+
+
 def test_normalize_pairs_forms_agree() -> None:
     pairs = [(3, 0), (1, 2)]
     tensor = torch.tensor(pairs, dtype=torch.int64)
     assert normalize_pairs(pairs, 4, 4) == normalize_pairs(tensor, 4, 4) == pairs
     assert normalize_pairs([[3, 0]], 4, 1) == [(3, 0)]
     assert normalize_pairs(torch.zeros((0, 2), dtype=torch.int64), 1, 1) == []
+    # past the fast path for plain tuples and lists: any sequence of two ints, int subclasses
+    # (but not bool) included
+    assert normalize_pairs([range(2, 4), (Slot.FIRST, Slot.LAST)], 4, 4) == [(2, 3), (1, 3)]
 
 
 @pytest.mark.skipif(ACCELERATOR is None, reason="no accelerator on this machine")
