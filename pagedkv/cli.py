@@ -80,12 +80,26 @@ from pagedkv.model_tests.oracle.check import (
     run_check,
     show_config,
 )
+from pagedkv.model_tests.oracle.check_options import (
+    CONTRACTS,
+    OptionError,
+    assignment,
+    check_profile,
+    contract_name,
+    group_layouts,
+    level_name,
+    profile_name,
+    quoted,
+    seconds,
+    seed_number,
+    whole_number,
+)
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import close_target
 from pagedkv.model_tests.oracle.known import KnownError
 from pagedkv.model_tests.oracle.known import load as load_known
 from pagedkv.model_tests.oracle.record import CorpusError, check_out, record_level
-from pagedkv.model_tests.oracle.request_layouts import LAYOUTS, parse_layouts
+from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.shared_failures import DatabaseError, open_database
 from pagedkv.model_tests.oracle.soak import CHECKPOINT, SoakResult, soak
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
@@ -316,20 +330,18 @@ def _level(text: str) -> Level:
     return codec.level_of(text)
 
 
-def _profile(args: argparse.Namespace) -> Profile:
+def _profile(args: argparse.Namespace, level: Level) -> Profile:
     try:
-        return named_profile(args.profile, dict(args.policy))
-    except ValueError as error:
-        raise UsageError(f"argument --policy: {error} (see pagedkv check --help)") from None
+        return check_profile(args.profile, args.policy, level)
+    except OptionError as error:
+        if error.option is None:
+            raise UsageError(str(error)) from None
+        raise UsageError(f"argument --{error.option}: {error} (see pagedkv check --help)") from None
 
 
 def cmd_check(args: argparse.Namespace, out: Output) -> int:
     level = _level(args.level)
-    profile = _profile(args)
-    try:
-        profile.check_level(level)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    profile = _profile(args, level)
     trace_out = trace.check_writable(args.trace_out)
     files = VerdictFiles(args.json, args.junit_xml)
     clock = Clock(__version__)
@@ -768,7 +780,7 @@ def parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", help="run the lockstep machine against a target")
     check.add_argument("--target", required=True, help=TARGET_HELP)
-    check.add_argument("--level", default="manager", choices=list(codec.LEVELS))
+    check.add_argument("--level", type=level_name, default="manager", choices=list(codec.LEVELS))
     _groups_option(check, "the group layouts runs draw from")
     check.add_argument(
         "--steps",
@@ -780,6 +792,7 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=seed_number, default=None, help="make the run reproducible")
     check.add_argument(
         "--profile",
+        type=profile_name,
         default="pagedkv",
         choices=PROFILE_NAMES,
         help="the reference's policy, or `safety` for the safety tier alone (specs/policy.md)",
@@ -794,8 +807,9 @@ def parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--contract",
+        type=contract_name,
         default="any",
-        choices=["any", "scheduler"],
+        choices=CONTRACTS,
         help="which calls to make: any the protocol allows (misuse included), or only those a"
         " scheduler makes (act only after can_* said OK; specs/oracle.md §1)",
     )
@@ -972,33 +986,6 @@ def parser() -> argparse.ArgumentParser:
 TRACE_OUT_CHECKED = "made absolute and tried before the search starts; a missing folder is made"
 
 
-def whole_number(minimum: int) -> Callable[[str], int]:
-    """An argument type: a whole number from ``minimum``. Every bad value of every option is
-    one line of one shape: ``argument --steps: expected a whole number from 1, got '0'``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(
-                f"expected a whole number from {minimum}, got {quoted(text)}"
-            )
-        return value
-
-    return parse
-
-
-def quoted(text: str) -> str:
-    """``repr(text)``, cut short past 40 characters (a value pasted by mistake stays one line)."""
-    return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
-
-
-seed_number = whole_number(0)
-"""A seed: a whole number from 0 (Hypothesis would take -1 for 1)."""
-
-
 def block_counts(text: str) -> tuple[int, ...]:
     """``--scaling``: comma-separated block counts from 1 to the bound of a configuration, or
     nothing (the section is left out)."""
@@ -1013,22 +1000,6 @@ def block_counts(text: str) -> tuple[int, ...]:
             f" got {quoted(text)}"
         )
     return values
-
-
-def group_layouts(text: str) -> tuple[str, ...]:
-    """``--groups``: comma-separated group layouts of the request level."""
-    try:
-        return parse_layouts(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def assignment(text: str) -> tuple[str, str]:
-    """``--policy``: NAME=VALUE."""
-    name, equals, value = text.partition("=")
-    if not equals or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {quoted(text)}")
-    return name, value
 
 
 def _groups_option(command: argparse.ArgumentParser, what: str) -> None:
@@ -1058,12 +1029,6 @@ def _verdict_file_options(command: argparse.ArgumentParser) -> None:
 
 
 def _timeout_option(command: argparse.ArgumentParser) -> None:
-    def seconds(text: str) -> float:
-        try:
-            return timeout.parse_timeout(text, "")
-        except timeout.SettingError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
     command.add_argument(
         "--timeout",
         type=seconds,

@@ -504,7 +504,16 @@ def show_outcome(outcome: Any) -> str:
     return codec.show_value(outcome)
 
 
-def check_report(result: CheckResult, target: str, replay_hint: str | None = None) -> Report:
+KNOWN_HOW = "pass --known FILE"
+"""How the command line is given a file of known differences (``check_report``'s default)."""
+
+
+def check_report(
+    result: CheckResult, target: str, replay_hint: str | None = None, known_how: str = KNOWN_HOW
+) -> Report:
+    """The verdict on ``result``; a divergence's kind comes with the entry that steps past it
+    and how to pass it (``known_how``: the command line's option by default, the pytest
+    plugin's argument there)."""
     mode = "safety tier" if result.profile.safety else "isomorphic mode"
     contract = ", scheduler contract" if result.contract == "scheduler" else ""
     groups = f", groups {','.join(result.layouts)}" if result.level == "request" else ""
@@ -580,7 +589,7 @@ def check_report(result: CheckResult, target: str, replay_hint: str | None = Non
     label = "what breaks" if result.profile.safety else "expected vs did"
     report.detail = f"{label}: {where}{result.message}"
     report.notes += result.notes
-    report.notes += _kind_lines(result)
+    report.notes += _kind_lines(result, known_how)
     if result.trace_path is not None:
         report.notes.append(f"trace: {result.trace_path}")
         if replay_hint:
@@ -619,15 +628,16 @@ def _pass_verdict(result: CheckResult) -> str:
     )
 
 
-def _kind_lines(result: CheckResult) -> list[str]:
-    """What the divergence is, as a ``--known`` file names it, with the entry to copy there."""
+def _kind_lines(result: CheckResult, known_how: str) -> list[str]:
+    """What the divergence is, as a ``--known`` file names it, with the entry to copy there and
+    how to pass the file."""
     if result.finding is None:
         why = "a hang" if result.hung else "no divergence of the target's"
         return [f"kind: none ({why} is never a known difference)"]
     kinds = ", ".join(kinds_of(result.finding))
     return [
         f"kind: {kinds} (at {result.finding.operation}); to step past it, put this in a file"
-        " and pass --known FILE:",
+        f" and {known_how}:",
         *(f"  {line}" for line in entry_for(result.finding)),
     ]
 
