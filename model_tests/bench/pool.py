@@ -22,7 +22,7 @@ from typing import Any
 from pagedkv.model_tests.bench import replay
 from pagedkv.model_tests.bench.pool_drivers import DRIVERS, Driver
 from pagedkv.model_tests.bench.pool_stream import DECODE, FREE, PROMPT, PoolStream, derive
-from pagedkv.model_tests.bench.report import Section, Table, cell, load_average
+from pagedkv.model_tests.bench.report import Section, Spread, Table, cell, load_average, plain_text
 from pagedkv.model_tests.bench.requests import RequestShape
 from pagedkv.model_tests.bench.scheduler import SchedulerLimits
 from pagedkv.model_tests.bench.sections import Context
@@ -118,11 +118,11 @@ def interleaved(
     return times
 
 
-def ratios(theirs: Sequence[float], ours: Sequence[float]) -> replay.Spread:
-    return replay.Spread.of([t / o for t, o in zip(theirs, ours, strict=True)])
+def ratios(theirs: Sequence[float], ours: Sequence[float]) -> Spread:
+    return Spread.of([t / o for t, o in zip(theirs, ours, strict=True)])
 
 
-def spread_cell(spread: replay.Spread, scale: float = 1.0) -> str:
+def spread_cell(spread: Spread, scale: float = 1.0) -> str:
     return (
         f"{cell(spread.median * scale)} [{cell(spread.low * scale)}, {cell(spread.high * scale)}]"
     )
@@ -153,11 +153,9 @@ def measure(spec: WorkloadSpec, repetitions: int) -> Section:
     data: dict[str, Any] = {"stream": counts, "num_blocks": num_blocks, "end_to_end": {}}
     for name, values in times.items():
         ratio = ratios(theirs, values)
-        end_to_end.rows.append(
-            [name, spread_cell(replay.Spread.of(values), 1000), spread_cell(ratio)]
-        )
+        end_to_end.rows.append([name, spread_cell(Spread.of(values), 1000), spread_cell(ratio)])
         data["end_to_end"][name] = {
-            "seconds": replay.Spread.of(values).as_json(),
+            "seconds": Spread.of(values).as_json(),
             "vllm_over_this": ratio.as_json(),
         }
     end_to_end.notes.append("above 1: faster than vLLM v1's BlockPool driven by its manager")
@@ -176,13 +174,13 @@ def measure(spec: WorkloadSpec, repetitions: int) -> Section:
     for op in OPERATIONS:
         row: list[Any] = [op]
         for name in drivers:
-            row.append(spread_cell(replay.Spread.of([s[op] for s in samples[name]])))
+            row.append(spread_cell(Spread.of([s[op] for s in samples[name]])))
         v1 = [s[op] for s in samples[VLLM]]
         for name in (PAGEDKV, "pagedkv core"):
             row.append(spread_cell(ratios(v1, [s[op] for s in samples[name]])))
         per_op.rows.append(row)
         data["per_operation"][op] = {
-            name: replay.Spread.of([s[op] for s in samples[name]]).as_json() for name in drivers
+            name: Spread.of([s[op] for s in samples[name]]).as_json() for name in drivers
         }
     per_op.notes.append(
         "append: one decode token (vLLM's pool is called only when the token needs a new block"
@@ -200,19 +198,18 @@ def pool_section(seed: int = 0, repetitions: int = 5, quick: bool = False) -> Se
 def section(context: Context) -> Section:
     """``pagedkv bench``'s section: one entry of ``runner.SECTIONS``."""
     options = context.options
+    try:
+        callers()
+    except Exception as error:  # vLLM's files missing (make peers-fetch): say so, time nothing
+        skipped = f"not run: vLLM 0.33.0's BlockPool cannot be loaded: {error}"
+        return Section("pool", [Table("pool level", [], notes=[skipped])], {"skipped": skipped})
     return pool_section(options.seed, options.repetitions, options.quick)
 
 
 def print_section(section: Section) -> None:
     for table in section.tables:
-        print(f"\n{table.title}")
-        widths = [
-            max(len(str(c)), *(len(cell(r[i])) for r in table.rows))
-            for i, c in enumerate(table.columns)
-        ]
-        print("  ".join(str(c).ljust(w) for c, w in zip(table.columns, widths, strict=True)))
-        for row in table.rows:
-            print("  ".join(cell(v).ljust(w) for v, w in zip(row, widths, strict=True)))
+        print()
+        print(plain_text(table))
         for note in table.notes:
             print(f"  ({note})")
 

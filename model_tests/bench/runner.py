@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pagedkv.model_tests.bench import baseline
+from pagedkv.model_tests.bench import baseline, pool
 from pagedkv.model_tests.bench.report import Section, Spread, Table, load_average
 from pagedkv.model_tests.bench.request_sections import requests_section
 from pagedkv.model_tests.bench.scaling import scaling_section
@@ -145,6 +145,7 @@ SECTIONS: list[Callable[[Context], Section]] = [
     end_to_end_section,
     memory_section,
     queries_section,
+    pool.section,
     requests_section,
     scaling_section,
     kernels_section,
