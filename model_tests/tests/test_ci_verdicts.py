@@ -1,5 +1,6 @@
 """Verdicts a CI system reads (issue 26, item 1): ``--json`` (validated against
-``specs/verdict.schema.json``) and ``--junit-xml`` (parsed back) of ``check``, ``replay`` and
+``specs/verdict.schema.json``) and ``--junit-xml`` (validated against ``specs/junit.xsd`` and parsed
+back) of ``check``, ``replay`` and
 ``soak``, for a pass and for a failure; the files tried before the run and never left behind by
 an earlier run; progress lines on stderr where stdout is not a terminal. A failing check must
 write a failing verdict: the worst bug a verdict file can have is a false ``pass``.
@@ -15,6 +16,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+import xmlschema
 
 from pagedkv import cli
 from pagedkv.model_tests.oracle import trace
@@ -27,6 +29,7 @@ SCHEMA = json.loads((ROOT / "specs" / "verdict.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(
     SCHEMA, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
 )
+JUNIT_SCHEMA = xmlschema.XMLSchema(ROOT / "specs" / "junit.xsd")
 BROKEN_COW = "pagedkv.model_tests.independent.broken:BrokenForgetsCowSource"
 
 
@@ -44,6 +47,7 @@ def verdict_files(tmp_path: Path, *argv: str) -> tuple[int, str, dict[str, Any],
     verdict = json.loads(json_path.read_text())
     VALIDATOR.validate(verdict)
     assert verdict["exit_code"] == code
+    JUNIT_SCHEMA.validate(str(junit_path))
     return code, out, verdict, ET.fromstring(junit_path.read_bytes())
 
 
@@ -268,3 +272,37 @@ def test_progress_gives_the_total_and_an_estimate_while_in_the_budget() -> None:
         "checking: 25 of 100 runs, 700 calls, 20 s, about 1 min 0 s left",
         "shrinking a divergence: 30 runs, 900 calls, 30 s",
     ]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (b'failures="', b'failures="x'),  # a count that is not a number
+        (b"<properties>", b"<properties><property/>"),  # a property without name and value
+        (b' classname="', b' class="'),  # a required attribute missing
+        (b"</testcase>", b"</testcase><testcase/>"),  # a second, empty testcase
+    ],
+)
+def test_the_junit_schema_rejects_a_broken_file(old: bytes, new: bytes) -> None:
+    """The schema that validates every written file is shown able to fail: each break of a real
+    failing file is rejected, the file itself accepted."""
+    verdict = {
+        "command": "check",
+        "verdict": "fail",
+        "timings": {"seconds": 1.5, "started": "2026-11-26T19:00:00Z"},
+        "pagedkv": "0.2.0",
+        "target": "t",
+        "level": "manager",
+        "profile": "pagedkv",
+        "mode": "isomorphic",
+        "exit_code": 1,
+        "seeds": [0],
+        "groups": None,
+        "summary": "FAIL",
+        "divergence": {"message": "m", "kind": ["result"], "detail": "d"},
+    }
+    document = junit_xml(verdict, "report")
+    JUNIT_SCHEMA.validate(document.decode())
+    assert old in document
+    with pytest.raises(xmlschema.XMLSchemaValidationError):
+        JUNIT_SCHEMA.validate(document.replace(old, new, 1).decode())
