@@ -107,6 +107,11 @@ def open_database(where: str, target: str) -> SharedFailures:
     reached once now); ``DatabaseError`` with one line if it cannot be used."""
     if where.startswith(REDIS_SCHEMES):
         return SharedFailures(_redis(where), where, target)
+    if "://" in where:  # a URL of a kind not offered: never a directory named after it
+        raise DatabaseError(
+            f"--database {where}: not a directory and not a redis:// URL"
+            f" (the schemes taken: {', '.join(REDIS_SCHEMES)})"
+        )
     path = Path(where)
     try:
         path.mkdir(parents=True, exist_ok=True)

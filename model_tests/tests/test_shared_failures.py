@@ -178,6 +178,7 @@ def test_a_database_that_cannot_be_used_is_one_line_and_exit_2(tmp_path: Path) -
     for database, says in [
         (str(blocked / "examples"), "cannot use it as a directory"),
         (f"redis://127.0.0.1:{port}/0", "cannot reach it" if not _redis_missing() else "redis"),
+        ("postgres://127.0.0.1/x", "not a directory and not a redis:// URL"),
     ]:
         done = subprocess.run(
             [
