@@ -71,6 +71,17 @@ def parts(prefix: Prefix) -> PrefixParts:
 class OptimizedBlockPool:
     """The blocks of one device: ref counts, free list, and with caching the hash index."""
 
+    def __getstate__(self) -> dict[str, object]:
+        """A copy (``copy.deepcopy``, pickle: the exhaustive explorer copies managers) without
+        the block packer, which is a ``struct.Struct``'s method and cannot be copied."""
+        state = dict(self.__dict__)
+        del state["_pack_block"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._pack_block = struct.Struct(f"<{self._block_size}Q").pack
+
     def __init__(self, config: PoolConfig) -> None:
         check_pool_config(config)
         self._config = config

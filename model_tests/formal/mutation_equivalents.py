@@ -179,7 +179,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ),
     (
         "optimized/block_manager.py",
-        "if len(members) * most_blocks_touched(num_new, lookahead) <= free:",
+        "if len(members) * (num_new + lookahead + 1) <= free:  # most_blocks_touched, inline",
         "LtE -> Lt",
     ): (
         "at equality the exact count runs instead, and each sequence's exact worst case is at"
@@ -188,7 +188,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ),
     (
         "optimized/block_manager.py",
-        "if most_blocks_touched(len(new_tokens), lookahead) > gpu.num_free:",
+        "if len(new_tokens) + lookahead + 1 > gpu.num_free:  # most_blocks_touched, inline",
         "Gt -> GtE",
     ): (
         "at equality the exact count runs, which is at most the bound (specs/accounting.py,"
