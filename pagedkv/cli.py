@@ -1,11 +1,12 @@
 """The ``pagedkv`` command: check an allocator against the reference, record and replay
 conformance traces, and teach the algorithm.
 
-    pagedkv check  --target T [--level manager|pool|request] [--groups full,window,hybrid]
+    pagedkv check  --target T [--level manager|pool|request|defrag] [--groups full,window,hybrid]
                    [--profile P] [--policy NAME=VALUE ...] [--contract any|scheduler]
                    [--steps N] [--seed S] [--trace-out PATH] [--known FILE]
                    [--timeout SECONDS] [--json FILE] [--junit-xml FILE]
-    pagedkv record [--level manager|pool|request|all] [--out DIR] [--runs N] [--seed S] [--force]
+    pagedkv record [--level manager|pool|request|defrag|all] [--out DIR] [--runs N] [--seed S]
+                   [--force]
     pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS] [--json FILE]
                    [--junit-xml FILE]
     pagedkv demo   [--level manager|request] [--step] [-o PAGE]

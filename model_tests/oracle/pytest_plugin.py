@@ -9,7 +9,7 @@ In an engine's own test suite, either use the fixture::
 
 or add a generated test item from the command line::
 
-    pytest --pagedkv-target mypkg.adapter:make_manager [--pagedkv-level manager|pool|request]
+    pytest --pagedkv-target mypkg.adapter:make_manager [--pagedkv-level manager|pool|request|defrag]
            [--pagedkv-steps N] [--pagedkv-seed S]
 
 A divergence fails the test with the same report as ``pagedkv check``: the shrunk numbered
@@ -41,7 +41,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="TARGET",
         help="add a test checking TARGET (package.module:factory or exec:PROGRAM); repeatable",
     )
-    group.addoption("--pagedkv-level", choices=["manager", "pool", "request"], default="manager")
+    group.addoption(
+        "--pagedkv-level", choices=["manager", "pool", "request", "defrag"], default="manager"
+    )
     group.addoption("--pagedkv-steps", type=int, default=DEFAULT_STEPS, metavar="N")
     group.addoption("--pagedkv-seed", type=int, default=None, metavar="S")
 

@@ -5,9 +5,22 @@ catch."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
 import pagedkv
+from pagedkv.model_tests.lockstep.calls import Divergence
+from pagedkv.model_tests.machines.defrag_machine import Tier, defrag_case
+from pagedkv.model_tests.oracle import codec, trace
+from pagedkv.model_tests.oracle.api import check
+from pagedkv.optimized.defragmenter import OptimizedDefragmenter
 from pagedkv.reference.defrag_adapter import ReferenceDefragmenter
-from pagedkv.specs import interface
+from pagedkv.specs import interface, wire
+from pagedkv.specs.types import DefragConfig
 
 
 def test_the_reference_defragmenter_is_public() -> None:
@@ -20,3 +33,78 @@ def test_the_reference_defragmenter_is_public() -> None:
     assert defrag.resolve_all([[1, 2], [9, 10, 11]]) == [[1, 2], [5, 4, 3]]
     assert defrag.resolve(3) == 11
     assert pagedkv.Defragmenter is interface.Defragmenter
+
+
+# --- the level's calls on the wire --------------------------------------------------------------
+
+
+def test_the_level_s_values_round_trip_through_json() -> None:
+    """``changed`` keeps integer and string keys and their order; a configuration's pad sizes
+    and reserved ids come back as a tuple and a frozenset."""
+    changed = {3: [1, 2], "r1": [0, 5]}
+    args = wire.encode_args("defrag", "update_state", (changed, ["r0", 7]))
+    assert args == [[[3, [1, 2]], ["r1", [0, 5]]], ["r0", 7]]
+    decoded = wire.decode_args("defrag", "update_state", codec.parse_json(codec.dumps(args)))
+    assert decoded == (changed, ["r0", 7]) and list(decoded[0]) == [3, "r1"]
+    config = DefragConfig(9, threshold=1, pad_sizes=(2, 4), reserved=frozenset({0, 3}))
+    encoded = wire.encode_config(config)
+    assert encoded["reserved"] == [0, 3] and encoded["pad_sizes"] == [2, 4]
+    assert wire.decode_config("defrag", codec.parse_json(codec.dumps(encoded))) == config
+    assert wire.config_level(config) == "defrag"
+    assert wire.encode_args("defrag", "update_state", ({"m": 0}, 5)) == [
+        {"raw": {"m": 0}},
+        {"raw": 5},
+    ]
+
+
+# --- the machine and the check --------------------------------------------------------------------
+
+
+def _run(factory: Any, tier: Tier, examples: int = 40) -> None:
+    case = defrag_case(factory, tier=tier)
+    case.TestCase.settings = settings(
+        max_examples=examples,
+        stateful_step_count=20,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    case.TestCase().runTest()
+
+
+@pytest.mark.parametrize("tier", ["isomorphic", "safety"])
+@pytest.mark.parametrize("factory", [ReferenceDefragmenter, OptimizedDefragmenter])
+def test_the_reference_and_the_optimized_hold_to_the_level(factory: Any, tier: Tier) -> None:
+    _run(factory, tier)
+
+
+def triggers_one_early(config: DefragConfig) -> ReferenceDefragmenter:
+    """Planted: the trigger read as ``>=`` (a threshold one lower)."""
+    return ReferenceDefragmenter(replace(config, threshold=max(0, config.threshold - 1)))
+
+
+@pytest.mark.parametrize("tier", ["isomorphic", "safety"])
+def test_the_machine_catches_a_trigger_off_by_one(tier: Tier) -> None:
+    with pytest.raises(Divergence, match=r"not triggered|exchanges|reference returned"):
+        _run(triggers_one_early, tier, examples=200)
+
+
+@pytest.mark.parametrize("profile", ["pagedkv", "safety"])
+def test_check_passes_the_optimized_and_fails_the_planted(profile: str, tmp_path: Path) -> None:
+    passed = check("optimized", "defrag", steps=300, seed=0, profile=profile)
+    assert passed.passed, passed.message
+    failed = check(
+        triggers_one_early,
+        "defrag",
+        steps=2000,
+        seed=0,
+        profile=profile,
+        trace_out=tmp_path / "t.jsonl",
+    )
+    assert not failed.passed and failed.trace is not None
+    assert len(failed.trace.ops) <= 12
+    assert failed.replayed is not None and not failed.replayed.ok
+    loaded = trace.read(tmp_path / "t.jsonl")
+    assert loaded.level == "defrag" and loaded.safety == (profile == "safety")
+    assert not trace.replay(loaded, triggers_one_early).ok
+    assert trace.replay(loaded, OptimizedDefragmenter).ok
