@@ -56,6 +56,7 @@ ALIASES = {
     "independent": {
         "manager": "pagedkv.model_tests.independent.manager:IndependentManager",
         "request": "pagedkv.model_tests.independent.request_manager:IndependentRequestManager",
+        "defrag": "pagedkv.model_tests.independent.defragmenter:IndependentDefragmenter",
     },
 }
 """Short names for the targets pagedkv ships."""

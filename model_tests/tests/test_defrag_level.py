@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import pagedkv
+from pagedkv.model_tests.independent.defragmenter import IndependentDefragmenter
 from pagedkv.model_tests.lockstep.calls import Divergence
 from pagedkv.model_tests.machines.defrag_machine import Tier, defrag_case
 from pagedkv.model_tests.oracle import codec, trace
@@ -73,8 +74,11 @@ def _run(factory: Any, tier: Tier, examples: int = 40) -> None:
 
 
 @pytest.mark.parametrize("tier", ["isomorphic", "safety"])
-@pytest.mark.parametrize("factory", [ReferenceDefragmenter, OptimizedDefragmenter])
-def test_the_reference_and_the_optimized_hold_to_the_level(factory: Any, tier: Tier) -> None:
+@pytest.mark.parametrize(
+    "factory", [ReferenceDefragmenter, OptimizedDefragmenter, IndependentDefragmenter]
+)
+def test_pagedkv_s_three_defragmenters_hold_to_the_level(factory: Any, tier: Tier) -> None:
+    """The reference, the optimized and the written-apart one (``independent``)."""
     _run(factory, tier)
 
 
