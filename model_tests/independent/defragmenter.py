@@ -161,16 +161,23 @@ class IndependentDefragmenter:
 
     def _plan(self) -> list[tuple[int, int]]:
         """Movable used ids from the top against movable free ids from the bottom."""
-        tops = sorted((p for p in self.holders if self._movable(p)), reverse=True)
-        holes = [
-            p for p in range(self._config.num_blocks) if p not in self.holders and self._movable(p)
-        ]
         plan: list[tuple[int, int]] = []
-        for top, hole in zip(tops, holes, strict=False):
-            if hole > top or len(plan) >= self._config.max_pairs:
+        for top, hole in zip(self._tops(), self._holes(), strict=False):
+            if self._stops(plan, top, hole):
                 break
             plan.append((top, hole))
         return plan
+
+    def _tops(self) -> list[int]:
+        return sorted((p for p in self.holders if self._movable(p)), reverse=True)
+
+    def _holes(self) -> list[int]:
+        free = (p for p in range(self._config.num_blocks) if p not in self.holders)
+        return [p for p in free if self._movable(p)]
+
+    def _stops(self, plan: list[tuple[int, int]], top: int, hole: int) -> bool:
+        """The free id passed the used one, or the cap is reached."""
+        return hole > top or len(plan) >= self._config.max_pairs
 
     def _exchange(self, used: int, free: int) -> None:
         """The two physical ids trade their logical blocks and the references."""
