@@ -9,7 +9,7 @@ conformance traces, and teach the algorithm.
                    [--force]
     pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS] [--json FILE]
                    [--junit-xml FILE]
-    pagedkv demo   [--level manager|request] [--step] [-o PAGE]
+    pagedkv demo   [--level manager|request|defrag] [--step] [-o PAGE]
     pagedkv show   TRACE [-o PAGE] [--target T]
     pagedkv bench  [--baseline REV] [--target T ...] [--kernels] [--json PATH] [--plot PATH]
                    [--timeout SECONDS] ...
@@ -96,7 +96,7 @@ from pagedkv.model_tests.oracle.verdict_json import (
     soak_verdict,
 )
 from pagedkv.model_tests.oracle.watchdog import Interrupted
-from pagedkv.model_tests.teaching import demo, page, request_demo, terminal
+from pagedkv.model_tests.teaching import defrag_demo, demo, page, request_demo, terminal
 from pagedkv.model_tests.teaching.frames import Frame, Walk
 from pagedkv.model_tests.teaching.walkthrough import walk_trace
 from pagedkv.specs.policy import PROFILE_NAMES, Profile
@@ -434,7 +434,8 @@ def _page_beside(trace_path: Path) -> Path:
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
     if args.step and args.out is None and out.keys is None:
         raise UsageError("--step waits for Enter on standard input, which is closed")
-    walk = request_demo.walk() if args.level == "request" else demo.walk()
+    walks = {"request": request_demo.walk, "defrag": defrag_demo.walk}
+    walk = walks.get(args.level, demo.walk)()
     if args.out is not None:
         path = _write_page(walk, args.out)
         out.line(f"wrote {path}: the demo's {len(walk.frames) - 1} steps as a page", "bold")
@@ -804,8 +805,9 @@ def parser() -> argparse.ArgumentParser:
     narrated.add_argument(
         "--level",
         default="manager",
-        choices=["manager", "request"],
-        help="the block space manager (default) or the request level (vLLM v1's KV cache manager)",
+        choices=["manager", "request", "defrag"],
+        help="the block space manager (default), the request level (vLLM v1's KV cache manager)"
+        " or one compaction of the defragmenter",
     )
     narrated.add_argument("--step", action="store_true", help="wait for Enter between steps")
     narrated.add_argument(

@@ -14,6 +14,8 @@ from importlib import resources
 from pathlib import Path
 
 from pagedkv.model_tests.oracle.trace import write_text
+from pagedkv.model_tests.teaching.defrag_page import defrag_picture_html
+from pagedkv.model_tests.teaching.defrag_snapshot import DefragPicture
 from pagedkv.model_tests.teaching.frames import Frame, TargetSide, Walk
 from pagedkv.model_tests.teaching.request_page import request_picture_html
 from pagedkv.model_tests.teaching.request_snapshot import RequestPicture
@@ -252,6 +254,9 @@ def _step(
     if isinstance(frame.picture, RequestPicture):
         earlier = previous if isinstance(previous, RequestPicture) else None
         parts.append(request_picture_html(frame.picture, earlier))
+    elif isinstance(frame.picture, DefragPicture):
+        earlier_defrag = previous if isinstance(previous, DefragPicture) else None
+        parts.append(defrag_picture_html(frame.picture, earlier_defrag))
     elif frame.picture is not None:
         parts.append(_picture(frame.picture, previous if isinstance(previous, Picture) else None))
     parts.append("</div>")

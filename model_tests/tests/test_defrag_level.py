@@ -14,10 +14,13 @@ from hypothesis import HealthCheck, settings
 
 import pagedkv
 from pagedkv.model_tests.independent.defragmenter import IndependentDefragmenter
+from pagedkv.model_tests.independent.defragmenter_broken import DefragExchangeForgetsFreeSide
 from pagedkv.model_tests.lockstep.calls import Divergence
 from pagedkv.model_tests.machines.defrag_machine import Tier, defrag_case
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.api import check
+from pagedkv.model_tests.teaching import defrag_demo, page, terminal, walkthrough
+from pagedkv.model_tests.teaching.defrag_snapshot import DefragPicture
 from pagedkv.optimized.defragmenter import OptimizedDefragmenter
 from pagedkv.reference.defrag_adapter import ReferenceDefragmenter
 from pagedkv.specs import interface, wire
@@ -112,3 +115,41 @@ def test_check_passes_the_optimized_and_fails_the_planted(profile: str, tmp_path
     assert loaded.level == "defrag" and loaded.safety == (profile == "safety")
     assert not trace.replay(loaded, triggers_one_early).ok
     assert trace.replay(loaded, OptimizedDefragmenter).ok
+
+
+# --- teaching ---------------------------------------------------------------------------------
+
+
+def test_the_demo_shows_the_compaction_of_the_spec_picture() -> None:
+    """``pagedkv demo --level defrag``: the pairs of §5, and c3's KV carried up to 11."""
+    walk = defrag_demo.walk()
+    compaction = walk.frames[3]
+    assert compaction.copies == ((11, 3), (10, 4), (9, 5))
+    assert isinstance(compaction.picture, DefragPicture)
+    assert compaction.picture.kv is not None and compaction.picture.kv[11] == "c3"
+    assert compaction.picture.backward == (0, 1, 2, 11, 10, 9, 6, 7, 8, 5, 4, 3)
+    text = terminal.plain_frame(compaction, len(walk.frames) - 1)
+    assert "logical   0  1  2 11 10  9" in text
+    assert 'class="defrag"' in page.render(walk)
+
+
+@pytest.mark.parametrize("profile", ["pagedkv", "safety"])
+def test_show_draws_a_defrag_trace_beside_its_target(profile: str, tmp_path: Path) -> None:
+    """``pagedkv show``: the mapping per step, and the target's forward and backward tables read
+    through its calls, the diverging step marked."""
+    failed = check(
+        DefragExchangeForgetsFreeSide,
+        "defrag",
+        steps=2000,
+        seed=0,
+        profile=profile,
+        trace_out=tmp_path / "t.jsonl",
+    )
+    loaded = trace.read(tmp_path / "t.jsonl")
+    walk = walkthrough.walk_trace(loaded, "t.jsonl", DefragExchangeForgetsFreeSide, "broken")
+    assert walk.finding is not None
+    html = page.render(walk)
+    assert "forward (resolve)" in html and "backward (unresolve)" in html
+    alone = page.render(walkthrough.walk_trace(loaded, "t.jsonl"))
+    assert ('class="defrag"' in alone) == (profile == "pagedkv")
+    assert not failed.passed
