@@ -19,6 +19,7 @@ from pagedkv.model_tests.lockstep.calls import Divergence
 from pagedkv.model_tests.machines.defrag_machine import Tier, defrag_case
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.api import check
+from pagedkv.model_tests.oracle.record import record_level
 from pagedkv.model_tests.teaching import defrag_demo, page, terminal, walkthrough
 from pagedkv.model_tests.teaching.defrag_snapshot import DefragPicture
 from pagedkv.optimized.defragmenter import OptimizedDefragmenter
@@ -153,3 +154,14 @@ def test_show_draws_a_defrag_trace_beside_its_target(profile: str, tmp_path: Pat
     alone = page.render(walkthrough.walk_trace(loaded, "t.jsonl"))
     assert ('class="defrag"' in alone) == (profile == "pagedkv")
     assert not failed.passed
+
+
+def test_record_covers_the_level_and_its_traces_replay(tmp_path: Path) -> None:
+    """``pagedkv record --level defrag``: every operation and error type; the written-apart
+    defragmenter replays every trace."""
+    corpus = record_level("defrag", tmp_path, runs=8, seed=0)
+    assert corpus.complete, corpus.summary()
+    loaded = [trace.read(path) for path in corpus.files]
+    assert set().union(*(t.operations() for t in loaded)) == set(codec.OPS["defrag"])
+    assert set().union(*(t.errors() for t in loaded)) == set(codec.ERRORS["defrag"])
+    assert all(trace.replay(one, IndependentDefragmenter).ok for one in loaded)
