@@ -59,10 +59,10 @@ class IsomorphicDefragSession:
             error = shared_error(shown, (model_result, model_error), (target_result, target_error))
             after = self._compare_mapping(f"after {shown} raised", failed=True)
             if after != self.mapping:
+                moved = "; ".join(self.mapping.differences(after, "before", "after"))
                 raise Divergence(
-                    f"{shown} raised {type(error).__name__} and changed the mapping:"
-                    f" {'; '.join(self.mapping.differences(after))} (a failed call changes"
-                    " nothing)",
+                    f"{shown} raised {type(error).__name__} and changed the mapping: {moved} (a"
+                    " failed call changes nothing)",
                     "atomicity",
                 )
             self.steps.append(Step(call.name, call.args, error))
@@ -95,7 +95,7 @@ class IsomorphicDefragSession:
         if reading != expected:
             raise Divergence(
                 f"{when}, the target's mapping differs from the reference's:"
-                f" {'; '.join(expected.differences(reading))}",
+                f" {'; '.join(expected.differences(reading, 'in the reference', 'in the target'))}",
                 "atomicity" if failed else "table",
             )
         view = offered_view(self.target)

@@ -24,19 +24,18 @@ class DefragReading:
     backward: tuple[BlockId, ...]
     """``unresolve(p)`` for every physical id ``p``."""
 
-    def differences(self, other: DefragReading) -> list[str]:
-        """Where ``other`` maps an id otherwise, in words."""
-        found = [
-            f"resolve({b}) {mine} -> {theirs}"
-            for b, (mine, theirs) in enumerate(zip(self.forward, other.forward, strict=True))
-            if mine != theirs
+    def differences(self, other: DefragReading, mine: str, theirs: str) -> list[str]:
+        """Where ``other`` maps an id otherwise, in words (``mine`` and ``theirs`` name the
+        two: "the reference" and "the target", "before" and "after")."""
+        return [
+            f"resolve({b}) is {a} {mine}, {z} {theirs}"
+            for b, (a, z) in enumerate(zip(self.forward, other.forward, strict=True))
+            if a != z
+        ] + [
+            f"unresolve({p}) is {a} {mine}, {z} {theirs}"
+            for p, (a, z) in enumerate(zip(self.backward, other.backward, strict=True))
+            if a != z
         ]
-        found += [
-            f"unresolve({p}) {mine} -> {theirs}"
-            for p, (mine, theirs) in enumerate(zip(self.backward, other.backward, strict=True))
-            if mine != theirs
-        ]
-        return found
 
 
 def _read(target: Any, call: calls.DefragCall[BlockId], when: str) -> BlockId:

@@ -74,9 +74,10 @@ class DefragSafetySession:
                 )
             after = read_mapping(self.target, self.config, f"after {shown} raised")
             if after != before:
+                moved = "; ".join(before.differences(after, "before", "after"))
                 raise Divergence(
-                    f"{shown} raised {type(error).__name__} and changed the mapping:"
-                    f" {'; '.join(before.differences(after))} (a failed call changes nothing)",
+                    f"{shown} raised {type(error).__name__} and changed the mapping: {moved} (a"
+                    " failed call changes nothing)",
                     "atomicity",
                 )
             self.steps.append(Step(call.name, call.args, error))
@@ -124,7 +125,7 @@ class DefragSafetySession:
                 findings += [("pairs", problem) for problem in pairs]
             self.kv.exchange(value)
         elif self.mapping != before:
-            moved = "; ".join(before.differences(self.mapping))
+            moved = "; ".join(before.differences(self.mapping, "before", "after"))
             findings.append(("placement", f"only defragment() moves blocks, yet {moved}"))
         if call.name == "update_state":
             changed: Mapping[TableKey, Any] = call.args[0]
