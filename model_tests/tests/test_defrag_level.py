@@ -5,6 +5,7 @@ catch."""
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import pagedkv
+from pagedkv import cli
 from pagedkv.model_tests.independent.defragmenter import IndependentDefragmenter
 from pagedkv.model_tests.independent.defragmenter_broken import DefragExchangeForgetsFreeSide
 from pagedkv.model_tests.lockstep.calls import Divergence
@@ -165,3 +167,17 @@ def test_record_covers_the_level_and_its_traces_replay(tmp_path: Path) -> None:
     assert set().union(*(t.operations() for t in loaded)) == set(codec.OPS["defrag"])
     assert set().union(*(t.errors() for t in loaded)) == set(codec.ERRORS["defrag"])
     assert all(trace.replay(one, IndependentDefragmenter).ok for one in loaded)
+
+
+def test_the_command_line_demo_and_its_page(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    code = cli.main(["demo", "--level", "defrag"], stdout=stream, stderr=io.StringIO())
+    assert code == 0
+    assert "defragment() -> [(11, 3), (10, 4), (9, 5)]" in stream.getvalue()
+    page_path = tmp_path / "demo.html"
+    code = cli.main(
+        ["demo", "--level", "defrag", "-o", str(page_path)],
+        stdout=io.StringIO(),
+        stderr=io.StringIO(),
+    )
+    assert code == 0 and 'class="defrag"' in page_path.read_text(encoding="utf-8")
