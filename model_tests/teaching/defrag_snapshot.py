@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pagedkv.specs.defrag_view import DefragmenterView
+from pagedkv.specs.types import TableKey
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,12 @@ class DefragPicture:
         return out
 
 
+def _by_key(item: tuple[TableKey, object]) -> tuple[bool, TableKey]:
+    """Tables drawn in the order of their keys (integers first): the reference holds them in a
+    hash map, whose order varies with Python's string hashing from one process to the next."""
+    return (isinstance(item[0], str), item[0])
+
+
 def defrag_picture(view: DefragmenterView, kv: Mapping[int, str] | None = None) -> DefragPicture:
     """``view`` drawn; ``kv`` labels the physical ids whose KV the caller knows."""
     ids = range(view.config.num_blocks)
@@ -58,6 +65,6 @@ def defrag_picture(view: DefragmenterView, kv: Mapping[int, str] | None = None) 
         kv=None if kv is None else tuple(kv.get(p, ".") for p in ids),
         tables=tuple(
             (str(key), tuple(table), tuple(view.forward[b] for b in table))
-            for key, table in view.tables.items()
+            for key, table in sorted(view.tables.items(), key=_by_key)
         ),
     )
