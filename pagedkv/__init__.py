@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # what a type checker and a reader see; at run time, __getatt
     from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
     from pagedkv.optimized.block_pool import OptimizedBlockPool
     from pagedkv.optimized.defragmenter import OptimizedDefragmenter
+    from pagedkv.reference.defrag_adapter import ReferenceDefragmenter
     from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
     from pagedkv.reference.pool_adapter import ReferenceBlockPool
     from pagedkv.specs.content_hash import ROOT, Prefix, block_hash
@@ -56,6 +57,7 @@ if TYPE_CHECKING:  # what a type checker and a reader see; at run time, __getatt
         BlockPoolFactory,
         BlockSpaceManager,
         BlockSpaceManagerFactory,
+        Defragmenter,
     )
     from pagedkv.specs.types import (
         AllocStatus,
@@ -75,6 +77,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "pagedkv.optimized.block_manager": ("OptimizedBlockSpaceManager",),
     "pagedkv.optimized.block_pool": ("OptimizedBlockPool",),
     "pagedkv.optimized.defragmenter": ("OptimizedDefragmenter",),
+    "pagedkv.reference.defrag_adapter": ("ReferenceDefragmenter",),
     "pagedkv.reference.manager_adapter": ("ReferenceBlockSpaceManager",),
     "pagedkv.reference.pool_adapter": ("ReferenceBlockPool",),
     "pagedkv.specs.content_hash": ("ROOT", "Prefix", "block_hash"),
@@ -97,6 +100,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "BlockPoolFactory",
         "BlockSpaceManager",
         "BlockSpaceManagerFactory",
+        "Defragmenter",
     ),
     "pagedkv.specs.types": (
         "AllocStatus",
@@ -121,6 +125,7 @@ __all__ = [
     "CheckResult",
     "ConfigurationError",
     "DefragConfig",
+    "Defragmenter",
     "Device",
     "DoubleFreeError",
     "DuplicateSequenceError",
@@ -137,6 +142,7 @@ __all__ = [
     "Prefix",
     "ReferenceBlockPool",
     "ReferenceBlockSpaceManager",
+    "ReferenceDefragmenter",
     "SequenceStateError",
     "TooManyTokensError",
     "Trace",

@@ -1,15 +1,16 @@
 """The ``pagedkv`` command: check an allocator against the reference, record and replay
 conformance traces, and teach the algorithm.
 
-    pagedkv check  --target T [--level manager|pool|request] [--groups full,window,hybrid]
+    pagedkv check  --target T [--level manager|pool|request|defrag] [--groups full,window,hybrid]
                    [--profile P] [--policy NAME=VALUE ...] [--contract any|scheduler]
                    [--steps N] [--seed S] [--trace-out PATH] [--known FILE]
                    [--timeout SECONDS] [--json FILE] [--junit-xml FILE]
                    [--workers N] [--database DIR|redis://HOST:PORT/DB]
-    pagedkv record [--level manager|pool|request|all] [--out DIR] [--runs N] [--seed S] [--force]
+    pagedkv record [--level manager|pool|request|defrag|all] [--out DIR] [--runs N] [--seed S]
+                   [--force]
     pagedkv replay TRACE [TRACE ...] --target T [--timeout SECONDS] [--json FILE]
                    [--junit-xml FILE]
-    pagedkv demo   [--level manager|request] [--step] [-o PAGE]
+    pagedkv demo   [--level manager|request|defrag] [--step] [-o PAGE]
     pagedkv show   TRACE [-o PAGE] [--target T]
     pagedkv bench  [--baseline REV] [--target T ...] [--kernels] [--json PATH] [--plot PATH]
                    [--timeout SECONDS] ...
@@ -112,7 +113,7 @@ from pagedkv.model_tests.oracle.verdict_json import (
 )
 from pagedkv.model_tests.oracle.watchdog import Interrupted
 from pagedkv.model_tests.oracle.workers import Job, WorkerError, check_in_workers, seeds_of
-from pagedkv.model_tests.teaching import demo, page, request_demo, terminal
+from pagedkv.model_tests.teaching import defrag_demo, demo, page, request_demo, terminal
 from pagedkv.model_tests.teaching.frames import Frame, Walk
 from pagedkv.model_tests.teaching.walkthrough import walk_trace
 from pagedkv.specs.policy import PROFILE_NAMES, Profile
@@ -452,7 +453,8 @@ def _page_beside(trace_path: Path) -> Path:
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
     if args.step and args.out is None and out.keys is None:
         raise UsageError("--step waits for Enter on standard input, which is closed")
-    walk = request_demo.walk() if args.level == "request" else demo.walk()
+    walks = {"request": request_demo.walk, "defrag": defrag_demo.walk}
+    walk = walks.get(args.level, demo.walk)()
     if args.out is not None:
         path = _write_page(walk, args.out)
         out.line(f"wrote {path}: the demo's {len(walk.frames) - 1} steps as a page", "bold")
@@ -865,8 +867,9 @@ def parser() -> argparse.ArgumentParser:
     narrated.add_argument(
         "--level",
         default="manager",
-        choices=["manager", "request"],
-        help="the block space manager (default) or the request level (vLLM v1's KV cache manager)",
+        choices=["manager", "request", "defrag"],
+        help="the block space manager (default), the request level (vLLM v1's KV cache manager)"
+        " or one compaction of the defragmenter",
     )
     narrated.add_argument("--step", action="store_true", help="wait for Enter between steps")
     narrated.add_argument(

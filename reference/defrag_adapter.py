@@ -9,6 +9,9 @@ from pagedkv.specs.types import BlockId, DefragConfig
 
 
 class ReferenceDefragmenter:
+    """The pure defragmenter as a mutable object: what ``pagedkv check --level defrag`` holds an
+    engine's own defragmenter to, and the one to read beside ``specs/defragmenter.md``."""
+
     def __init__(self, config: DefragConfig) -> None:
         self.state: DefragState = ops.create(config)
 

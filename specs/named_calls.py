@@ -1,6 +1,7 @@
 """Calls that come as data, by operation name: a trace read from JSON, a replay, a soak's or a
 teaching walk's recorded step. The name picks the operation's typed constructor
-(``specs/manager_calls.py``, ``specs/pool_calls.py``, ``specs/request_calls.py``); nothing is
+(``specs/manager_calls.py``, ``specs/pool_calls.py``, ``specs/request_calls.py``,
+``specs/defrag_calls.py``); nothing is
 looked up on a side by name."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pagedkv.specs.call import Call
+from pagedkv.specs.defrag_calls import DEFRAG_CALLS
 from pagedkv.specs.manager_calls import MANAGER_CALLS
 from pagedkv.specs.operations import Level
 from pagedkv.specs.pool_calls import POOL_CALLS
@@ -18,6 +20,7 @@ CONSTRUCTORS: dict[Level, dict[str, Callable[..., Call[Any, Any]]]] = {
     "manager": MANAGER_CALLS,
     "pool": POOL_CALLS,
     "request": REQUEST_CALLS,
+    "defrag": DEFRAG_CALLS,
 }
 
 

@@ -27,6 +27,8 @@ Kinds (JSON in brackets, see ``specs/oracle.md`` §3):
 | ``group_blocks`` | block ids per KV cache group | list of lists of integers |
 | ``hit`` | ``get_computed_blocks``' answer: blocks per group and the hit in tokens | object |
 | ``events`` | KV events (hashes in hex) | list of objects |
+| ``tables`` | block tables by table key (a defragmenter's ``changed``) | list of ``[key, [ids]]`` |
+| ``keys`` | table keys (a defragmenter's ``finished``) | list of integers or strings |
 
 A kind ending in ``?`` also admits ``None``.
 """
@@ -38,8 +40,8 @@ from typing import Literal
 
 from pagedkv.specs.types import Device
 
-Level = Literal["manager", "pool", "request"]
-LEVELS: tuple[Level, ...] = ("manager", "pool", "request")
+Level = Literal["manager", "pool", "request", "defrag"]
+LEVELS: tuple[Level, ...] = ("manager", "pool", "request", "defrag")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,10 +174,19 @@ REQUEST_OPERATIONS: tuple[Operation, ...] = (
     _op("take_events", "events"),
 )
 
+DEFRAG_OPERATIONS: tuple[Operation, ...] = (
+    _op("update_state", "none", "changed:tables", "finished:keys"),
+    _op("defragment", "pairs"),
+    _op("resolve", "block", "block:block"),
+    _op("resolve_all", "chains", "tables:chains"),
+    _op("unresolve", "block", "physical:block"),
+)
+
 OPERATIONS: dict[Level, dict[str, Operation]] = {
     "manager": {op.name: op for op in MANAGER_OPERATIONS},
     "pool": {op.name: op for op in POOL_OPERATIONS},
     "request": {op.name: op for op in REQUEST_OPERATIONS},
+    "defrag": {op.name: op for op in DEFRAG_OPERATIONS},
 }
 
 ALLOCATING_POOL_OPERATIONS: frozenset[str] = frozenset(
@@ -210,6 +221,12 @@ ERRORS: dict[Level, tuple[str, ...]] = {
         "UnknownRequestError",
         "RequestStateError",
     ),
+    "defrag": (
+        "ConfigurationError",
+        "InvalidArgumentError",
+        "ForeignBlockError",
+        "UnknownSequenceError",
+    ),
 }
 """The error classes (``pagedkv.specs.errors``) each level raises; ``ConfigurationError`` on
 creation."""
@@ -223,7 +240,9 @@ def level_of(text: object) -> Level:
         return "pool"
     if text == "request":
         return "request"
-    raise ValueError(f"unknown level {text!r} (expected 'manager', 'pool' or 'request')")
+    if text == "defrag":
+        return "defrag"
+    raise ValueError(f"unknown level {text!r} (expected 'manager', 'pool', 'request' or 'defrag')")
 
 
 RESULTS: dict[str, str] = {
@@ -234,6 +253,7 @@ RESULTS: dict[str, str] = {
     "float": "`float`",
     "block": "a block id",
     "blocks": "block ids",
+    "chains": "block tables (lists of block ids)",
     "group_blocks": "block ids per group",
     "group_blocks?": "block ids per group (the new ones), or `None`",
     "hit": "`(block ids per group, num_tokens)`",

@@ -706,7 +706,7 @@ PROFILES["nano-vllm-upstream"] = replace(
 )
 
 PROFILE_LEVELS: dict[str, tuple[str, ...]] = {
-    "pagedkv": ("manager", "pool", "request"),
+    "pagedkv": ("manager", "pool", "request", "defrag"),
     "vllm-v1": ("pool", "request"),
 }
 """Which levels each profile's engine is checked at (every other profile: the manager and the

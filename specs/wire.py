@@ -28,6 +28,12 @@ Kinds and their JSON:
   "block_size": n, "lora_id": n | null, "group": g}``, ``{"type": "removed", "block_hashes":
   [...], "group": g}`` and ``{"type": "cleared"}``. A request configuration's ``groups`` are
   ``[{"kind": "full" | "sliding_window", "sliding_window": n | null}, ...]``.
+- The defrag level (``specs/defragmenter.md``): a table key is an integer or a string. ``tables``
+  (``update_state``'s ``changed``, a mapping in Python): a list of ``[key, [block ids]]`` in the
+  mapping's order (JSON objects have string keys only, and a request's key may be an integer).
+  ``keys`` (``finished``): a list of keys. A defragmenter's configuration writes ``pad_sizes``
+  and ``reserved`` as lists of integers (``reserved`` sorted); they are read back as a tuple and
+  a frozenset.
 
 A live Python value has a kind's form only when it *is* that value, not when it merely compares
 like one: ``type(x) is int`` (not a ``bool``, a float, ``numpy.int64``, ``unittest.mock.ANY`` or a
@@ -66,7 +72,14 @@ from pagedkv.specs.request_types import (
     Request,
     RequestConfig,
 )
-from pagedkv.specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, PoolConfig
+from pagedkv.specs.types import (
+    AllocStatus,
+    DefragConfig,
+    Device,
+    ExtraKey,
+    ManagerConfig,
+    PoolConfig,
+)
 
 JSON = Any
 Level = operations.Level
@@ -111,7 +124,7 @@ blocks per group are lists of ids as chains are."""
 
 JSON_FORMS = frozenset(
     {"int", "bool", "float", "tokens", "ids", "chains", "pairs", "device", "status", "none"}
-    | {"extra_key", "prefix", "str", "request", "hit", "events"}
+    | {"extra_key", "prefix", "str", "request", "hit", "events", "tables", "keys"}
 )
 """The JSON form of every kind (``specs/trace.schema.json`` has one definition for each)."""
 
@@ -222,7 +235,23 @@ def exact_value(kind: str, value: object, at: str = "") -> Any:
         return (exact_value("chains", both[0], f"{at}[0]"), exact_value("int", both[1], f"{at}[1]"))
     if base == "events":
         return [_exact_event(e, f"{at}[{i}]") for i, e in enumerate(_items(value, at))]
+    if base == "keys":
+        return [_exact_table_key(k, f"{at}[{i}]") for i, k in enumerate(_items(value, at))]
+    if base == "tables":
+        if type(value) is not dict:
+            raise _not(value, at, "a dict of block tables")
+        return {
+            _exact_table_key(key, f"{at} key"): exact_value("ids", table, f"{at}[{key!r}]")
+            for key, table in dict.items(value)
+        }
     raise CodecError(f"unknown kind {kind!r}")
+
+
+def _exact_table_key(value: object, at: str) -> int | str:
+    """A table key as the wire carries it: an ``int`` or a ``str``."""
+    if type(value) is not int and type(value) is not str:
+        raise _not(value, at, "a table key (int or str)")
+    return value
 
 
 def _exact_hashes(value: object, at: str) -> tuple[bytes, ...]:
@@ -370,6 +399,10 @@ def _json_of(kind: str, value: Any) -> JSON:
         return {"blocks": [list(v) for v in value[0]], "num_tokens": value[1]}
     if base == "events":
         return [_event_json(event) for event in value]
+    if base == "keys":
+        return list(value)
+    if base == "tables":
+        return [[key, list(table)] for key, table in value.items()]
     return {
         "hash": value.hash.hex(),
         "num_tokens": value.num_tokens,
@@ -406,6 +439,10 @@ def _int(value: JSON, where: str) -> int:
         raise _fail(where, "an integer", value)
     assert isinstance(value, int)
     return value
+
+
+def _is_table_key(value: JSON) -> bool:
+    return _is_int(value) or isinstance(value, str)
 
 
 def _int_list(value: JSON, where: str, what: str) -> list[int]:
@@ -491,6 +528,16 @@ def decode_value(kind: str, value: JSON, where: str = "value", *, allow_raw: boo
         if not isinstance(value, list):
             raise _fail(where, "a list of events", value)
         return [_decode_event(e, f"{where}[{i}]") for i, e in enumerate(value)]
+    if base == "keys":
+        if not isinstance(value, list) or not all(_is_table_key(k) for k in value):
+            raise _fail(where, "a list of table keys (integers or strings)", value)
+        return list(value)
+    if base == "tables":
+        if not isinstance(value, list) or not all(
+            isinstance(e, list) and len(e) == 2 and _is_table_key(e[0]) for e in value
+        ):
+            raise _fail(where, "a list of [table key, [block ids]]", value)
+        return {e[0]: _int_list(e[1], f"{where}[{e[0]!r}]", "block ids") for e in value}
     if base == "prefix":
         if not isinstance(value, dict) or set(value) != {"hash", "num_tokens", "extra_key"}:
             raise _fail(where, 'a prefix {"hash", "num_tokens", "extra_key"}', value)
@@ -655,11 +702,14 @@ def decode_error(value: JSON) -> PagedKVError:
 
 # --- configurations -------------------------------------------------------------------------------
 
-ConfigType = ManagerConfig | PoolConfig | RequestConfig
-CONFIG_TYPES: dict[Level, type[ManagerConfig] | type[PoolConfig] | type[RequestConfig]] = {
+ConfigType = ManagerConfig | PoolConfig | RequestConfig | DefragConfig
+CONFIG_TYPES: dict[
+    Level, type[ManagerConfig] | type[PoolConfig] | type[RequestConfig] | type[DefragConfig]
+] = {
     "manager": ManagerConfig,
     "pool": PoolConfig,
     "request": RequestConfig,
+    "defrag": DefragConfig,
 }
 
 
@@ -678,9 +728,19 @@ def encode_config(config: ConfigType) -> JSON:
         value = getattr(config, f.name)
         if f.name == "groups" and isinstance(value, list | tuple):
             out[f.name] = [_group_json(group) for group in value]
+        elif f.name == "reserved" and isinstance(value, frozenset | set):
+            out[f.name] = plain_json(_sorted_ids(value), "config")
         else:
             out[f.name] = plain_json(value, "config")
     return out
+
+
+def _sorted_ids(ids: frozenset[Any] | set[Any]) -> list[Any]:
+    """Reserved ids in order (ints by value; a bad configuration's mixed values by text)."""
+    try:
+        return sorted(ids)
+    except TypeError:
+        return sorted(ids, key=repr)
 
 
 def _decode_groups(value: JSON) -> JSON:
@@ -713,7 +773,21 @@ def decode_config(level: Level, value: JSON) -> Any:
         raise CodecError(f"{level} config: missing field(s) {', '.join(missing)}")
     if "groups" in value and cls is RequestConfig:
         value = {**value, "groups": _decode_groups(value["groups"])}
+    if cls is DefragConfig:
+        value = _defrag_fields(value)
     return cls(**value)
+
+
+def _defrag_fields(value: Mapping[str, JSON]) -> dict[str, JSON]:
+    """A defragmenter's ``pad_sizes`` as a tuple and ``reserved`` as a frozenset, where they
+    came as lists (anything else stays as it came, for the configuration check to refuse)."""
+    out = dict(value)
+    if isinstance(out.get("pad_sizes"), list):
+        out["pad_sizes"] = tuple(out["pad_sizes"])
+    reserved = out.get("reserved")
+    if isinstance(reserved, list) and all(_is_table_key(b) for b in reserved):
+        out["reserved"] = frozenset(reserved)
+    return out
 
 
 def config_level(config: object) -> Level:
@@ -723,4 +797,8 @@ def config_level(config: object) -> Level:
         return "pool"
     if isinstance(config, RequestConfig):
         return "request"
-    raise CodecError(f"{config!r} is neither a ManagerConfig, a PoolConfig nor a RequestConfig")
+    if isinstance(config, DefragConfig):
+        return "defrag"
+    raise CodecError(
+        f"{config!r} is neither a ManagerConfig, a PoolConfig, a RequestConfig nor a DefragConfig"
+    )

@@ -17,6 +17,7 @@ from typing import Any
 from pagedkv.model_tests.corpus import pools
 from pagedkv.model_tests.corpus.policies import OTHER_CHOICES
 from pagedkv.model_tests.independent import broken, request_broken
+from pagedkv.model_tests.independent import defragmenter_broken as d
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.specs.operations import OPERATIONS
 from pagedkv.specs.policy import OPTIONS
@@ -33,6 +34,14 @@ REQUEST_PAGES = {
     "take_events": "§9",
 }
 """Where ``request_level.md`` states each request-level operation."""
+DEFRAG_PAGES = {
+    "update_state": "§3",
+    "defragment": "§3",
+    "resolve": "§3",
+    "resolve_all": "§3",
+    "unresolve": "§3",
+}
+"""Where ``defragmenter.md`` states each operation of the defrag level."""
 REQUEST_SAFETY = {
     "refs": "ref counts equal holders",
     "accounting": "held or free, exactly once",
@@ -60,14 +69,15 @@ def _clauses() -> dict[str, str]:
         f"request safety: {name}": f"request_level.md §10, safety: {what}"
         for name, what in REQUEST_SAFETY.items()
     }
+    clauses |= {
+        f"defrag {op}": f"defragmenter.md {DEFRAG_PAGES[op]} `{op}`" for op in OPERATIONS["defrag"]
+    }
     return clauses
 
 
 CLAUSES: dict[str, str] = _clauses()
 
 OUT_OF_REACH = {
-    "I8": "the protocol has no defragment call, so no check drives a defragmenter;"
-    " model_tests/tests/test_defragmenter.py holds the defragmenters to I8 with its own fixtures",
     **{
         f"policy {name}": "a request-level option: no check drives the request level until"
         " `pagedkv check --level request` exists; model_tests/tests/test_policy.py holds the"
@@ -75,6 +85,12 @@ OUT_OF_REACH = {
         for name in ("request_hit_cap", "request_release_before_fit", "request_free_order")
     },
 }
+
+
+BOTH = ("pagedkv", "safety")
+ISOMORPHIC = ("pagedkv",)
+"""The profiles a defrag variant is checked under: the safety tier too, unless what it breaks
+is no safety promise (the pairs' order)."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +233,25 @@ def _variants() -> tuple[Variant, ...]:
             (r.RequestHashIgnoresMultimodal, (safety + "hit data",)),
         )
     ]
+    defrag = [
+        _fixture(cls, clauses, level="defrag", profile=profile)
+        for profiles, cls, clauses in (
+            (BOTH, d.DefragTriggerAtThreshold, ("defrag defragment", "I8")),
+            (BOTH, d.DefragPairsPastTheMiddle, ("defrag defragment", "I8")),
+            (BOTH, d.DefragCapIgnored, ("defrag defragment", "I8")),
+            (BOTH, d.DefragCapOffByOne, ("defrag defragment", "I8")),
+            (ISOMORPHIC, d.DefragPairsOutOfOrder, ("defrag defragment",)),
+            (BOTH, d.DefragMovesReservedHoles, ("defrag defragment", "I4")),
+            (BOTH, d.DefragExchangeForgetsFreeSide, ("I4", "I5")),
+            (BOTH, d.DefragFinishedKeepsReferences, ("defrag update_state", "I4")),
+            (BOTH, d.DefragTableIdsUnchecked, ("defrag update_state",)),
+            (BOTH, d.DefragUpdateNotAtomic, ("defrag update_state", "I6")),
+            (BOTH, d.DefragResolveAllUnmapped, ("defrag resolve_all",)),
+            (BOTH, d.DefragResolveUnmapped, ("defrag resolve", "I5")),
+            (BOTH, d.DefragUnresolveThroughForward, ("defrag unresolve", "I4")),
+        )
+        for profile in profiles
+    ]
     extra = {"promotion": ("pool append_tokens",)}
     policy = [
         Variant(
@@ -230,7 +265,7 @@ def _variants() -> tuple[Variant, ...]:
         )
         for choice in OTHER_CHOICES
     ]
-    return (*manager, *pool, *request, *request_safety, *policy)
+    return (*manager, *pool, *request, *request_safety, *defrag, *policy)
 
 
 VARIANTS: tuple[Variant, ...] = _variants()

@@ -12,4 +12,8 @@ which the oracle must reject.
 ``request_manager.IndependentRequestManager`` does the same at the request level (vLLM v1's
 ``KVCacheManager``, the ``RequestKVManager`` protocol), written from the request level's sheet
 without reading the reference's request modules; ``request_broken`` holds its broken variants.
+
+``defragmenter.IndependentDefragmenter`` is a defragmenter (``specs/defragmenter.md``, the
+``Defragmenter`` protocol) written from that page alone, over dicts of moved ids and sorted lists
+built per run; ``defragmenter_broken`` holds its broken variants, for ``--level defrag``.
 """

@@ -35,6 +35,7 @@ LIVE_QUERIES: dict[Level, frozenset[str]] = {
     ),
     "pool": frozenset({"common_computed_prefix"}),
     "request": frozenset({"get_block_ids"}),
+    "defrag": frozenset({"resolve_all"}),
 }
 """The queries whose answer may follow the state it describes; asking one again changes
 nothing."""

@@ -28,6 +28,7 @@ from hypothesis.errors import Unsatisfiable
 
 from pagedkv.model_tests.lockstep.calls import Divergence, TargetStopped
 from pagedkv.model_tests.lockstep.capture import RunRecord
+from pagedkv.model_tests.machines.defrag_machine import DefragLockstep, defrag_case
 from pagedkv.model_tests.machines.hypothesis_internals import (
     ScopedDatabase,
     leaving_when,
@@ -91,7 +92,9 @@ def default_steps(level: Level) -> int:
     return REQUEST_STEPS if level == "request" else DEFAULT_STEPS
 
 
-Case = type[ManagerLockstep] | type[PoolLockstep] | type[OracleRequestLockstep]
+Case = (
+    type[ManagerLockstep] | type[PoolLockstep] | type[OracleRequestLockstep] | type[DefragLockstep]
+)
 
 
 def machine_case(
@@ -111,6 +114,10 @@ def machine_case(
         tier: Tier = "safety" if profile.safety else "isomorphic"
         case = request_case(
             factory, tier=tier, policy=profile.policy, layouts=layouts, contract=contract
+        )
+    elif level == "defrag":
+        case = defrag_case(
+            factory, tier="safety" if profile.safety else "isomorphic", contract=contract
         )
     elif level == "manager":
         case = manager_lockstep_case(factory, mode=mode, policy=profile.policy, contract=contract)

@@ -8,9 +8,9 @@ This is the model for a C++, Rust or Go engine's peer; the loop is the whole pro
 
 1. read one line from stdin; stop at end of input;
 2. parse it as a JSON object with ``"op"``;
-3. ``create``: build a new instance from ``"config"`` (``"level"`` says manager, pool or request),
-   discarding any previous one; answer ``{"result": null}``, or the error if the configuration
-   is refused;
+3. ``create``: build a new instance from ``"config"`` (``"level"`` says manager, pool, request
+   or defrag), discarding any previous one; answer ``{"result": null}``, or the error if the
+   configuration is refused;
 4. any other op: decode ``"args"``, call the operation, and answer ``{"result": <encoded>}`` or
    ``{"error": "<class name>", "message": "..."}`` with the class name of ``pagedkv.specs.errors``;
 5. write the answer as one line to stdout and flush.

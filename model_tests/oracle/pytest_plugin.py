@@ -15,7 +15,7 @@ set options for a test (or a class, a module: ``pytestmark``) with the marker::
 or for the session, on pytest's command line (``--pagedkv-steps 4000``) or in its ini file
 (``pagedkv_steps = 4000``); or add a generated test item from the command line::
 
-    pytest --pagedkv-target mypkg.adapter:make_manager [--pagedkv-level pool] [...]
+    pytest --pagedkv-target mypkg.adapter:make_manager [--pagedkv-level pool|request|defrag] [...]
 
 Each option comes from the call, else the closest marker, else the command line, else the ini
 file, else ``pagedkv check``'s default (``plugin_settings.py``); the budget is the command
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 MARKER = "pagedkv"
 SESSION_OPTIONS: dict[str, str] = {
-    "level": "manager (default), pool or request",
+    "level": "manager (default), pool, request or defrag",
     "groups": "request level: the group layouts runs draw from (full,window,hybrid: all three)",
     "profile": "the reference's policy, or safety for the safety tier alone (specs/policy.md)",
     "policy": "NAME=VALUE: override one policy option of the profile (repeatable; ini: one a line)",

@@ -21,7 +21,7 @@ from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.check import machine_case
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.specs.request_types import AttentionKind, KVGroup, RequestConfig
-from pagedkv.specs.types import ManagerConfig, PoolConfig
+from pagedkv.specs.types import DefragConfig, ManagerConfig, PoolConfig
 
 REFUSED_CONFIGS: dict[Level, list[Any]] = {
     "manager": [
@@ -38,6 +38,11 @@ REFUSED_CONFIGS: dict[Level, list[Any]] = {
         RequestConfig(num_blocks=1, block_size=2),
         RequestConfig(num_blocks=4, block_size=0),
         RequestConfig(num_blocks=4, block_size=2, groups=(KVGroup(AttentionKind.SLIDING_WINDOW),)),
+    ],
+    "defrag": [
+        DefragConfig(num_blocks=0),
+        DefragConfig(num_blocks=4, threshold=-1),
+        DefragConfig(num_blocks=4, pad_sizes=(4, 2)),
     ],
 }
 MAX_BATCHES = 10

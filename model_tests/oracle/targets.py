@@ -1,6 +1,7 @@
 """Loading a target: ``package.module:factory`` (a Python callable taking a ManagerConfig, a
-PoolConfig or a RequestConfig) or ``exec:./program [args]`` (a program speaking the JSON-lines
-protocol of ``exec_target``). Every failure is a ``TargetError`` with a one-line message."""
+PoolConfig, a RequestConfig or a DefragConfig) or ``exec:./program [args]`` (a program speaking
+the JSON-lines protocol of ``exec_target``). Every failure is a ``TargetError`` with a one-line
+message."""
 
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.model_tests.oracle.level_hint import level_hint
 from pagedkv.specs.errors import UnsupportedError
 from pagedkv.specs.request_types import AttentionKind, KVGroup, RequestConfig
-from pagedkv.specs.types import ManagerConfig, PoolConfig
+from pagedkv.specs.types import DefragConfig, ManagerConfig, PoolConfig
 
 Factory = Callable[[Any], Any]
 
-SAMPLE_CONFIGS: dict[Level, ManagerConfig | PoolConfig | RequestConfig] = {
+SAMPLE_CONFIGS: dict[Level, ManagerConfig | PoolConfig | RequestConfig | DefragConfig] = {
     "manager": ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=4),
     "pool": PoolConfig(num_blocks=4, block_size=2),
     "request": RequestConfig(
@@ -35,6 +36,7 @@ SAMPLE_CONFIGS: dict[Level, ManagerConfig | PoolConfig | RequestConfig] = {
         block_size=2,
         groups=(KVGroup(), KVGroup(AttentionKind.SLIDING_WINDOW, 4)),
     ),
+    "defrag": DefragConfig(num_blocks=8, threshold=1, pad_sizes=(2, 4)),
 }
 """The valid configuration a target is first built with, to find a broken factory early."""
 
@@ -43,15 +45,18 @@ ALIASES = {
         "manager": "pagedkv.reference.manager_adapter:ReferenceBlockSpaceManager",
         "pool": "pagedkv.reference.pool_adapter:ReferenceBlockPool",
         "request": "pagedkv.reference.request_adapter:ReferenceRequestKVManager",
+        "defrag": "pagedkv.reference.defrag_adapter:ReferenceDefragmenter",
     },
     "optimized": {
         "manager": "pagedkv.optimized.block_manager:OptimizedBlockSpaceManager",
         "pool": "pagedkv.optimized.block_pool:OptimizedBlockPool",
         "request": "pagedkv.optimized.request_manager:RequestManager",
+        "defrag": "pagedkv.optimized.defragmenter:OptimizedDefragmenter",
     },
     "independent": {
         "manager": "pagedkv.model_tests.independent.manager:IndependentManager",
         "request": "pagedkv.model_tests.independent.request_manager:IndependentRequestManager",
+        "defrag": "pagedkv.model_tests.independent.defragmenter:IndependentDefragmenter",
     },
 }
 """Short names for the targets pagedkv ships."""

@@ -33,6 +33,8 @@ from typing import Any, Literal
 
 from pagedkv.model_tests.lockstep.calls import Divergence, TargetStopped, run_call
 from pagedkv.model_tests.lockstep.capture import RecordedCall, RunRecord
+from pagedkv.model_tests.lockstep.defrag_isomorphic_session import IsomorphicDefragSession
+from pagedkv.model_tests.lockstep.defrag_safety_session import DefragSafetySession
 from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
 from pagedkv.model_tests.lockstep.pool_safety_session import PoolSafetySession
 from pagedkv.model_tests.lockstep.pool_session import IsomorphicPoolSession
@@ -45,6 +47,7 @@ from pagedkv.model_tests.oracle.exec_target import close_target
 from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.model_tests.oracle.known import ALL_KINDS
 from pagedkv.model_tests.oracle.watchdog import watched
+from pagedkv.reference.defrag_adapter import ReferenceDefragmenter
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
@@ -131,6 +134,8 @@ def make_reference(level: Level, config: Any, policy: Policy = PAGEDKV) -> Any:
         return ReferenceBlockSpaceManager(config, policy)
     if level == "request":
         return ReferenceRequestKVManager(config, policy)
+    if level == "defrag":
+        return ReferenceDefragmenter(config)  # a defragmenter has no policy to choose
     return ReferenceBlockPool(config, policy)
 
 
@@ -664,6 +669,10 @@ def make_session(trace: Trace, model: Any, target: Any) -> Any:
         if trace.safety:
             return RequestSafetySession(target, trace.config)
         return IsomorphicRequestSession(model, target)
+    if trace.level == "defrag":
+        if trace.safety:
+            return DefragSafetySession(target, trace.config)
+        return IsomorphicDefragSession(model, target)
     if trace.safety and trace.level == "manager":
         return SafetySession(target, trace.config)
     if trace.safety:

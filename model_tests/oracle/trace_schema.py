@@ -46,6 +46,8 @@ ERROR_NAMES: tuple[str, ...] = tuple(
 HEX = {"$ref": "#/$defs/hex"}
 INTEGER = {"type": "integer"}
 INTEGERS = {"type": "array", "items": INTEGER}
+TABLE_KEY = {"type": ["integer", "string"]}
+"""A defragmenter's table key: a request's integer id or a string."""
 
 
 def _ref(name: str) -> Schema:
@@ -153,6 +155,17 @@ def _kinds() -> dict[str, Schema]:
             ["blocks", "num_tokens"], {"blocks": _ref("kind.chains"), "num_tokens": INTEGER}
         ),
         "events": {"type": "array", "items": event},
+        "keys": {"type": "array", "items": TABLE_KEY},
+        "tables": {
+            "description": "a mapping of block tables as [key, [block ids]] pairs, in its order",
+            "type": "array",
+            "items": {
+                "type": "array",
+                "prefixItems": [TABLE_KEY, INTEGERS],
+                "items": False,
+                "minItems": 2,
+            },
+        },
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pagedkv.model_tests.teaching.defrag_snapshot import DefragPicture
 from pagedkv.model_tests.teaching.request_snapshot import RequestPicture
 from pagedkv.model_tests.teaching.rules import Rule
 from pagedkv.model_tests.teaching.snapshot import Picture
@@ -82,7 +83,7 @@ class Frame:
     """0 is the state before the first call (creating the manager or pool)."""
     call: str
     outcome: str
-    picture: Picture | RequestPicture | None
+    picture: Picture | RequestPicture | DefragPicture | None
     """The reference's state after the step; None when there is none (a refused configuration)."""
     narration: str = ""
     copies: tuple[CopyPair, ...] = ()
@@ -101,7 +102,7 @@ class Walk:
 
     title: str
     level: str
-    """The level's name: "pool", "manager" or "request"."""
+    """The level's name: "pool", "manager", "request" or "defrag"."""
     config: str
     frames: list[Frame] = field(default_factory=list)
     target: str | None = None

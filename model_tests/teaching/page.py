@@ -4,9 +4,9 @@ Every step is a ``<section class="step" data-step="N">`` holding the call, its o
 reference's state after it and, with a target, the target's side; a marked step (a divergence, a
 stale expectation) also has the class ``diverges`` and the rule it broke. The page is rendered
 from Jinja2 templates with every value escaped (``templates/page.html``, ``step.html``,
-``request_picture.html``); the style and the script (``page.css``, ``page.js``, beside this file)
-are inlined. Without JavaScript every step is shown one after the other; with it, one at a time,
-with buttons and the arrow keys.
+``request_picture.html``, ``defrag_picture.html``); the style and the script (``page.css``,
+``page.js``, beside this file) are inlined. Without JavaScript every step is shown one after
+the other; with it, one at a time, with buttons and the arrow keys.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from pagedkv.model_tests.oracle.trace import write_text
+from pagedkv.model_tests.teaching.defrag_snapshot import DefragPicture
 from pagedkv.model_tests.teaching.frames import Walk
 from pagedkv.model_tests.teaching.request_snapshot import RequestPicture
 from pagedkv.model_tests.teaching.snapshot import BlockCell, DevicePicture, Picture
@@ -59,6 +60,7 @@ PAGES = environment(
     indent=lambda depth: f"{1.4 * depth:g}",
     is_request_picture=lambda picture: isinstance(picture, RequestPicture),
     is_device_picture=lambda picture: isinstance(picture, Picture),
+    is_defrag_picture=lambda picture: isinstance(picture, DefragPicture),
 )
 """What the templates call: the terminal's own wording of tokens, copies and a step's heading,
 and the few lookups a step's drawing needs."""

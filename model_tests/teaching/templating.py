@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 from jinja2.ext import Extension
 
-COMPACT = frozenset({"step.html", "request_picture.html", "cells.html"})
+COMPACT = frozenset({"step.html", "request_picture.html", "defrag_picture.html", "cells.html"})
 """Templates whose line breaks and indentation are the source's layout only."""
 
 

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pagedkv.model_tests.teaching.columns import columns
+from pagedkv.model_tests.teaching.defrag_snapshot import DefragPicture
 from pagedkv.model_tests.teaching.frames import Frame, Walk
 from pagedkv.model_tests.teaching.request_snapshot import RequestPicture
 from pagedkv.model_tests.teaching.request_terminal import (
@@ -143,6 +144,8 @@ def plain_frame(frame: Frame, total: int) -> str:
     lines.append("")
     if isinstance(frame.picture, RequestPicture):
         lines += plain_request_picture(frame.picture)
+    elif isinstance(frame.picture, DefragPicture):
+        lines += frame.picture.lines()
     elif frame.picture is not None:
         lines += plain_picture(frame.picture)
     if frame.copies:
@@ -209,6 +212,8 @@ def rich_frame(frame: Frame, total: int) -> RenderableType:
     parts.append(Text(""))
     if isinstance(frame.picture, RequestPicture):
         parts.append(rich_request_picture(frame.picture))
+    elif isinstance(frame.picture, DefragPicture):
+        parts.append(Text("\n".join(frame.picture.lines())))
     elif frame.picture is not None:
         parts.append(rich_picture(frame.picture))
     if frame.copies:

@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from pagedkv.model_tests.lockstep.calls import run_call
+from pagedkv.model_tests.lockstep.defrag_isomorphic_session import IsomorphicDefragSession
 from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSession
 from pagedkv.model_tests.lockstep.request_isomorphic_session import IsomorphicRequestSession
 from pagedkv.model_tests.oracle import codec, trace
@@ -147,6 +148,9 @@ def target_side(session: Any, target: Any, outcome: str, before: ManagerView | N
     page shows the target as it really is."""
     if isinstance(session, IsomorphicRequestSession):
         return _request_side(session, target, outcome)
+    if isinstance(session, IsomorphicDefragSession):
+        mapping = session.model.view()
+        return TargetSide(outcome, (), _mapping_rows(target, mapping.forward, mapping.backward))
     if not isinstance(session, IsomorphicManagerSession):
         count = _count(_ask(lambda: target.num_free_blocks))
         return TargetSide(outcome, (FreeCount("pool", count, _free(session, None)),))
@@ -194,6 +198,25 @@ def _request_side(session: IsomorphicRequestSession, target: Any, outcome: str) 
     rows = _request_rows(target, sorted(view.requests), expected)
     count = _count(_ask(lambda: target.num_free_blocks))
     return TargetSide(outcome, (FreeCount("pool", count, len(view.free_queue)),), rows)
+
+
+def _mapping_rows(
+    target: Any, forward: tuple[int, ...] | None, backward: tuple[int, ...] | None
+) -> tuple[TargetRow, ...]:
+    """A defragmenter's forward and backward tables as its ``resolve`` and ``unresolve`` answer
+    them, beside the reference's (None under the safety tier)."""
+    size = target.config.num_blocks
+    rows = []
+    for label, ask, expected in (
+        ("forward (resolve)", lambda: target.resolve, forward),
+        ("backward (unresolve)", lambda: target.unresolve, backward),
+    ):
+        answers = [_ask(ask, b) for b in range(size)]
+        if all(_count(a) is not None for a in answers):
+            rows.append(TargetRow(label, tuple(answers), expected))
+        else:
+            rows.append(TargetRow(label, None, expected, "some ids do not resolve"))
+    return tuple(rows)
 
 
 def _free(session: Any, device: Device | None) -> int:
@@ -301,7 +324,9 @@ class TargetAlone:
         theirs = next((text for name, text in calls if name == op.op), "not called")
         self.logged = len(self.recorder.log)
         target = self.targets[-1]
-        if self.loaded.level == "request":
+        if self.loaded.level == "defrag":
+            side = TargetSide(theirs, (), _mapping_rows(target, None, None))
+        elif self.loaded.level == "request":
             tables = _request_rows(target, sorted(session.requests), lambda _, __: None)
             count = _count(_ask(lambda: target.num_free_blocks))
             side = TargetSide(theirs, (FreeCount("pool", count, None),), tables)

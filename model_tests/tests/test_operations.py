@@ -74,6 +74,7 @@ def test_the_protocols_have_nothing_the_table_lacks() -> None:
         "manager": interface.BlockSpaceManager,
         "pool": interface.BlockPool,
         "request": interface.RequestKVManager,
+        "defrag": interface.Defragmenter,
     }
     for level, protocol in protocols.items():
         declared = {name for name in vars(protocol) if not name.startswith("_")}
@@ -101,6 +102,7 @@ PROTOCOLS: dict[operations.Level, tuple[type[Any], str]] = {
     "manager": (interface.BlockSpaceManager, "ManagerCall"),
     "pool": (interface.BlockPool, "PoolCall"),
     "request": (interface.RequestKVManager, "RequestCall"),
+    "defrag": (interface.Defragmenter, "DefragCall"),
 }
 
 
