@@ -199,7 +199,7 @@ def section(context: Context) -> Section:
     """``pagedkv bench``'s section: one entry of ``runner.SECTIONS``."""
     options = context.options
     try:
-        callers()
+        callers()[VLLM](2, 16)  # vLLM's modules load here: its files must be fetched
     except Exception as error:  # vLLM's files missing (make peers-fetch): say so, time nothing
         skipped = f"not run: vLLM 0.33.0's BlockPool cannot be loaded: {error}"
         return Section("pool", [Table("pool level", [], notes=[skipped])], {"skipped": skipped})

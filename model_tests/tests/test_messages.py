@@ -62,7 +62,10 @@ class Terminal(io.StringIO):
             ["check", "--target", MANAGER, "--level", "request"],
             "it builds manager targets (from a ManagerConfig): pass --level manager",
         ),
-        (["check", "--target", DEFRAGMENTER], "it builds a defragmenter (from a DefragConfig)"),
+        (
+            ["check", "--target", DEFRAGMENTER],
+            "it builds defrag targets (from a DefragConfig): pass --level defrag",
+        ),
         (["soak", "--target", REQUEST], "pass --level request"),
         (
             ["soak", "--target", POOL],

@@ -828,7 +828,7 @@ def test_unsupported() -> None:
     p = pool(PAGEDKV)
     assert (p.hit_rate(), p.fork([p.allocate_mutable()])) == (0.0, [0])
     with pytest.raises(ValueError, match="not an operation"):
-        PAGEDKV.overridden({"unsupported": "allocate,defragment"})
+        PAGEDKV.overridden({"unsupported": "allocate,defragment_all"})
 
 
 # --- the option table, the reference, this file and the spec page ------------------------------
