@@ -11,6 +11,8 @@ prompt, or a list changed since its last check must each still reach the full ru
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 
@@ -161,6 +163,9 @@ CHANGES: list[tuple[str, Callable[[list[object]], None]]] = [
     ("an equal bool for 1", lambda p: p.__setitem__(1, True)),
     ("an equal bool for 0", lambda p: p.__setitem__(0, False)),
     ("an equal float for 1", lambda p: p.__setitem__(1, 1.0)),
+    ("an equal float for 7", lambda p: p.__setitem__(2, 7.0)),
+    ("an equal Decimal for 300", lambda p: p.__setitem__(3, Decimal(300))),
+    ("an equal Fraction for 2**40", lambda p: p.__setitem__(4, Fraction(2**40))),
 ]
 
 
@@ -171,9 +176,9 @@ def test_a_remembered_list_changed_in_place_is_checked_again(
     change: tuple[str, Callable[[list[object]], None]],
 ) -> None:
     """The scheduler's own list, asked about twice (so it is remembered), then changed in place:
-    a new value, a longer list, or a 0 or 1 replaced by an equal bool or float (``==`` cannot tell
-    those from the tokens they replaced) is refused, by ``can_allocate`` and by
-    ``allocate``, which changes nothing."""
+    a new value, a longer list, or a token replaced by an equal bool, float, Decimal or Fraction
+    (``==`` cannot tell those from the tokens they replaced) is refused, by ``can_allocate`` and
+    by ``allocate``, which changes nothing."""
     manager = factory(ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=4))
     prompt: list[object] = [0, 1, 7, 300, 2**40]
     for _ in range(2):
@@ -184,6 +189,22 @@ def test_a_remembered_list_changed_in_place_is_checked_again(
     with pytest.raises(InvalidArgumentError):
         manager.allocate(1, [1], prompt)  # type: ignore[arg-type]
     assert manager.get_num_free_gpu_blocks() == 8
+
+
+@pytest.mark.parametrize("factory", [ReferenceBlockSpaceManager, OptimizedBlockSpaceManager])
+def test_a_remembered_list_given_equal_new_ints_is_still_accepted(
+    factory: Callable[[ManagerConfig], BlockSpaceManager],
+) -> None:
+    """A token replaced by an equal int that is another object (a large int made again) is
+    checked again and accepted: the memo refuses nothing the plain rule takes."""
+    manager = factory(ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=4))
+    prompt = [0, 1, 7, 300, 2**40]
+    for _ in range(2):
+        assert manager.can_allocate(prompt) is AllocStatus.OK
+    prompt[4] = int(str(2**40))
+    assert manager.can_allocate(prompt) is AllocStatus.OK
+    manager.allocate(1, [1], prompt)
+    assert manager.get_num_free_gpu_blocks() == 5
 
 
 def test_many_prompts_are_remembered_and_the_oldest_forgotten() -> None:
