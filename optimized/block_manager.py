@@ -90,8 +90,8 @@ class OptimizedBlockSpaceManager:
         self._config = config
         self._block_size = config.block_size
         self._caching = config.enable_caching
-        self._gpu = OptimizedBlockPool(config.pool_config(Device.GPU))
-        self._cpu = OptimizedBlockPool(config.pool_config(Device.CPU))
+        self._gpu = OptimizedBlockPool(config.pool_config(Device.GPU), publish_events=False)
+        self._cpu = OptimizedBlockPool(config.pool_config(Device.CPU), publish_events=False)
         self._tables: dict[int, BlockTable] = {}
         self._groups: dict[int, SequenceGroup] = {}
         self._null_block: BlockId | None = None

@@ -35,6 +35,7 @@ from pagedkv.optimized.tokens import packed_tokens
 from pagedkv.specs.content_hash import ROOT, Prefix, packed_block_hash, remember_block_hash
 from pagedkv.specs.errors import DoubleFreeError, OutOfBlocksError
 from pagedkv.specs.pool_view import BlockView, PoolView
+from pagedkv.specs.request_types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from pagedkv.specs.types import (
     MAX_TOKEN,
     NEVER_ACCESSED,
@@ -82,9 +83,12 @@ class OptimizedBlockPool:
         self.__dict__.update(state)
         self._pack_block = struct.Struct(f"<{self._block_size}Q").pack
 
-    def __init__(self, config: PoolConfig) -> None:
+    def __init__(self, config: PoolConfig, publish_events: bool = True) -> None:
         check_pool_config(config)
         self._config = config
+        self._events: list[KVEvent] | None = [] if publish_events else None
+        """The KV events not yet taken (``block_pool.md`` §9); None when nobody reads them (the
+        manager's pools), so that they do not pile up."""
         self._first_id = config.first_id
         self._block_size = config.block_size
         self._caching = config.enable_caching
@@ -177,6 +181,8 @@ class OptimizedBlockPool:
             evicted_hash = self._hashes[index]
             assert evicted_hash is not None
             del self._cached[evicted_hash]
+            if self._events is not None:
+                self._events.append(BlockRemoved((evicted_hash,), 0))
             if self.pending_cows:
                 self.pending_cows.pop(block, None)
             self._blank(index)
@@ -228,6 +234,18 @@ class OptimizedBlockPool:
         self._hashes[index] = content_hash
         self._parents[index], self._starts[index], self._keys[index] = prefix
         self._cached[content_hash] = block
+        if self._events is not None:
+            parent, start, key = prefix
+            self._events.append(
+                BlockStored(
+                    (content_hash,),
+                    None if start == 0 else parent,
+                    tokens,
+                    self._block_size,
+                    key.lora_id,
+                    0,
+                )
+            )
 
     # --- allocation ----------------------------------------------------------------------------
 
@@ -590,7 +608,18 @@ class OptimizedBlockPool:
         self.pending_cows.clear()
         self._hits = 0
         self._queries = 0
+        if self._events is not None:
+            self._events.append(AllBlocksCleared())
         return True
+
+    def take_events(self) -> list[KVEvent]:
+        """The KV events published since the last call, oldest first (none when built with
+        ``publish_events=False``)."""
+        events = self._events
+        if events is None:
+            return []
+        self._events = []
+        return events
 
     # --- the observable state ------------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 
 It holds one frozen ``PoolState`` and replaces it after each operation, so the lockstep tests can
 drive the reference and any other pool through the same calls. The ``choice`` arguments let the
-oracle replay another implementation's allowed choices.
+oracle replay another implementation's allowed choices. Every change of the state publishes
+the KV events of what the hash index gained and lost (``pool_events.py``), drained by
+``take_events``.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from collections.abc import Sequence
 
 from pagedkv.reference import block_pool as ops
 from pagedkv.reference.offered import offered
+from pagedkv.reference.pool_events import cleared, index_events
 from pagedkv.reference.pool_state import PoolState, to_view
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.policy import PAGEDKV, Policy
 from pagedkv.specs.pool_view import BlockView, PoolView
+from pagedkv.specs.request_types import KVEvent
 from pagedkv.specs.types import BlockHash, BlockId, CopyPair, PoolConfig, Token
 from pagedkv.specs.validation import check_block_id, check_content_hash
 
@@ -24,7 +28,24 @@ class ReferenceBlockPool:
     """Every failed call changes nothing (``specs/safety.md`` S6)."""
 
     def __init__(self, config: PoolConfig, policy: Policy = PAGEDKV) -> None:
-        self.state: PoolState = ops.create(config, policy)
+        self._state: PoolState = ops.create(config, policy)
+        self._events: list[KVEvent] = []
+
+    @property
+    def state(self) -> PoolState:
+        return self._state
+
+    @state.setter
+    def state(self, new: PoolState) -> None:
+        """Whatever replaces the state (an operation, or a wrong variant's own edit) publishes
+        what the index gained and lost."""
+        self._events += index_events(self._state, new)
+        self._state = new
+
+    def take_events(self) -> list[KVEvent]:
+        """The events published since the last call, oldest first (``block_pool.md`` §9)."""
+        events, self._events = self._events, []
+        return events
 
     @property
     def config(self) -> PoolConfig:
@@ -102,7 +123,10 @@ class ReferenceBlockPool:
 
     @offered
     def reset_prefix_cache(self) -> bool:
-        self.state, done = ops.reset_prefix_cache(self.state)
+        new, done = ops.reset_prefix_cache(self.state)
+        if done:
+            self._events += cleared()
+            self._state = new
         return done
 
     def block(self, block: BlockId) -> BlockView:

@@ -77,6 +77,14 @@ class BlockPool(Protocol):
     def view(self) -> PoolView: ...
 
 
+class PoolEvents(Protocol):
+    """The one optional member of a pool: the KV events it published since the last call
+    (``specs/block_pool.md`` §9). A pool without it is checked as before; one with it is held to
+    what its events tell a router."""
+
+    def take_events(self) -> list[KVEvent]: ...
+
+
 class BlockPoolFactory(Protocol):
     """What ``pagedkv check --level pool`` calls with each configuration it tries: a new, empty pool
     (or ``UnsupportedError`` for a configuration the target does not support)."""
