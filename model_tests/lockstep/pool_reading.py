@@ -153,6 +153,18 @@ def hash_of_call(
     """The hash ``method(*args)`` would give a block it fills (``allocate_immutable``, or an
     ``append_tokens`` that fills its block), when the arguments make one; ``tokens_of`` tells
     what a block already holds (None: not known). A failed call must not leave it cached."""
+    filled = block_of_call(method, args, block_size, tokens_of)
+    return None if filled is None else filled[0].child_hash(filled[1])
+
+
+def block_of_call(
+    method: str,
+    args: tuple[Any, ...],
+    block_size: int,
+    tokens_of: Callable[[BlockId], tuple[int, ...] | None],
+) -> tuple[Prefix, tuple[int, ...]] | None:
+    """The full block ``method(*args)`` commits, as its prefix and tokens, when the arguments
+    make one (see ``hash_of_call``)."""
     try:
         if method == "allocate_immutable" and isinstance(args[0], Prefix):
             tokens = tuple(args[1])
@@ -166,6 +178,7 @@ def hash_of_call(
         if len(tokens) != block_size:
             return None
         prefix: Prefix = args[0] if method == "allocate_immutable" else args[1]
-        return prefix.child_hash(tokens)
-    except Exception:  # arguments of the wrong shape, on purpose: no hash to look up
+        prefix.child_hash(tokens)  # arguments of the wrong shape fail here
+        return prefix, tokens
+    except Exception:  # arguments of the wrong shape, on purpose: no block
         return None

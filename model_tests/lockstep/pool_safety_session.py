@@ -13,6 +13,8 @@ After every call:
 - S4 copy-on-write pairs: no block receives two different sources, and a copy lands only where
   what it carries agrees with what the block's holders now hold (a copy into a block nobody holds
   is harmless; one into a block handed out blank since, and written, would overwrite data);
+- the KV events, where the target publishes them (``take_events``): folded into a router's view
+  and held to the calls and the target's ``lookup`` (``pool_event_ledger.py``);
 - S6 typed errors; after a failed call an atomic target (``atomic = True``) shows the same free
   count, and where it offers ``block()`` and ``lookup`` the same held blocks and cached hashes
   (``pool_reading.py``); a target that is not may have changed anything, so the run ends there.
@@ -33,8 +35,15 @@ from pagedkv.model_tests.lockstep.calls import (
     exact_answer,
     run_call,
 )
+from pagedkv.model_tests.lockstep.pool_event_ledger import (
+    PoolEventLedger,
+    events_hook,
+    fresh_block,
+    show_events,
+)
 from pagedkv.model_tests.lockstep.pool_reading import (
     PoolReading,
+    block_of_call,
     changes,
     hash_of_call,
     read_pool,
@@ -44,6 +53,7 @@ from pagedkv.model_tests.lockstep.show import show_call, show_error
 from pagedkv.model_tests.lockstep.step import Step
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
+from pagedkv.specs.operations import OPERATIONS
 from pagedkv.specs.pool_calls import PoolCall
 from pagedkv.specs.types import BlockId, CopyPair, PoolConfig, Token
 
@@ -85,6 +95,8 @@ class PoolSafetySession:
         """What a copy into each block carries, for the blocks a holder moved into since the last
         ``clear_copy_on_writes`` (the holder's contents just before the move)."""
         self.answers = Answers(self.target, "pool")
+        self.take_events = events_hook(self.target)
+        self.ledger = PoolEventLedger(self.config.block_size)
 
     def null_block(self) -> BlockId | None:
         get = getattr(self.target, "get_null_block", None)
@@ -94,8 +106,17 @@ class PoolSafetySession:
         method, args = call.name, call.args
         shown = show_call(method, args)
         reading = self._read(method, args)
+        held_before = set(self.holders)
+        filled = block_of_call(method, args, self.config.block_size, self._tokens_of)
         result, error = run_call(self.target, call)
         result = self.answers.take(call, shown, result, error is not None)
+        events = [] if self.take_events is None else self.take_events()
+        if error is not None and events and self.atomic:
+            raise Divergence(
+                f"{shown} raised {type(error).__name__}, yet published the KV events"
+                f" {show_events(events)} (a failed call changes nothing)",
+                "events",
+            )
         if error is not None:
             if not isinstance(error, PagedKVError):
                 raise Divergence(
@@ -116,6 +137,8 @@ class PoolSafetySession:
             return error
         self._learn(method, result, args)
         findings = self.findings()
+        if self.take_events is not None:
+            findings += self._event_findings(method, result, events, held_before, filled)
         if findings:
             shown = show_call(method, args)
             raise Divergence(
@@ -249,6 +272,25 @@ class PoolSafetySession:
         return any(carried.conflict(holding) for holding in holders)
 
     # --- the checks ----------------------------------------------------------------------------
+
+    def _event_findings(
+        self,
+        method: str,
+        result: Any,
+        events: list[Any],
+        held_before: set[BlockId],
+        filled: tuple[Prefix, tuple[Token, ...]] | None,
+    ) -> list[tuple[DivergenceKind, str]]:
+        """The call's events folded into the router's view, and the view against the cache."""
+        committed = None if filled is None else self.ledger.commit(*filled)
+        answers_block = OPERATIONS["pool"][method].result == "block"
+        block = result if answers_block else None
+        problems = self.ledger.read(events, block, fresh_block(block, held_before), committed)
+        lookup = getattr(self.target, "lookup", None)
+        if callable(lookup):
+            reset = method == "reset_prefix_cache" and result is True
+            problems += self.ledger.agrees(lookup, reset)
+        return [("events", problem) for problem in problems]
 
     def problems(self) -> list[str]:
         return [message for _, message in self.findings()]

@@ -17,6 +17,7 @@ from pagedkv.model_tests.lockstep.answers import Answers
 from pagedkv.model_tests.lockstep.bijection import Bijection, Conflict
 from pagedkv.model_tests.lockstep.calls import Divergence, exact_answer, run_call, shared_error
 from pagedkv.model_tests.lockstep.manager_session import same_rate
+from pagedkv.model_tests.lockstep.pool_event_ledger import SameEvents, events_hook
 from pagedkv.model_tests.lockstep.pool_reading import (
     PoolReading,
     changes,
@@ -50,6 +51,7 @@ class IsomorphicPoolSession:
 
     def __post_init__(self) -> None:
         self.answers = Answers(self.target, "pool")
+        self.events = SameEvents(self.model.take_events, events_hook(self.target))
 
     def call(self, call: PoolCall[T]) -> T | PagedKVError:
         method, args = call.name, call.args
@@ -95,6 +97,7 @@ class IsomorphicPoolSession:
                     " the target (a failed call must change nothing): " + "; ".join(changed),
                     "atomicity",
                 )
+            self.events.check(shown)
             self.steps.append(Step(method, args, model_error))
             return model_error
         self._compare(method, args, model_result, target_result, before)
@@ -106,6 +109,7 @@ class IsomorphicPoolSession:
                 "block",
             )
         self.answers.recheck("after pagedkv read the target's free count and blocks")
+        self.events.check(shown)
         self.steps.append(Step(method, args, model_result))
         return cast(T, model_result)
 

@@ -13,6 +13,7 @@ from hypothesis.stateful import initialize, multiple
 
 from pagedkv.model_tests.lockstep import capture
 from pagedkv.model_tests.lockstep.calls import call_both
+from pagedkv.model_tests.lockstep.pool_event_ledger import SameEvents, events_hook
 from pagedkv.model_tests.lockstep.pool_safety_session import PoolSafetySession
 from pagedkv.model_tests.lockstep.pool_session import IsomorphicPoolSession
 from pagedkv.model_tests.lockstep.views import Views
@@ -83,6 +84,7 @@ class PoolMachineBase(LockstepMachine):
             self.session = PoolSafetySession(self.target, config)
         else:
             self.model = ReferenceBlockPool(config, self.policy)
+            self.same_events = SameEvents(self.model.take_events, events_hook(self.target))
             if self.mode == "isomorphic":
                 self.session = IsomorphicPoolSession(self.model, self.target)
         self.views = Views(self.model, self.target)
@@ -114,7 +116,9 @@ class PoolMachineBase(LockstepMachine):
         self.views.changed()
         if self.session is None:
             assert self.model is not None
-            return call_both(self.model, self.target, call, "pool")
+            outcome = call_both(self.model, self.target, call, "pool")
+            self.same_events.check(method)
+            return outcome
         self.pending = (method, call.args)
         outcome = self.session.call(call)
         self.pending = None
