@@ -52,12 +52,10 @@ from typing import Any
 
 from pagedkv.model_tests.peers import sources
 from pagedkv.model_tests.peers.standins import vllm_v1_manager as standins
+from pagedkv.model_tests.peers.vllm_v1_events import pagedkv_event
 from pagedkv.specs.errors import UnknownRequestError
 from pagedkv.specs.request_hashes import request_block_hashes
 from pagedkv.specs.request_types import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
     GroupBlocks,
     KVEvent,
     Request,
@@ -322,24 +320,7 @@ class VllmV1Manager:
         return bool(self._v1.reset_prefix_cache())
 
     def take_events(self) -> list[KVEvent]:
-        return [self._event(event) for event in self._v1.take_events()]
-
-    def _event(self, event: Any) -> KVEvent:
-        if isinstance(event, standins.BlockStored):
-            parent = event.parent_block_hash
-            return BlockStored(
-                tuple(self._name(h) for h in event.block_hashes),
-                None if parent is None else self._name(parent),
-                tuple(event.token_ids),
-                event.block_size,
-                event.lora_id,
-                event.group_idx,
-            )
-        if isinstance(event, standins.BlockRemoved):
-            return BlockRemoved(tuple(self._name(h) for h in event.block_hashes), event.group_idx)
-        if isinstance(event, standins.AllBlocksCleared):
-            return AllBlocksCleared()
-        raise TypeError(f"vLLM sent an event the adapter does not know: {event!r}")
+        return [pagedkv_event(event, self._name) for event in self._v1.take_events()]
 
     def view(self) -> RequestManagerView:
         blocks = {}

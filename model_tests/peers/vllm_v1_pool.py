@@ -28,6 +28,14 @@ The adapter plays the part of v1's ``KVCacheManager`` above the pool, and nothin
 ``free_blocks``
   itself would take a count below zero.
 
+- KV events: v1's pool is built with ``enable_kv_cache_events`` and ``take_events`` hands over
+  what v1 queued (``cache_full_blocks``'s ``BlockStored``, ``_maybe_evict_cached_block``'s
+  ``BlockRemoved``, ``reset_prefix_cache``'s ``AllBlocksCleared``), renamed into pagedkv's
+  events by the request level's conversion (``vllm_v1_events.py``). v1's pool reads the tokens,
+  the parent and the LoRA adapter of a stored block from the request it is handed: the adapter's
+  request carries the block's own tokens at its position, the prefix's hash as the hash before
+  it, and the extra key's LoRA id and cache salt;
+
 Lacked (``UnsupportedError``): ``cow_if_not_appendable``, ``common_computed_prefix`` (v1 finds
 cache hits in its manager), ``hit_rate`` (its prefix-cache statistics live in the manager).
 """
@@ -41,8 +49,11 @@ from typing import Any
 
 from pagedkv.model_tests.peers import sources
 from pagedkv.model_tests.peers.standins import vllm_v1
+from pagedkv.model_tests.peers.standins.vllm_v1_manager import LoRARequest
+from pagedkv.model_tests.peers.vllm_v1_events import pagedkv_event
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.errors import DoubleFreeError, OutOfBlocksError, UnsupportedError
+from pagedkv.specs.request_types import KVEvent
 from pagedkv.specs.types import BlockId, CopyPair, PoolConfig, Token
 from pagedkv.specs.validation import (
     BlockFacts,
@@ -94,7 +105,10 @@ class VllmV1Pool:
         extra = 1 if self.switches.extra_null_block else 0
         pool_class = modules()["vllm.v1.core.block_pool"].BlockPool
         self._v1: Any = pool_class(
-            config.num_blocks + extra, config.enable_caching, config.block_size
+            config.num_blocks + extra,
+            config.enable_caching,
+            config.block_size,
+            enable_kv_cache_events=True,
         )
         self._offset = config.first_id - extra
         self._tokens: dict[BlockId, list[Token]] = {}
@@ -136,7 +150,18 @@ class VllmV1Pool:
             return
         size = self._config.block_size
         position = prefix.num_tokens // size
-        request = SimpleNamespace(block_hashes=[b""] * position + [prefix.child_hash(tokens)])
+        before = [b""] * (position - 1) + [prefix.hash] if position else []
+        key = prefix.extra_key
+        lora = key.lora_id
+        request = SimpleNamespace(
+            block_hashes=[*before, prefix.child_hash(tokens)],
+            all_token_ids=[0] * (position * size) + list(tokens),
+            lora_request=None if lora is None else LoRARequest(f"lora-{lora}", lora),
+            cache_salt=key.cache_salt,
+            mm_features=[],
+            prompt_embeds=None,
+            session_id=None,
+        )
         blocks = [self._v1.null_block] * position + [v1_block]
         self._v1.cache_full_blocks(request, blocks, position, position + 1, size, GROUP)
 
@@ -234,3 +259,7 @@ class VllmV1Pool:
         if done:
             self._tokens.clear()
         return done
+
+    def take_events(self) -> list[KVEvent]:
+        """What v1's pool queued since the last call (its hashes are pagedkv's own)."""
+        return [pagedkv_event(event, bytes) for event in self._v1.take_events()]

@@ -1,6 +1,6 @@
 """Stand-ins for what vLLM v1's ``block_pool.py`` and ``kv_cache_utils.py`` import from the rest
-of vLLM. The pool never reaches most of them (KV-cache configuration, multimodal features, KV
-events are off, metrics are None): those are named placeholders that refuse to be used, so a
+of vLLM. The pool never reaches most of them (KV-cache configuration, multimodal features,
+metrics are None): those are named placeholders that refuse to be used, so a
 path that does reach one fails loudly instead of running on a fake."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from pagedkv.model_tests.peers.sources import module
+from pagedkv.model_tests.peers.standins.vllm_v1_events import kv_events_module
 
 
 def _placeholder(name: str) -> type:
@@ -74,13 +75,7 @@ MODULES: dict[str, ModuleType] = {
     ),
     "vllm.v1.request": module("vllm.v1.request", _placeholders("Request")),
     "vllm.v1.utils": module("vllm.v1.utils", {"tensor_data": _unused("tensor_data")}),
-    "vllm.distributed.kv_events": module(
-        "vllm.distributed.kv_events",
-        {
-            "MEDIUM_GPU": "GPU",
-            **_placeholders("AllBlocksCleared", "BlockRemoved", "BlockStored", "KVCacheEvent"),
-        },
-    ),
+    "vllm.distributed.kv_events": kv_events_module(),
     "vllm.v1.core.kv_cache_metrics": module(
         "vllm.v1.core.kv_cache_metrics", _placeholders("KVCacheMetricsCollector")
     ),

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from pagedkv.model_tests.peers.sources import module
 from pagedkv.model_tests.peers.standins import vllm_v1
+from pagedkv.model_tests.peers.standins.vllm_v1_events import kv_events_module
 
 
 def _placeholders(*names: str) -> dict[str, object]:
@@ -109,36 +110,6 @@ def _refuse(name: str) -> Any:
         raise NotImplementedError(f"pagedkv's stand-in for vLLM's {name} is not meant to be used")
 
     return refuse
-
-
-# --- KV events ------------------------------------------------------------------------------
-
-
-class KVCacheEvent:
-    """A record of the keyword arguments vLLM builds an event with."""
-
-    def __init__(self, **fields: Any) -> None:
-        self.__dict__.update(fields)
-
-    def __getattr__(self, name: str) -> Any:
-        """Only for the type checker: every field vLLM set is found before this is asked."""
-        raise AttributeError(name)
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{key}={value!r}" for key, value in self.__dict__.items())
-        return f"{type(self).__name__}({inner})"
-
-
-class BlockStored(KVCacheEvent):
-    pass
-
-
-class BlockRemoved(KVCacheEvent):
-    pass
-
-
-class AllBlocksCleared(KVCacheEvent):
-    pass
 
 
 # --- what a Request reads -------------------------------------------------------------------
@@ -296,17 +267,7 @@ MODULES: dict[str, ModuleType] = {
             "is_mamba_prefill_checkpoint_valid": _refuse("is_mamba_prefill_checkpoint_valid"),
         },
     ),
-    "vllm.distributed.kv_events": module(
-        "vllm.distributed.kv_events",
-        {
-            "MEDIUM_GPU": "GPU",
-            "MEDIUM_CPU": "CPU",
-            "KVCacheEvent": KVCacheEvent,
-            "BlockStored": BlockStored,
-            "BlockRemoved": BlockRemoved,
-            "AllBlocksCleared": AllBlocksCleared,
-        },
-    ),
+    "vllm.distributed.kv_events": kv_events_module(),
     "vllm.multimodal.utils": module(
         "vllm.multimodal.utils", {"get_mm_features_in_window": get_mm_features_in_window}
     ),
