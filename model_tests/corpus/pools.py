@@ -21,6 +21,7 @@ from typing import Any
 from pagedkv.optimized.block_pool import OptimizedBlockPool, PrefixParts
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.request_types import BlockRemoved, BlockStored, KVEvent
 from pagedkv.specs.types import NO_EXTRA_KEY, BlockHash, BlockId, CopyPair, PoolConfig, Token
 
 
@@ -144,6 +145,62 @@ class PoolResetRefusesCachedBlocks(ReferenceBlockPool):
         if self.view().evictable:
             return False
         return super().reset_prefix_cache()
+
+
+class PoolEvictionSilent(ReferenceBlockPool):
+    """Publishes no ``BlockRemoved``: a router keeps sending requests for hashes the pool has
+    evicted."""
+
+    def take_events(self) -> list[KVEvent]:
+        return [e for e in super().take_events() if not isinstance(e, BlockRemoved)]
+
+
+class PoolStoresBeforeFull(ReferenceBlockPool):
+    """``append_tokens`` that leaves its block partial publishes a ``BlockStored`` for it (the
+    hash of the tokens so far), before the block is full and cached."""
+
+    def append_tokens(
+        self, block: BlockId, prefix: Prefix, tokens: Sequence[Token], choice: BlockId | None = None
+    ) -> BlockId:
+        held = super().append_tokens(block, prefix, tokens, choice)
+        partial = self.block(held).tokens
+        if self.config.enable_caching and 0 < len(partial) < self.config.block_size:
+            parent = None if prefix.num_tokens == 0 else prefix.hash
+            lora = prefix.extra_key.lora_id
+            size = self.config.block_size
+            stored = BlockStored((prefix.child_hash(partial),), parent, partial, size, lora, 0)
+            self._events.append(stored)
+        return held
+
+
+class PoolStoresWithoutCaching(ReferenceBlockPool):
+    """With prefix caching off, ``allocate_immutable`` still publishes a ``BlockStored``: the
+    hash is never committed to the index, so no request can hit it."""
+
+    def allocate_immutable(
+        self, prefix: Prefix, tokens: Sequence[Token], choice: BlockId | None = None
+    ) -> BlockId:
+        block = super().allocate_immutable(prefix, tokens, choice)
+        if not self.config.enable_caching:
+            parent = None if prefix.num_tokens == 0 else prefix.hash
+            lora = prefix.extra_key.lora_id
+            full = tuple(tokens)
+            size = self.config.block_size
+            self._events.append(
+                BlockStored((prefix.child_hash(full),), parent, full, size, lora, 0)
+            )
+        return block
+
+
+class PoolStoredWithoutParent(ReferenceBlockPool):
+    """Every ``BlockStored`` names no parent, as if each block began a sequence: a router files
+    a chain's later blocks at its root."""
+
+    def take_events(self) -> list[KVEvent]:
+        return [
+            replace(e, parent_hash=None) if isinstance(e, BlockStored) else e
+            for e in super().take_events()
+        ]
 
 
 class MirroredPool:

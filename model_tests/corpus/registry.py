@@ -51,6 +51,13 @@ REQUEST_SAFETY = {
     "events": "events fold into the cached keys",
 }
 """The request level's safety promises (``request_level.md`` §10), each a clause."""
+POOL_EVENTS = {
+    "removals": "a BlockRemoved for every hash the index loses",
+    "full blocks": "a BlockStored only once its block is full",
+    "committed": "a BlockStored only for a hash the index holds",
+    "parents": "a BlockStored names its block's parent",
+}
+"""The pool's KV-event promises (``block_pool.md`` §9), each a clause."""
 PROMISES = ("can_allocate", "can_append_slots", "can_swap_out", "can_swap_in", "NEVER")
 
 
@@ -68,6 +75,10 @@ def _clauses() -> dict[str, str]:
     clauses |= {
         f"request safety: {name}": f"request_level.md §10, safety: {what}"
         for name, what in REQUEST_SAFETY.items()
+    }
+    clauses |= {
+        f"pool events: {name}": f"block_pool.md §9, events: {what}"
+        for name, what in POOL_EVENTS.items()
     }
     clauses |= {
         f"defrag {op}": f"defragmenter.md {DEFRAG_PAGES[op]} `{op}`" for op in OPERATIONS["defrag"]
@@ -167,6 +178,16 @@ def _variants() -> tuple[Variant, ...]:
         _fixture(p.PoolResetRefusesCachedBlocks, ("pool reset_prefix_cache",), level="pool"),
         _fixture(p.MirroredPoolMissingOneFree, ("pool num_free_blocks",), level="pool"),
     ]
+    pool_events = [
+        _fixture(cls, (f"pool events: {clause}",), level="pool", profile=profile)
+        for cls, clause in (
+            (p.PoolEvictionSilent, "removals"),
+            (p.PoolStoresBeforeFull, "full blocks"),
+            (p.PoolStoresWithoutCaching, "committed"),
+            (p.PoolStoredWithoutParent, "parents"),
+        )
+        for profile in BOTH
+    ]
     r = request_broken
     safety = "request safety: "
     request = [
@@ -265,7 +286,7 @@ def _variants() -> tuple[Variant, ...]:
         )
         for choice in OTHER_CHOICES
     ]
-    return (*manager, *pool, *request, *request_safety, *defrag, *policy)
+    return (*manager, *pool, *pool_events, *request, *request_safety, *defrag, *policy)
 
 
 VARIANTS: tuple[Variant, ...] = _variants()
