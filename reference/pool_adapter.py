@@ -38,8 +38,9 @@ class ReferenceBlockPool:
     @state.setter
     def state(self, new: PoolState) -> None:
         """Whatever replaces the state (an operation, or a wrong variant's own edit) publishes
-        what the index gained and lost."""
-        self._events += index_events(self._state, new)
+        what the index gained and lost (into a new list: a shallow copy of the pool, as the
+        teaching walkthrough makes, must not publish into the original's)."""
+        self._events = self._events + index_events(self._state, new)
         self._state = new
 
     def take_events(self) -> list[KVEvent]:
@@ -125,7 +126,7 @@ class ReferenceBlockPool:
     def reset_prefix_cache(self) -> bool:
         new, done = ops.reset_prefix_cache(self.state)
         if done:
-            self._events += cleared()
+            self._events = self._events + cleared()
             self._state = new
         return done
 

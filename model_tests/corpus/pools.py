@@ -169,7 +169,7 @@ class PoolStoresBeforeFull(ReferenceBlockPool):
             lora = prefix.extra_key.lora_id
             size = self.config.block_size
             stored = BlockStored((prefix.child_hash(partial),), parent, partial, size, lora, 0)
-            self._events.append(stored)
+            self._events = [*self._events, stored]
         return held
 
 
@@ -186,9 +186,8 @@ class PoolStoresWithoutCaching(ReferenceBlockPool):
             lora = prefix.extra_key.lora_id
             full = tuple(tokens)
             size = self.config.block_size
-            self._events.append(
-                BlockStored((prefix.child_hash(full),), parent, full, size, lora, 0)
-            )
+            stored = BlockStored((prefix.child_hash(full),), parent, full, size, lora, 0)
+            self._events = [*self._events, stored]
         return block
 
 
