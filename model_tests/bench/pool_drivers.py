@@ -41,7 +41,7 @@ class _PagedkvSequence:
 class PagedkvPublic:
     def __init__(self, num_blocks: int, block_size: int) -> None:
         config = PoolConfig(num_blocks=num_blocks, block_size=block_size, enable_caching=True)
-        self.pool = OptimizedBlockPool(config)
+        self.pool = OptimizedBlockPool(config, publish_events=False)  # nobody reads them
         self.size = block_size
         self.seqs: dict[int, _PagedkvSequence] = {}
         self.handlers = (self.prompt, self.decode, self.free)
@@ -98,7 +98,7 @@ class _CoreSequence:
 class PagedkvCore:
     def __init__(self, num_blocks: int, block_size: int) -> None:
         config = PoolConfig(num_blocks=num_blocks, block_size=block_size, enable_caching=True)
-        self.pool = OptimizedBlockPool(config)
+        self.pool = OptimizedBlockPool(config, publish_events=False)  # nobody reads them
         self.size = block_size
         self.seqs: dict[int, _CoreSequence] = {}
         self.handlers = (self.prompt, self.decode, self.free)
