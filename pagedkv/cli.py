@@ -31,6 +31,14 @@ progress lines on stderr every ``PAGEDKV_PROGRESS`` seconds (5; 0: none) for ``c
 ``replay`` and ``soak``; bad input is one line on stderr. ``--json`` and ``--junit-xml`` write
 the verdict for CI (``model_tests/oracle/verdict_json.py``, ``junit.py``).
 
+Start-up: at module level this file imports only what ``check`` (and ``replay``, ``record``,
+``soak``, which share its modules) and the command line itself need. What only another command
+uses is imported where that command runs (``LAZY`` in ``model_tests/tests/test_layers.py``; never
+to dodge a cycle): the benchmark in ``cmd_bench``, the teaching tools in ``cmd_demo`` and
+``cmd_show``, the trace viewer's page (``pages.py``) once a check has a divergence to draw, rich
+(``rich_output.py``) once the output is a terminal. ``pagedkv check`` then starts in under 0.5
+CPU s from the wheel (``model_tests/tests/test_startup.py``).
+
 Every command runs inside one handler (``main``): whatever goes wrong becomes one line on stderr
 and exit code 2 (130 on Ctrl-C, 143 on SIGTERM); nothing a target raises can end pagedkv with
 another code, and no path exits 0 without a verdict.
@@ -51,19 +59,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
-
-from rich.console import Console
-from rich.markup import escape
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
+from typing import IO, TYPE_CHECKING, Any
 
 from pagedkv import __version__
-from pagedkv.model_tests.bench.report import Section, plain_text, rich_table
-from pagedkv.model_tests.bench.runner import REFERENCE_CALLS, BenchError, resolve_targets
-from pagedkv.model_tests.bench.runner import run as run_bench
-from pagedkv.model_tests.bench.sections import Options as BenchOptions
+from pagedkv.model_tests.bench.defaults import REFERENCE_CALLS
 from pagedkv.model_tests.lockstep.calls import TargetStopped
 from pagedkv.model_tests.machines import profiles
 from pagedkv.model_tests.oracle import codec, progress, soak_model, targets, timeout, trace
@@ -113,12 +112,13 @@ from pagedkv.model_tests.oracle.verdict_json import (
 )
 from pagedkv.model_tests.oracle.watchdog import Interrupted
 from pagedkv.model_tests.oracle.workers import Job, WorkerError, check_in_workers, seeds_of
-from pagedkv.model_tests.teaching import defrag_demo, demo, page, request_demo, terminal
-from pagedkv.model_tests.teaching.frames import Frame, Walk
-from pagedkv.model_tests.teaching.walkthrough import walk_trace
 from pagedkv.specs.policy import PROFILE_NAMES, Profile
 from pagedkv.specs.policy import profile as named_profile
 from pagedkv.specs.validation import MAX_BLOCKS
+
+if TYPE_CHECKING:  # names for annotations only: their modules load with their commands
+    from pagedkv.model_tests.bench.report import Section
+    from pagedkv.model_tests.teaching.frames import Frame, Walk
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
@@ -224,56 +224,38 @@ class Output:
         self.rich = stream.isatty() if rich is None else rich
         self.console: Any = None
         if self.rich:
+            from pagedkv import rich_output  # a terminal: only now is rich needed
+
             styled = not os.environ.get(NO_COLOR_VARIABLE)  # set and not empty: no styling
-            self.console = Console(
-                file=stream, highlight=False, color_system="auto" if styled else None
-            )
+            self.console = rich_output.console(stream, styled)
 
     def line(self, text: str = "", style: str = "") -> None:
         if self.console is None:
             print(text, file=self.stream)
         else:
-            self.console.print(f"[{style}]{escape(text)}[/]" if style and text else escape(text))
+            from pagedkv import rich_output
+
+            rich_output.line(self.console, text, style)
 
     def report(self, report: Report) -> None:
         if self.console is None:
             print(report.plain(), file=self.stream)
             return
-        self.console.print(Text(report.title, style="bold"))
-        self.console.print(
-            Panel(Text(report.verdict), style="green" if report.ok else "red", expand=False)
-        )
-        for line in report.known:
-            self.console.print(Text(line, style="magenta"))
-        if report.config:
-            self.console.print(Text.assemble(("config ", "dim"), report.config))
-        if report.steps:
-            table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-            table.add_column("#", justify="right")
-            table.add_column("operation")
-            table.add_column("reference")
-            table.add_column("")
-            for step in report.steps:
-                style = "bold red" if step.failed else ""
-                table.add_row(
-                    str(step.number),
-                    Text(step.call, style=style),
-                    Text(step.outcome),
-                    Text("✗ diverges" if step.failed else "", style=style),
-                )
-            self.console.print(table)
-        if report.detail:
-            self.console.print(Text(report.detail, style="yellow"))
-        for note in report.notes:
-            self.console.print(Text(note, style="cyan"))
+        from pagedkv import rich_output
+
+        rich_output.report(self.console, report)
 
     def opening(self, walk: Walk) -> None:
+        from pagedkv.model_tests.teaching import terminal
+
         if self.console is None:
             print(terminal.plain_opening(walk), file=self.stream)
         else:
             self.console.print(terminal.rich_opening(walk))
 
     def frame(self, frame: Frame, total: int) -> None:
+        from pagedkv.model_tests.teaching import terminal
+
         if self.console is None:
             print(terminal.plain_frame(frame, total) + "\n", file=self.stream)
         else:
@@ -290,6 +272,8 @@ class Output:
     def section(self, section: Section) -> None:
         """A benchmark section: its tables (numbers right-aligned; boxed on a terminal, plain
         aligned text otherwise), then their notes."""
+        from pagedkv.model_tests.bench.report import plain_text, rich_table
+
         for found in section.tables:
             if self.console is None:
                 print(plain_text(found), file=self.stream)
@@ -404,7 +388,9 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     report = check_report(result, args.target, hint)
     shown_page = None
     if result.trace is not None and written is not None and result.trace_path is not None:
-        note, shown_page = _divergence_page(
+        from pagedkv import pages  # a divergence: only now is there a page to draw
+
+        note, shown_page = pages.divergence_page(
             result.trace, written, factory, args.target, result.trace_path
         )
         report.notes.append(note)
@@ -425,32 +411,9 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     return code
 
 
-def _divergence_page(
-    loaded: Trace, trace_path: Path, factory: Any, target: str, shown: Path | None = None
-) -> tuple[str, Path | None]:
-    """The trace viewer's page for a divergence, next to its trace; the note that says where
-    (beside ``shown``, the trace as the report names it), and that name of the page if it was
-    written."""
-    path = _page_beside(trace_path)
-    try:
-        html = page.render(walk_trace(loaded, str(trace_path), factory, target))
-        trace.write_text(path, html)
-    except OSError as error:
-        return f"page: not written ({error.strerror or error})", None
-    except Exception as error:  # the verdict above stands whatever happens to its page
-        return f"page: not written ({type(error).__name__}: {error})", None
-    sides = "the target" if loaded.safety else "both sides"
-    named = _page_beside(shown or trace_path)
-    return f"page: {named} ({sides}, step by step, in a browser)", named
-
-
-def _page_beside(trace_path: Path) -> Path:
-    """``x.jsonl`` -> ``x.html``; never the trace itself."""
-    path = trace_path.with_suffix(".html")
-    return trace_path.with_name(trace_path.name + ".html") if path == trace_path else path
-
-
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
+    from pagedkv.model_tests.teaching import defrag_demo, demo, request_demo
+
     if args.step and args.out is None and out.keys is None:
         raise UsageError("--step waits for Enter on standard input, which is closed")
     walks = {"request": request_demo.walk, "defrag": defrag_demo.walk}
@@ -469,12 +432,14 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_show(args: argparse.Namespace, out: Output) -> int:
-    path = Path(args.out) if args.out is not None else _page_beside(Path(args.trace))
+    from pagedkv import pages
+
+    path = Path(args.out) if args.out is not None else pages.page_beside(Path(args.trace))
     if path.resolve() == Path(args.trace).resolve():
         raise UsageError(f"-o {args.out}: that is the trace itself")
     loaded = _read_replayable(args.trace)
     factory = None if args.target is None else targets.check(args.target, loaded.level, offered=())
-    walk = walk_trace(loaded, args.trace, factory, args.target)
+    walk = pages.trace_walk(loaded, args.trace, factory, args.target)
     written = _write_page(walk, path)
     marked = walk.finding
     where = f"; marked: step {marked.number}" if marked is not None else ""
@@ -484,9 +449,10 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
 
 
 def _write_page(walk: Walk, path: str | Path) -> Path:
-    html = page.render(walk)
+    from pagedkv import pages
+
     try:
-        return trace.write_text(path, html)
+        return pages.write_page(walk, path)
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
 
@@ -733,6 +699,10 @@ def _soak_report(
 
 
 def cmd_bench(args: argparse.Namespace, out: Output) -> int:
+    from pagedkv.model_tests.bench.runner import BenchError, resolve_targets
+    from pagedkv.model_tests.bench.runner import run as run_bench
+    from pagedkv.model_tests.bench.sections import Options as BenchOptions
+
     reference_calls = None if args.no_reference else args.reference_calls
     written = {  # absolute, and tried, before anything runs
         name: None if path is None else trace.check_writable(path)

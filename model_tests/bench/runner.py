@@ -39,10 +39,6 @@ from pagedkv.model_tests.bench.streams import PAGEDKV
 from pagedkv.model_tests.oracle import targets, trace
 from pagedkv.model_tests.oracle.guard import guard
 
-REFERENCE_CALLS = 20_000
-"""The reference replays only the stream's first calls by default: it is a textbook, about a
-hundred times slower than the optimized manager on this workload."""
-
 
 class BenchError(Exception):
     """Bad input to the benchmark (a target that cannot be loaded, a baseline that cannot be

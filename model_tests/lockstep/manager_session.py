@@ -100,7 +100,17 @@ class IsomorphicManagerSession:
         self.answers = Answers(self.target, "manager")
         hook = getattr(self.target, "get_null_block", None)  # optional (specs/oracle.md §2)
         self.their_null_block = hook if callable(hook) else None
-        self.seen = self.observe(self.model.view())
+        self._viewed: tuple[object, ManagerView] = (self.model.state, self.model.view())
+        self.seen = self.observe(self.model_view())
+
+    def model_view(self) -> ManagerView:
+        """The model's view, drawn once per state: the reference's states are frozen, so a
+        state seen before (the one before this call is the one after the last) has the view
+        drawn then."""
+        state = self.model.state
+        if state is not self._viewed[0]:
+            self._viewed = (state, self.model.view())
+        return self._viewed[1]
 
     # --- looking at the target -----------------------------------------------------------------
 
@@ -113,7 +123,7 @@ class IsomorphicManagerSession:
         method, args = call.name, call.args
         shown = show_call(method, args)
         saved = self.model.state
-        before = self.model.view()
+        before = self.model_view()
         target_result, target_error = run_call(self.target, call)
         target_result = self.answers.take(call, shown, target_result, target_error is not None)
         prefer: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
@@ -130,7 +140,7 @@ class IsomorphicManagerSession:
                 return self._failed(
                     method, args, (model_result, model_error), (target_result, target_error)
                 )
-            after = self.model.view()
+            after = self.model_view()
             observed = self.observe(after)
             slots = self._positions(after, observed)
             released = self._released(held_before, after, slots)
@@ -181,7 +191,7 @@ class IsomorphicManagerSession:
             if not reused:
                 raise
             raise Divergence(f"{divergence}; {reused}", divergence.kind) from None
-        now = self.observe(self.model.view())
+        now = self.observe(self.model_view())
         if now != self.seen:
             if self.model.policy.atomic:
                 raise Divergence(
@@ -210,7 +220,7 @@ class IsomorphicManagerSession:
             return ""
         seq_ids, prompt = args[1], args[2]
         key = args[3] if len(args) > 3 and isinstance(args[3], ExtraKey) else NO_EXTRA_KEY
-        view, size = self.model.view(), self.model.view().config.block_size
+        view, size = self.model_view(), self.model_view().config.block_size
         try:
             tables = observe(self.target, seq_ids, ()).tables
         except Divergence:
@@ -293,7 +303,7 @@ class IsomorphicManagerSession:
                 wanted[device].add(stands_for)
                 if not bind:
                     continue
-                hit = not_a_hit(before, self.model.view(), where, device, stands_for)
+                hit = not_a_hit(before, self.model_view(), where, device, stands_for)
                 raise Divergence(
                     f"{where}: the target took its block {theirs} (the model's cached block"
                     f" {stands_for}) where the model has {mine}: the spec does not allow taking"
@@ -304,7 +314,7 @@ class IsomorphicManagerSession:
                 )
             if bind:
                 raise Divergence(
-                    misplaced(self.model.view(), slots, previous, where, ids, mine, theirs), "table"
+                    misplaced(self.model_view(), slots, previous, where, ids, mine, theirs), "table"
                 )
         return wanted
 
@@ -395,7 +405,7 @@ class IsomorphicManagerSession:
     def _translate(
         self, method: str, args: tuple[Any, ...], before: ManagerView, mine: Any, theirs: Any
     ) -> Any:
-        view = self.model.view()
+        view = self.model_view()
         devices = OPERATIONS["manager"][method].pair_devices
         if devices is not None:
             their_pairs = theirs if isinstance(theirs, list) else []
@@ -423,7 +433,7 @@ class IsomorphicManagerSession:
 
     def _block_in_target(self, block: BlockId, theirs: Any, device: Device) -> BlockId:
         ids = self.maps[device]
-        free_now = block in self.model.view().pool(device).free
+        free_now = block in self.model_view().pool(device).free
         if block not in ids.to_target and free_now and theirs not in ids.to_model:
             return theirs  # type: ignore[no-any-return]
         return ids.target_of(block)

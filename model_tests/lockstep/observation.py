@@ -9,6 +9,7 @@ from typing import Any
 
 from pagedkv.model_tests.lockstep.calls import Divergence, exact_answer
 from pagedkv.model_tests.lockstep.show import show_call, show_error
+from pagedkv.specs import wire
 from pagedkv.specs.types import BlockId, Device
 
 
@@ -45,8 +46,12 @@ def observe(target: Any, seq_ids: Iterable[int], group_ids: Iterable[int]) -> Ob
 
 def _read(operation: str, method: Any, *args: Any) -> Any:
     """``method(*args)``'s answer as the exact value of ``operation``'s result
-    (``calls.exact_answer``)."""
-    return exact_answer("manager", operation, show_call(operation, args), method(*args))
+    (``calls.exact_answer``; the call is written out only for a divergence)."""
+    answer = method(*args)
+    try:
+        return wire.exact_result("manager", operation, answer)
+    except wire.NotExact:
+        return exact_answer("manager", operation, show_call(operation, args), answer)
 
 
 def differences(before: Observation, after: Observation) -> list[str]:

@@ -10,7 +10,7 @@ positions, extra keys or tokens: a sharing that would alias two requests' data).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pagedkv.model_tests.lockstep.bijection import Bijection
 from pagedkv.model_tests.lockstep.show import show_value
@@ -21,22 +21,22 @@ from pagedkv.specs.types import BlockId, Device, ExtraKey, Token
 MAX_SHOWN_TOKENS = 12
 
 
-@dataclass(frozen=True, order=True)
-class Place:
-    """A table entry: block ``index`` of a sequence's table, or of a group's cross table."""
+class Place(NamedTuple):
+    """A table entry: block ``position`` of a sequence's table, or of a group's cross table. A
+    named tuple: every call places every block of both sides' tables, and hashes each place."""
 
     owner: str
     """``sequence``, ``group`` (its cross-attention table) or ``null`` (the window's null
     block, where the target names it with ``get_null_block()``)."""
     id: int
-    index: int
+    position: int
 
     def __str__(self) -> str:
         if self.owner == "null":
             return "the null block"
         if self.owner == "group":
-            return f"group {self.id} cross block {self.index}"
-        return f"sequence {self.id} block {self.index}"
+            return f"group {self.id} cross block {self.position}"
+        return f"sequence {self.id} block {self.position}"
 
 
 Slot = tuple[Place, Device, BlockId, BlockId]
@@ -119,16 +119,16 @@ def _contents(view: ManagerView, place: Place) -> tuple[ExtraKey, tuple[Token, .
     size = view.config.block_size
     if place.owner == "group":
         group = view.groups[place.id]
-        return group.extra_key, group.encoder_tokens[: (place.index + 1) * size]
+        return group.extra_key, group.encoder_tokens[: (place.position + 1) * size]
     seq = view.seqs[place.id]
-    return view.groups[seq.group_id].extra_key, seq.tokens[: (place.index + 1) * size]
+    return view.groups[seq.group_id].extra_key, seq.tokens[: (place.position + 1) * size]
 
 
 def _why_apart(view: ManagerView, here: Place, there: Place) -> str:
     """Why the reference gives two places different blocks, in words."""
     if here.owner != there.owner:
         return "a sequence's table and a cross-attention table, which never share a block"
-    if here.index != there.index:
+    if here.position != there.position:
         return "at different positions of their tables (a block holds one position's data)"
     (key, tokens), (other_key, other_tokens) = _contents(view, here), _contents(view, there)
     if key != other_key:
@@ -155,7 +155,7 @@ def not_a_hit(
     if place.owner != "sequence":
         return ""
     key, tokens = _contents(after, place)
-    start = place.index * after.config.block_size
+    start = place.position * after.config.block_size
     return cannot_serve(before.pool(device).blocks.get(block), key, tokens[start:], start)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pagedkv import cli
+from pagedkv import cli, pages
 from pagedkv.model_tests.independent import broken
 from pagedkv.model_tests.independent.manager import IndependentManager
 from pagedkv.model_tests.oracle import codec, trace
@@ -421,15 +421,15 @@ def test_a_page_that_cannot_be_drawn_leaves_check_s_verdict_alone(
     def broken_drawing(*_: Any) -> Any:
         raise RuntimeError("no picture")
 
-    monkeypatch.setattr(cli, "walk_trace", broken_drawing)
-    note, written = cli._divergence_page(swap_trace(), tmp_path / "x.jsonl", None, SWAP_TARGET)
+    monkeypatch.setattr(pages, "walk_trace", broken_drawing)
+    note, written = pages.divergence_page(swap_trace(), tmp_path / "x.jsonl", None, SWAP_TARGET)
     assert note == "page: not written (RuntimeError: no picture)" and written is None
     assert not (tmp_path / "x.html").exists()
 
 
 def test_check_never_writes_its_page_over_its_trace(tmp_path: Path) -> None:
     path = trace.write(swap_trace(), tmp_path / "odd.html")  # --trace-out odd.html
-    note, written = cli._divergence_page(
+    note, written = pages.divergence_page(
         swap_trace(), path, broken.BrokenSwapDropsPair, SWAP_TARGET
     )
     assert note.startswith(f"page: {tmp_path / 'odd.html.html'} ")
