@@ -368,9 +368,8 @@ class OptimizedBlockSpaceManager:
         for table in group.members.values():
             table.settle(source)  # accesses land on the blocks that were accessed
             table.moved()
-            blocks = table.blocks
-            for index in range(table.num_released, len(blocks)):
-                blocks[index] = move(blocks[index])
+            kept = table.num_released  # null entries, which stay
+            table.blocks = table.blocks[:kept] + tuple(move(b) for b in table.blocks[kept:])
         group.cross_blocks = tuple(move(block) for block in group.cross_blocks)
         group.device = to
         return pairs
@@ -381,7 +380,7 @@ class OptimizedBlockSpaceManager:
         table = self._tables.get(seq_id) if type(seq_id) is int else None
         if table is None:
             table = self._table(seq_id)
-        return table.blocks.tolist()
+        return list(table.blocks)
 
     def get_cross_block_table(self, group_id: int) -> list[BlockId]:
         return list(self._group(group_id).cross_blocks)
@@ -524,7 +523,7 @@ class OptimizedBlockSpaceManager:
         for table in self._tables.values():
             table.untouched(untouched[table.group.device])
         seqs = {
-            seq_id: SeqView(table.group.group_id, tuple(table.tokens), tuple(table.blocks))
+            seq_id: SeqView(table.group.group_id, tuple(table.tokens), table.blocks)
             for seq_id, table in self._tables.items()
         }
         groups = {

@@ -10,9 +10,13 @@ three questions a scheduler asks of every running sequence at every step cost O(
   one hashes that block alone, once, after its parent's hash
   (``pagedkv.reference.block_table.prefix_at`` starts over from the root each time). The hashes
   of the blocks before it are never needed again (the pool keeps each block's own).
-- ``tokens`` and ``blocks`` are ``array('q')``: one object each for the garbage collector, where a
-  list is one more reference per entry for every full collection to walk (a million blocks of
-  ids and hashes made the collector's pauses grow faster with the pool than the work itself).
+- what the garbage collector walks: a full collection visits every reference of every live
+  container, and with a million blocks per-sequence lists of ids and hashes made its pauses grow
+  faster with the pool than the work itself. ``tokens`` is an ``array('q')``, one object with no
+  references; ``blocks`` a tuple, replaced whenever an entry changes (at a block boundary, a
+  swap or a window release, never for a token that fits its block), which the collector stops
+  tracking once it has seen that it holds only ints, and which a caller gets a list of at the
+  cost of copying references (an array would make an int object per entry for each answer).
 - a pending access (``access_time``, ``access_stamp``, ``access_end``): the last
   ``access_all_blocks_in_seq`` (which sets the three: every held entry up to ``access_end`` was
   accessed at ``access_time``; a later access has a higher stamp and covers every entry an older
@@ -59,8 +63,7 @@ class BlockTable:
     group: SequenceGroup
     tokens: array[Token]
     """The sequence's tokens, packed (``array('q')``: every token fits in 63 bits)."""
-    blocks: array[BlockId]
-    """The entries, packed as ``tokens`` (block ids fit in 63 bits)."""
+    blocks: tuple[BlockId, ...]
     last_hash: BlockHash
     """With caching: the content hash of block ``len(tokens) // block_size - 1`` (``ROOT`` while
     no block is full)."""
@@ -86,10 +89,10 @@ class BlockTable:
         num_full = len(prompt) // size * size
         chunks = [prompt[start : start + size] for start in range(0, num_full, size)]
         hashes = group.hasher.chain(ROOT, chunks) if pool.caching else None
-        blocks = array("q", pool.take_full_blocks(chunks, hashes, group.extra_key))
+        blocks = pool.take_full_blocks(chunks, hashes, group.extra_key)
         if num_full < len(prompt):
             blocks.append(pool.fill(pool.take(), None, prompt[num_full:], None))
-        return cls(group, array("q", prompt), blocks, hashes[-1] if hashes else ROOT)
+        return cls(group, array("q", prompt), tuple(blocks), hashes[-1] if hashes else ROOT)
 
     def fork(self) -> BlockTable:
         """A child's table: the same entries (the caller raises their ref counts). The parent's
@@ -97,7 +100,7 @@ class BlockTable:
         return BlockTable(
             self.group,
             array("q", self.tokens),
-            array("q", self.blocks),
+            self.blocks,
             self.last_hash,
             self.num_released,
             marked=self.marked,
@@ -105,7 +108,7 @@ class BlockTable:
             computed_ids=self.computed_ids,
         )
 
-    def held_blocks(self) -> array[BlockId]:
+    def held_blocks(self) -> tuple[BlockId, ...]:
         """The entries that hold a reference: every one but those pointing at the null block."""
         return self.blocks[self.num_released :]
 
@@ -159,7 +162,7 @@ class BlockTable:
             if index < self.access_end:
                 pool.touch(blocks[index], self.access_time, self.access_stamp)
             pool.release(blocks[index])
-            blocks[index] = null_block
+        self.blocks = (null_block,) * num_out + blocks[num_out:]  # those before: null already
         self.num_released = num_out
         self.computed_ids = ()  # a null entry ends every run
 
@@ -186,32 +189,36 @@ class BlockTable:
                 if self.access_end > index:
                     self.settle(pool, index)  # the block receiving tokens may be replaced
                 self._fill_blocks(pool, position, end)
-        while len(blocks) * size < end + lookahead:
-            blocks.append(pool.take())
+        missing = -((end + lookahead) // -size) - len(self.blocks)
+        if missing > 0:
+            self.blocks += tuple(pool.take() for _ in range(missing))
 
     def _fill_blocks(self, pool: OptimizedBlockPool, position: int, end: int) -> None:
         """Hand tokens ``position .. end`` (already in ``tokens``) to their blocks, one block at a
         time, taking new blocks past the table's end; a block that fills is hashed, once."""
         size = pool.block_size
-        tokens, blocks = self.tokens, self.blocks
+        tokens = self.tokens
+        first = position // size
+        blocks = list(self.blocks[first:])  # the entries that change, from the first one
         while position < end:
-            index = position // size
+            index = position // size - first
             if index == len(blocks):
                 blocks.append(pool.take())
-            block_end = (index + 1) * size
+            block_end = (index + first + 1) * size
             if end < block_end:  # the last tokens, which do not fill their block
                 blocks[index] = pool.fill(blocks[index], None, tuple(tokens[position:end]), None)
-                return
+                break
             chunk = tuple(tokens[position:block_end])
             if pool.caching:
                 start = block_end - size
-                parent = self.last_hash  # block index - 1's: the blocks fill in order
+                parent = self.last_hash  # the block before's: the blocks fill in order
                 content_hash = self.last_hash = self.group.hasher(parent, tokens[start:block_end])
                 prefix = (parent, start, self.group.extra_key)
                 blocks[index] = pool.fill(blocks[index], prefix, chunk, content_hash)
             else:
                 blocks[index] = pool.fill(blocks[index], None, chunk, None)
             position = block_end
+        self.blocks = self.blocks[:first] + tuple(blocks)
 
     # --- what is computed -----------------------------------------------------------------------
 
@@ -241,7 +248,7 @@ class BlockTable:
         run = self.computed_prefix_length(pool, len(self.blocks) - 1)
         ids = self.computed_ids
         if len(ids) != run:
-            ids = self.computed_ids = tuple(self.blocks[:run])
+            ids = self.computed_ids = self.blocks[:run]
         return ids
 
     def moved(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -130,7 +131,7 @@ def test_the_optimized_managers_common_computed_blocks_cannot_be_changed() -> No
     manager.mark_blocks_as_computed(2)
     for seq_ids in ([10], [20, 21]):
         expected = manager.get_block_table(seq_ids[0])[:2]
-        for change in (
+        changes: list[Callable[[list[int]], object]] = [
             lambda found: found.append(7),
             lambda found: found.extend([7]),
             lambda found: found.pop(),
@@ -138,7 +139,8 @@ def test_the_optimized_managers_common_computed_blocks_cannot_be_changed() -> No
             lambda found: found.__setitem__(0, 7),
             lambda found: found.__delitem__(0),
             lambda found: found.sort(reverse=True),
-        ):
+        ]
+        for change in changes:
             found = manager.get_common_computed_block_ids(seq_ids)
             assert type(found) is list and found == expected
             change(found)
