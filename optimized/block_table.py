@@ -218,7 +218,9 @@ class BlockTable:
             else:
                 blocks[index] = pool.fill(blocks[index], None, chunk, None)
             position = block_end
-        self.blocks = self.blocks[:first] + tuple(blocks)
+        tail = tuple(blocks)
+        if tail != self.blocks[first:]:  # most fills keep their block: nothing to replace
+            self.blocks = self.blocks[:first] + tail
 
     # --- what is computed -----------------------------------------------------------------------
 
