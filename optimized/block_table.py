@@ -189,8 +189,8 @@ class BlockTable:
                 if self.access_end > index:
                     self.settle(pool, index)  # the block receiving tokens may be replaced
                 self._fill_blocks(pool, position, end)
-        missing = -((end + lookahead) // -size) - len(self.blocks)
-        if missing > 0:
+        if len(self.blocks) * size < end + lookahead:  # lookahead slots past the last block
+            missing = -((end + lookahead) // -size) - len(self.blocks)
             self.blocks += tuple(pool.take() for _ in range(missing))
 
     def _fill_blocks(self, pool: OptimizedBlockPool, position: int, end: int) -> None:
