@@ -199,7 +199,8 @@ class BlockTable:
         size = pool.block_size
         tokens = self.tokens
         first = position // size
-        blocks = list(self.blocks[first:])  # the entries that change, from the first one
+        kept = self.blocks[first:]  # the entries that may change, from the first one
+        blocks = list(kept)
         while position < end:
             index = position // size - first
             if index == len(blocks):
@@ -219,7 +220,7 @@ class BlockTable:
                 blocks[index] = pool.fill(blocks[index], None, chunk, None)
             position = block_end
         tail = tuple(blocks)
-        if tail != self.blocks[first:]:  # most fills keep their block: nothing to replace
+        if tail != kept:  # most fills keep their blocks: nothing to replace
             self.blocks = self.blocks[:first] + tail
 
     # --- what is computed -----------------------------------------------------------------------
