@@ -26,7 +26,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pagedkv.optimized.block_ids import NO_BLOCK_IDS, BlockIds
 from pagedkv.optimized.block_pool import OptimizedBlockPool, common_length
 from pagedkv.optimized.block_table import BlockTable, SequenceGroup
 from pagedkv.optimized.checked_prompts import CheckedPrompts
@@ -369,9 +368,8 @@ class OptimizedBlockSpaceManager:
         for table in group.members.values():
             table.settle(source)  # accesses land on the blocks that were accessed
             table.moved()
-            blocks = table.blocks
-            for index in range(table.num_released, len(blocks)):
-                blocks[index] = move(blocks[index])
+            kept = table.num_released  # null entries, which stay
+            table.blocks = table.blocks[:kept] + tuple(move(b) for b in table.blocks[kept:])
         group.cross_blocks = tuple(move(block) for block in group.cross_blocks)
         group.device = to
         return pairs
@@ -382,7 +380,7 @@ class OptimizedBlockSpaceManager:
         table = self._tables.get(seq_id) if type(seq_id) is int else None
         if table is None:
             table = self._table(seq_id)
-        return table.blocks.copy()
+        return list(table.blocks)
 
     def get_cross_block_table(self, group_id: int) -> list[BlockId]:
         return list(self._group(group_id).cross_blocks)
@@ -423,19 +421,19 @@ class OptimizedBlockSpaceManager:
         """The computed prefix every listed sequence shares: prefill it may skip. A sequence's
         last entry never counts: the model must compute at least one of its tokens.
 
-        The answer is a read-only list (``optimized/block_ids.py``), the same object for as
-        long as it stays the answer: each table keeps its own computed prefix, and a group the
-        common prefix of the prefixes it was last asked about. Plain ids of GPU sequences take
-        the short way; anything else is checked in the spec's order first."""
+        Each table keeps its own computed prefix, and a group the common prefix of the prefixes
+        it was last asked about, as tuples (which the garbage collector stops walking once it
+        has seen that they hold only ints); the answer is a new list of them. Plain ids of GPU
+        sequences take the short way; anything else is checked in the spec's order first."""
         if type(seq_ids) is list and self._caching:
             if len(seq_ids) == 1:  # most groups have one sequence
                 table = self._tables.get(seq_ids[0]) if type(seq_ids[0]) is int else None
                 if table is not None and table.group.device is GPU:
                     known = table.computed_ids
                     if len(known) == len(table.blocks) - 1:
-                        return known
-                    return table.computed_prefix(self._gpu)
-            prefixes: list[BlockIds] = []
+                        return list(known)
+                    return list(table.computed_prefix(self._gpu))
+            prefixes: list[tuple[BlockId, ...]] = []
             for seq_id in seq_ids:
                 table = self._tables.get(seq_id) if type(seq_id) is int else None
                 if table is None or table.group.device is not GPU:
@@ -446,8 +444,8 @@ class OptimizedBlockSpaceManager:
                 prefixes.append(known)
             else:
                 if len(prefixes) <= 1:
-                    return prefixes[0] if prefixes else NO_BLOCK_IDS
-                return self._common_prefix(prefixes, self._tables[seq_ids[0]].group)
+                    return list(prefixes[0]) if prefixes else []
+                return list(self._common_prefix(prefixes, self._tables[seq_ids[0]].group))
         tables = [self._table(s) for s in check_seq_ids(seq_ids)]
         for table in tables:
             group = table.group
@@ -458,21 +456,23 @@ class OptimizedBlockSpaceManager:
             return []
         prefixes = [table.computed_prefix(self._gpu) for table in tables]
         if len(prefixes) == 1:
-            return prefixes[0]
-        return self._common_prefix(prefixes, tables[0].group)
+            return list(prefixes[0])
+        return list(self._common_prefix(prefixes, tables[0].group))
 
     @staticmethod
-    def _common_prefix(prefixes: list[BlockIds], group: SequenceGroup) -> BlockIds:
+    def _common_prefix(
+        prefixes: list[tuple[BlockId, ...]], group: SequenceGroup
+    ) -> tuple[BlockId, ...]:
         """The common prefix of several sequences' computed prefixes, kept on the first one's
         group: equal prefixes have the same answer (and the kept ones are mostly the very same
         objects, which compare at once)."""
-        known = group.common_ids
-        if known is not None and known[0] == prefixes:
+        known, asked = group.common_ids, tuple(prefixes)
+        if known is not None and known[0] == asked:
             return known[1]
         first = prefixes[0]
         length = common_length(prefixes, min(len(p) for p in prefixes))
-        common = first if length == len(first) else BlockIds.prefix(first, length)
-        group.common_ids = (prefixes, common)
+        common = first if length == len(first) else first[:length]
+        group.common_ids = (asked, common)
         return common
 
     def get_num_cached_tokens(self, seq_id: int) -> int:
@@ -523,7 +523,7 @@ class OptimizedBlockSpaceManager:
         for table in self._tables.values():
             table.untouched(untouched[table.group.device])
         seqs = {
-            seq_id: SeqView(table.group.group_id, tuple(table.tokens), tuple(table.blocks))
+            seq_id: SeqView(table.group.group_id, tuple(table.tokens), table.blocks)
             for seq_id, table in self._tables.items()
         }
         groups = {

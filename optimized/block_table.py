@@ -6,9 +6,17 @@ physical block ``blocks[i]``. Every function makes the same pool calls in the sa
 ``pagedkv.reference.block_table``, so the pool ends in the same state; the table adds what lets the
 three questions a scheduler asks of every running sequence at every step cost O(1) amortized:
 
-- ``hashes``: with caching, the content hash of every full block, so that filling the next one
-  hashes that block alone, once, after its parent's hash
-  (``pagedkv.reference.block_table.prefix_at`` starts over from the root each time).
+- ``last_hash``: with caching, the content hash of the last full block, so that filling the next
+  one hashes that block alone, once, after its parent's hash
+  (``pagedkv.reference.block_table.prefix_at`` starts over from the root each time). The hashes
+  of the blocks before it are never needed again (the pool keeps each block's own).
+- what the garbage collector walks: a full collection visits every reference of every live
+  container, and with a million blocks per-sequence lists of ids and hashes made its pauses grow
+  faster with the pool than the work itself. ``tokens`` is an ``array('q')``, one object with no
+  references; ``blocks`` a tuple, replaced whenever an entry changes (at a block boundary, a
+  swap or a window release, never for a token that fits its block), which the collector stops
+  tracking once it has seen that it holds only ints, and which a caller gets a list of at the
+  cost of copying references (an array would make an int object per entry for each answer).
 - a pending access (``access_time``, ``access_stamp``, ``access_end``): the last
   ``access_all_blocks_in_seq`` (which sets the three: every held entry up to ``access_end`` was
   accessed at ``access_time``; a later access has a higher stamp and covers every entry an older
@@ -22,7 +30,7 @@ three questions a scheduler asks of every running sequence at every step cost O(
 - ``computed_run``: how many leading entries are known computed. A full block is never written
   again and keeps its mark while held (a swap carries it along), so the run only grows.
 - ``computed_ids``: the last answer to ``get_common_computed_block_ids`` for this table alone, a
-  read-only list (``optimized/block_ids.py``) handed out again until the run grows. The entries of
+  tuple (the manager hands out a list of it) kept until the run grows. The entries of
   the run never change while the table stays on its device: a swap, which gives them new ids, and
   a window release, which points them at the null block, drop it. Once it holds every entry but
   the last, it is the answer until the table grows.
@@ -35,7 +43,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from pagedkv.optimized.block_ids import NO_BLOCK_IDS, BlockIds
 from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.specs.accounting import blocks_touched_by_append
 from pagedkv.specs.content_hash import ROOT, BlockHasher
@@ -55,11 +62,11 @@ class BlockTable:
 
     group: SequenceGroup
     tokens: array[Token]
-    """The sequence's tokens, packed (``array('q')``: every token fits in 63 bits): one object
-    for the garbage collector, where a list is one more reference per token to walk."""
-    blocks: list[BlockId]
-    hashes: list[BlockHash]
-    """With caching: the content hashes of blocks ``0 .. len(tokens) // block_size - 1``."""
+    """The sequence's tokens, packed (``array('q')``: every token fits in 63 bits)."""
+    blocks: tuple[BlockId, ...]
+    last_hash: BlockHash
+    """With caching: the content hash of block ``len(tokens) // block_size - 1`` (``ROOT`` while
+    no block is full)."""
     num_released: int = 0
     """Leading entries that point at the null block: a window releases the oldest blocks first
     and never takes them back, so exactly this many entries are the null block."""
@@ -69,7 +76,7 @@ class BlockTable:
     """Entries ``num_released .. access_end`` have not been given the pending access yet."""
     marked: int = 0
     computed_run: int = 0
-    computed_ids: BlockIds = field(default_factory=lambda: NO_BLOCK_IDS)
+    computed_ids: tuple[BlockId, ...] = ()
 
     @classmethod
     def for_prompt(
@@ -81,11 +88,11 @@ class BlockTable:
         prompt = tuple(tokens)
         num_full = len(prompt) // size * size
         chunks = [prompt[start : start + size] for start in range(0, num_full, size)]
-        hashes = group.hasher.chain(ROOT, chunks) if pool.caching else []
-        blocks = pool.take_full_blocks(chunks, hashes if pool.caching else None, group.extra_key)
+        hashes = group.hasher.chain(ROOT, chunks) if pool.caching else None
+        blocks = pool.take_full_blocks(chunks, hashes, group.extra_key)
         if num_full < len(prompt):
             blocks.append(pool.fill(pool.take(), None, prompt[num_full:], None))
-        return cls(group, array("q", prompt), blocks, hashes)
+        return cls(group, array("q", prompt), tuple(blocks), hashes[-1] if hashes else ROOT)
 
     def fork(self) -> BlockTable:
         """A child's table: the same entries (the caller raises their ref counts). The parent's
@@ -93,15 +100,15 @@ class BlockTable:
         return BlockTable(
             self.group,
             array("q", self.tokens),
-            self.blocks.copy(),
-            self.hashes.copy(),
+            self.blocks,
+            self.last_hash,
             self.num_released,
             marked=self.marked,
             computed_run=self.computed_run,
             computed_ids=self.computed_ids,
         )
 
-    def held_blocks(self) -> list[BlockId]:
+    def held_blocks(self) -> tuple[BlockId, ...]:
         """The entries that hold a reference: every one but those pointing at the null block."""
         return self.blocks[self.num_released :]
 
@@ -155,9 +162,9 @@ class BlockTable:
             if index < self.access_end:
                 pool.touch(blocks[index], self.access_time, self.access_stamp)
             pool.release(blocks[index])
-            blocks[index] = null_block
+        self.blocks = (null_block,) * num_out + blocks[num_out:]  # those before: null already
         self.num_released = num_out
-        self.computed_ids = NO_BLOCK_IDS  # a null entry ends every run
+        self.computed_ids = ()  # a null entry ends every run
 
     def append(
         self, pool: OptimizedBlockPool, new_tokens: tuple[Token, ...], lookahead: int
@@ -182,33 +189,39 @@ class BlockTable:
                 if self.access_end > index:
                     self.settle(pool, index)  # the block receiving tokens may be replaced
                 self._fill_blocks(pool, position, end)
-        while len(blocks) * size < end + lookahead:
-            blocks.append(pool.take())
+        if len(self.blocks) * size < end + lookahead:  # lookahead slots past the last block
+            missing = -((end + lookahead) // -size) - len(self.blocks)
+            self.blocks += tuple(pool.take() for _ in range(missing))
 
     def _fill_blocks(self, pool: OptimizedBlockPool, position: int, end: int) -> None:
         """Hand tokens ``position .. end`` (already in ``tokens``) to their blocks, one block at a
         time, taking new blocks past the table's end; a block that fills is hashed, once."""
         size = pool.block_size
-        tokens, blocks = self.tokens, self.blocks
+        tokens = self.tokens
+        first = position // size
+        kept = self.blocks[first:]  # the entries that may change, from the first one
+        blocks = list(kept)
         while position < end:
-            index = position // size
+            index = position // size - first
             if index == len(blocks):
                 blocks.append(pool.take())
-            block_end = (index + 1) * size
+            block_end = (index + first + 1) * size
             if end < block_end:  # the last tokens, which do not fill their block
                 blocks[index] = pool.fill(blocks[index], None, tuple(tokens[position:end]), None)
-                return
+                break
             chunk = tuple(tokens[position:block_end])
             if pool.caching:
                 start = block_end - size
-                parent = self.hashes[index - 1] if index else ROOT
-                content_hash = self.group.hasher(parent, tokens[start:block_end])
-                self.hashes.append(content_hash)
+                parent = self.last_hash  # the block before's: the blocks fill in order
+                content_hash = self.last_hash = self.group.hasher(parent, tokens[start:block_end])
                 prefix = (parent, start, self.group.extra_key)
                 blocks[index] = pool.fill(blocks[index], prefix, chunk, content_hash)
             else:
                 blocks[index] = pool.fill(blocks[index], None, chunk, None)
             position = block_end
+        tail = tuple(blocks)
+        if tail != kept:  # most fills keep their blocks: nothing to replace
+            self.blocks = self.blocks[:first] + tail
 
     # --- what is computed -----------------------------------------------------------------------
 
@@ -232,18 +245,18 @@ class BlockTable:
         self.computed_run = run
         return run
 
-    def computed_prefix(self, pool: OptimizedBlockPool) -> BlockIds:
+    def computed_prefix(self, pool: OptimizedBlockPool) -> tuple[BlockId, ...]:
         """The leading computed entries, the last entry excluded (the model computes at least
-        one token of every sequence): the same list as last time unless the run grew."""
+        one token of every sequence): the same tuple as last time unless the run grew."""
         run = self.computed_prefix_length(pool, len(self.blocks) - 1)
         ids = self.computed_ids
         if len(ids) != run:
-            ids = self.computed_ids = BlockIds.prefix(self.blocks, run)
+            ids = self.computed_ids = self.blocks[:run]
         return ids
 
     def moved(self) -> None:
         """The table's blocks were swapped to another device: every entry has a new id."""
-        self.computed_ids = NO_BLOCK_IDS
+        self.computed_ids = ()
 
     def num_cached_tokens(self, pool: OptimizedBlockPool) -> int:
         """Tokens in the leading run of computed blocks: the prefill a cache lets it skip. Only
@@ -272,10 +285,10 @@ class SequenceGroup:
     encoder_tokens: tuple[Token, ...] = ()
     cross_blocks: tuple[BlockId, ...] = ()
     hasher: BlockHasher = field(init=False)
-    common_ids: tuple[list[BlockIds], BlockIds] | None = None
+    common_ids: tuple[tuple[tuple[BlockId, ...], ...], tuple[BlockId, ...]] | None = None
     """The last ``get_common_computed_block_ids`` of several sequences, the first of them in this
     group: the computed prefixes it was asked about, and their common prefix. The prefixes are
-    read-only and replaced whenever they change, so the same prefixes have the same answer."""
+    tuples, replaced whenever they change, so the same prefixes have the same answer."""
 
     def __post_init__(self) -> None:
         self.hasher = hasher_for(self.extra_key)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import NamedTuple
+from weakref import WeakKeyDictionary
 
 from pagedkv.optimized.kv_store import KVStore
 
@@ -43,9 +44,18 @@ class HostBlocks(NamedTuple):
 
     @classmethod
     def of(cls, store: KVStore) -> HostBlocks:
-        tensors = store.blocks.shape[0]
-        slab = store.block_bytes // tensors
-        return cls(store.host_bytes(), slab, slab * store.num_blocks, tensors)
+        """The store's layout, worked out once per store (for a small batch, working it out
+        again cost a tenth of the call)."""
+        found = _LAYOUTS.get(store)
+        if found is None:
+            tensors = store.blocks.shape[0]
+            slab = store.block_bytes // tensors
+            found = cls(store.host_bytes(), slab, slab * store.num_blocks, tensors)
+            _LAYOUTS[store] = found
+        return found
+
+
+_LAYOUTS: WeakKeyDictionary[KVStore, HostBlocks] = WeakKeyDictionary()
 
 
 def copy_runs(
@@ -74,16 +84,18 @@ def exchange_runs(blocks: HostBlocks, runs: Sequence[Span]) -> None:
     """Trade the contents of every run's two sides, in every tensor (the sides are disjoint)."""
     slab = blocks.slab
     per_piece = max(1, EXCHANGE_PIECE_BYTES // slab)
-    spans = [
-        ((a + start) * slab, (b + start) * slab, min(per_piece, length - start) * slab)
-        for a, b, length in runs
-        for start in range(0, length, per_piece)
-    ]
+    if all(length <= per_piece for _, _, length in runs):  # every run one piece: most batches
+        spans = [(a * slab, b * slab, length * slab) for a, b, length in runs]
+    else:
+        spans = [
+            ((a + start) * slab, (b + start) * slab, min(per_piece, length - start) * slab)
+            for a, b, length in runs
+            for start in range(0, length, per_piece)
+        ]
     widest = max(n for _, _, n in spans)
     scratch = memoryview(bytearray(widest))
     memory = blocks.memory
-    for tensor in range(blocks.tensors):
-        base = tensor * blocks.tensor_bytes
+    for base in range(0, blocks.tensors * blocks.tensor_bytes, blocks.tensor_bytes):
         for a, b, n in spans:
             a += base
             b += base

@@ -88,29 +88,28 @@ def normalize_pairs(pairs: object, src_blocks: int, dst_blocks: int) -> list[tup
         if pairs.dim() != 2 or pairs.shape[1] != 2:
             raise InvalidArgumentError(f"pair tensor must be [N, 2], got {list(pairs.shape)}")
         rows = pairs.tolist()
-    elif isinstance(pairs, Sequence) and not isinstance(pairs, str | bytes):
+    elif type(pairs) is list or (
+        isinstance(pairs, Sequence) and not isinstance(pairs, str | bytes)
+    ):
         rows = pairs
     else:
         raise InvalidArgumentError(
             f"pairs must be an [N, 2] int64 tensor or a sequence of (src, dst), got {pairs!r}"
         )
     out: list[tuple[int, int]] = []
+    in_range = True
     for pair in rows:
         # A tuple or list of two plain ints is nearly every pair: tested by exact type first,
-        # for a fraction of what the general test costs.
+        # for a fraction of what the general test costs, and its range with it.
         if (type(pair) is tuple or type(pair) is list) and len(pair) == 2:
             src, dst = pair
             if type(src) is int and type(dst) is int:
-                out.append((src, dst))
+                out.append(pair if type(pair) is tuple else (src, dst))
+                in_range = in_range and 0 <= src < src_blocks and 0 <= dst < dst_blocks
                 continue
-        out.append(_checked_pair(pair))
-    sources, destinations = [src for src, _ in out], [dst for _, dst in out]
-    in_range = not out or (
-        min(sources) >= 0
-        and max(sources) < src_blocks
-        and min(destinations) >= 0
-        and max(destinations) < dst_blocks
-    )
+        src, dst = _checked_pair(pair)
+        out.append((src, dst))
+        in_range = in_range and 0 <= src < src_blocks and 0 <= dst < dst_blocks
     for src, dst in [] if in_range else out:  # the first pair out of range, to name it
         if not 0 <= src < src_blocks:
             raise ForeignBlockError(

@@ -41,13 +41,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "for (_, d), contents in zip(pairs, gathered, strict=True):",
         "True -> False",
     ): "gathered is built with one entry per pair: zip's strict check can never fire",
-    **{
-        ("optimized/block_ids.py", "if length < len(blocks) // 2:", mutation): (
-            "both branches return blocks[:length] as BlockIds; the threshold only picks the one"
-            " that copies less"
-        )
-        for mutation in ("2 -> 3", "FloorDiv -> Mult", "Lt -> LtE")
-    },
     ("reference/pool_state.py", "release_clock: int = 0", "0 -> 1"): (
         "release times are only compared with each other (the earliest given back is evicted"
         " first, allocation.py) and the clock only rises: where it starts changes no order; no"
@@ -232,7 +225,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         )
         for source, mutation in (
             ("if len(prefixes) <= 1:", "LtE -> Lt"),
-            ("return prefixes[0] if prefixes else NO_BLOCK_IDS", "0 -> 1"),
+            ("return list(prefixes[0]) if prefixes else []", "0 -> 1"),
         )
     },
     **{
@@ -241,12 +234,12 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
             " out from: kept on another sequence's group it is as right, just found elsewhere"
         )
         for source in (
-            "return self._common_prefix(prefixes, self._tables[seq_ids[0]].group)",
-            "return self._common_prefix(prefixes, tables[0].group)",
+            "return list(self._common_prefix(prefixes, self._tables[seq_ids[0]].group))",
+            "return list(self._common_prefix(prefixes, tables[0].group))",
         )
     },
-    ("optimized/block_manager.py", "if known is not None and known[0] == prefixes:", "0 -> 1"): (
-        "known[1] is the answer, a list of ids, never equal to a list of two or more prefixes:"
+    ("optimized/block_manager.py", "if known is not None and known[0] == asked:", "0 -> 1"): (
+        "known[1] is the answer, a tuple of ids, never equal to a tuple of two or more prefixes:"
         " the kept answer is only never used, and the answer is worked out again"
     ),
     ("optimized/block_manager.py", "first = prefixes[0]", "0 -> 1"): (

@@ -184,5 +184,10 @@ def optimized_block_prefixes(tokens: list[int], split: int, block_size: int) -> 
     pool = OptimizedBlockPool(PoolConfig(2 * MAX_BLOCKS, block_size))
     table = BlockTable.for_prompt(SequenceGroup(0, {}, Device.GPU, key), pool, tokens[:split])
     table.append(pool, tuple(tokens[split:]), 0)
-    parents = [ROOT, *table.hashes]
+    # The table keeps its last full block's hash (the next block's parent); the pool, the hash
+    # each earlier block was filled with.
+    full = len(tokens) // block_size
+    recorded = [pool.hash_of(block) for block in table.blocks[: full - 1]]
+    hashes = [b"" if found is None else found for found in recorded]
+    parents = [ROOT, *hashes, *([table.last_hash] if full else [])]
     return [Prefix(parents[i], i * block_size, key) for i in range(len(tokens) // block_size + 1)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -120,28 +121,30 @@ def test_common_computed_blocks_of_no_sequence_and_of_one_swapped_back(
 
 
 def test_the_optimized_managers_common_computed_blocks_cannot_be_changed() -> None:
-    """It hands one answer to every caller until the answer changes: a caller must not be able
-    to change it for the next one."""
+    """It keeps one answer per table until the answer changes: a caller that changes the list it
+    was handed must not change the answer of the next caller."""
     config = ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=8, enable_caching=True)
     manager = OptimizedBlockSpaceManager(config)
     manager.allocate(1, [10], [1, 2, 3, 4, 5])
+    manager.allocate(2, [20, 21], [1, 2, 3, 4, 5])
     manager.mark_blocks_as_computed(1)
-    found = manager.get_common_computed_block_ids([10])
-    for change in (
-        lambda: found.append(7),
-        lambda: found.extend([7]),
-        lambda: found.pop(),
-        lambda: found.clear(),
-        lambda: found.__setitem__(0, 7),
-        lambda: found.__delitem__(0),
-        lambda: found.sort(),
-    ):
-        with pytest.raises(TypeError, match="cannot be changed"):
-            change()
-    copy = list(found)
-    copy.append(7)
-    assert manager.get_common_computed_block_ids([10]) == found == copy[:2]
-    assert type(found[:1]) is list and found == manager.get_block_table(10)[:2]
+    manager.mark_blocks_as_computed(2)
+    for seq_ids in ([10], [20, 21]):
+        expected = manager.get_block_table(seq_ids[0])[:2]
+        changes: list[Callable[[list[int]], object]] = [
+            lambda found: found.append(7),
+            lambda found: found.extend([7]),
+            lambda found: found.pop(),
+            lambda found: found.clear(),
+            lambda found: found.__setitem__(0, 7),
+            lambda found: found.__delitem__(0),
+            lambda found: found.sort(reverse=True),
+        ]
+        for change in changes:
+            found = manager.get_common_computed_block_ids(seq_ids)
+            assert type(found) is list and found == expected
+            change(found)
+            assert manager.get_common_computed_block_ids(seq_ids) == expected, seq_ids
 
 
 class _Level(enum.IntEnum):
