@@ -162,7 +162,8 @@ def cache_full_blocks(state: RequestState, request: Request, num_tokens: int) ->
         kept = retained(state, group, request, boundary, start, full)
         stored = [i for i in range(start, full) if blocks[i] != NULL_BLOCK and kept[i - start]]
         for i in stored:
-            state = cache_block(state, blocks[i], CachedKey(g, hashes[i]))
+            parent = hashes[i - 1] if i > 0 else None
+            state = cache_block(state, blocks[i], CachedKey(g, hashes[i]), parent)
         for run in consecutive_runs(stored):
             state = with_event(state, stored_event(request, hashes, run, size, g))
         counts[g] = full
@@ -287,7 +288,7 @@ def reset_prefix_cache(state: RequestState) -> tuple[RequestState, bool]:
     if any(view.ref_count > 0 for view in state.blocks.values()):
         return state, False
     blocks = Map({b: replace(view, cached=None) for b, view in state.blocks.items()})
-    state = replace(state, blocks=blocks, cache=Map())
+    state = replace(state, blocks=blocks, cache=Map(), parents=Map())
     if state.config.enable_caching or state.policy.request_clear_event == "always":
         state = with_event(state, AllBlocksCleared())
     return state, True

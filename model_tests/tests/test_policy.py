@@ -808,6 +808,27 @@ def test_request_clear_event() -> None:
     }
 
 
+def test_request_eviction() -> None:
+    """Window 3, block size 2, 5 usable blocks: ``a`` computes 8 tokens, so blocks 1 and 2 leave
+    the window (given back first, cached), then ``a`` is freed (4, 3 behind them). Four new
+    blocks: the free queue evicts 1 and 2 though 3 and 4 are chained on them; leaf-only eviction
+    takes the chain from its tail and keeps its head, 1."""
+
+    def scenario(policy: Policy) -> tuple[list[list[int]], tuple[int, ...]]:
+        m = requests(policy, KVGroup(AttentionKind.SLIDING_WINDOW, 3), num_blocks=6)
+        m.allocate_slots(prompt("a", 6), 6)
+        m.allocate_slots(prompt("a", 8, computed=6), 2)
+        m.free("a")
+        new = m.allocate_slots(Request("b", tuple(range(50, 57)), 7, 0), 7)
+        assert new is not None
+        return new, m.view().free_queue
+
+    assert under_each_value("request_eviction", scenario) == {
+        "free_queue": ([[5, 2, 1, 4]], (3,)),
+        "leaf_lru": ([[5, 4, 3, 2]], (1,)),
+    }
+
+
 # --- operations an engine lacks ----------------------------------------------------------------
 
 
