@@ -46,3 +46,10 @@ def test_a_reference_of_the_other_eviction_fails(target: Factory | str, profile_
     result = check(target, "request", profile=profile_name, steps=STEPS, seed=0)
     assert not result.passed
     assert "allocate_slots" in result.message
+
+
+def test_the_reference_under_sglangs_policy_is_safe() -> None:
+    """Leaf-only eviction keeps every safety promise of the request level (the safety tier,
+    drawing what the ``sglang`` profile offers)."""
+    result = check(sglang_reference, "request", profile="safety:sglang", steps=STEPS, seed=3)
+    assert result.passed, result.message
