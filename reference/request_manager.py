@@ -22,6 +22,7 @@ from pagedkv.reference.request_state import (
     with_table,
 )
 from pagedkv.specs.errors import UnknownRequestError
+from pagedkv.specs.policy import Policy
 from pagedkv.specs.request_hashes import request_block_hashes
 from pagedkv.specs.request_types import (
     NULL_BLOCK,
@@ -231,8 +232,17 @@ def allocate_slots(
     if not is_known(state, args.request.request_id):
         state = adopt_hit(state, args, total)
     state, answer = allocate_new_blocks(state, args.request.request_id, need)
-    committed = min(total + args.num_new_tokens, args.request.num_tokens)
-    return cache_full_blocks(state, args.request, committed), answer
+    to_cache = tokens_to_cache(state.policy, args.request, total, args.num_new_tokens)
+    return cache_full_blocks(state, args.request, to_cache), answer
+
+
+def tokens_to_cache(policy: Policy, request: Request, total: int, num_new_tokens: int) -> int:
+    """§4.7: how many leading tokens ``allocate_slots`` caches the full blocks of: the committed
+    tokens up to the end of the ones it schedules, or only those computed before it (policy
+    ``request_cache_timing``). Draft and lookahead tokens never count."""
+    if policy.request_cache_timing == "at_schedule":
+        return min(total + num_new_tokens, request.num_tokens)
+    return min(total, request.num_tokens)
 
 
 # --- §5 free ------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ RequestFreeOrder = Literal["tail_first", "head_first"]
 RequestWindowRetention = Literal["dense", "replay_boundary"]
 RequestClearEvent = Literal["with_caching", "always"]
 RequestEviction = Literal["free_queue", "leaf_lru"]
+RequestCacheTiming = Literal["at_schedule", "after_compute"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,7 @@ class Policy:
     request_window_retention: RequestWindowRetention = "dense"
     request_clear_event: RequestClearEvent = "with_caching"
     request_eviction: RequestEviction = "free_queue"
+    request_cache_timing: RequestCacheTiming = "at_schedule"
     unsupported: frozenset[str] = frozenset()
     """Operations the engine does not offer: the reference raises ``UnsupportedError`` for them."""
 
@@ -645,6 +647,22 @@ OPTIONS: dict[str, Option] = {
                 "reference/request_eviction.py: may_evict",
                 "reference/free_queue.py: take_from_front",
             ),
+        ),
+        Option(
+            "request_cache_timing",
+            _values(RequestCacheTiming),
+            "when a request's full blocks become hits",
+            {
+                "at_schedule": "pagedkv, vLLM v1: inside the `allocate_slots` that schedules"
+                " their tokens, before the engine computes them (request §4.7)",
+                "after_compute": "once computed: each `allocate_slots` caches the full blocks of"
+                " the tokens computed before it (`num_computed_tokens` and the hit), so a chunk's"
+                " blocks become hits at the request's next call, and a request's last step is"
+                " never cached. SGLang inserts computed tokens too, at a chunk's end and at"
+                " finish but not while decoding (`specs/radix_cache.md` §3): neither value is"
+                " its exact timing, and the `sglang` profile keeps `at_schedule`",
+            },
+            rule=("reference/request_manager.py: tokens_to_cache",),
         ),
         Option(
             "unsupported",

@@ -829,6 +829,23 @@ def test_request_eviction() -> None:
     }
 
 
+def test_request_cache_timing() -> None:
+    """``a`` schedules a 4-token prompt: its blocks are hits for ``b`` at once, or only after
+    ``a``'s next call, once the engine has computed them."""
+
+    def scenario(policy: Policy) -> tuple[int, int]:
+        m = requests(policy)
+        m.allocate_slots(prompt("a", 4), 4)
+        scheduled = m.get_computed_blocks(prompt("b", 5))[1]
+        m.allocate_slots(prompt("a", 5, computed=4), 1)
+        return scheduled, m.get_computed_blocks(prompt("b", 5))[1]
+
+    assert under_each_value("request_cache_timing", scenario) == {
+        "at_schedule": (4, 4),
+        "after_compute": (0, 4),
+    }
+
+
 # --- operations an engine lacks ----------------------------------------------------------------
 
 

@@ -53,3 +53,20 @@ def test_the_reference_under_sglangs_policy_is_safe() -> None:
     drawing what the ``sglang`` profile offers)."""
     result = check(sglang_reference, "request", profile="safety:sglang", steps=STEPS, seed=3)
     assert result.passed, result.message
+
+
+def after_compute_reference(config: RequestConfig) -> ReferenceRequestKVManager:
+    return ReferenceRequestKVManager(
+        config, PAGEDKV.overridden({"request_cache_timing": "after_compute"})
+    )
+
+
+def test_caching_after_compute_is_a_choice_the_oracle_tells_apart() -> None:
+    """Caching only computed tokens is safe, agrees with the reference told to do the same
+    (``--policy request_cache_timing=after_compute``), and fails pagedkv's own policy."""
+    after = {"request_cache_timing": "after_compute"}
+    safe = check(after_compute_reference, "request", profile="safety", steps=STEPS, seed=3)
+    assert safe.passed, safe.message
+    same = check(after_compute_reference, "request", policy=after, steps=STEPS, seed=0)
+    assert same.passed, same.message
+    assert not check(after_compute_reference, "request", steps=STEPS, seed=0).passed
