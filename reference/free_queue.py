@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pagedkv.reference.request_cache import evict
+from pagedkv.reference.request_eviction import next_to_take
 from pagedkv.reference.request_state import RequestState, ref_count, with_block
 from pagedkv.specs.request_types import NULL_BLOCK
 from pagedkv.specs.types import BlockId
@@ -19,13 +20,17 @@ def _with_ref_count(state: RequestState, block: BlockId, count: int) -> RequestS
 
 
 def take_from_front(state: RequestState, count: int) -> tuple[RequestState, list[BlockId]]:
-    """The first ``count`` blocks of the queue, each evicted if cached, held once (§1).
+    """``count`` blocks from the queue, one by one from the front (the first that may be
+    evicted, under policy ``request_eviction=leaf_lru``), each evicted if cached, held once
+    (§1).
 
     The caller has checked that ``count`` blocks are free."""
-    taken = list(state.free_queue[:count])
-    state = replace(state, free_queue=state.free_queue[count:])
-    for block in taken:
-        state = _with_ref_count(evict(state, block), block, 1)
+    taken: list[BlockId] = []
+    for _ in range(count):
+        block = next_to_take(state)
+        queue = tuple(b for b in state.free_queue if b != block)
+        state = _with_ref_count(evict(replace(state, free_queue=queue), block), block, 1)
+        taken.append(block)
     return state, taken
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pagedkv.reference import request_manager as ops
 from pagedkv.reference.request_state import RequestState, new_request_state, to_request_view
-from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.policy import PAGEDKV, PROFILES, Policy
 from pagedkv.specs.request_types import GroupBlocks, KVEvent, Request, RequestConfig, RequestId
 from pagedkv.specs.request_view import RequestManagerView
 
@@ -71,3 +71,9 @@ class ReferenceRequestKVManager:
 
     def view(self) -> RequestManagerView:
         return to_request_view(self.state)
+
+
+def sglang_reference(config: RequestConfig) -> ReferenceRequestKVManager:
+    """The reference under the ``sglang`` profile's policy (``specs/radix_cache.md``): what a
+    target checked with ``--profile sglang`` must match (``--target reference`` is pagedkv's)."""
+    return ReferenceRequestKVManager(config, PROFILES["sglang"])

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pagedkv.reference.request_state import RequestState, with_block, with_event
 from pagedkv.specs.request_types import BlockRemoved
 from pagedkv.specs.request_view import CachedKey
-from pagedkv.specs.types import BlockId
+from pagedkv.specs.types import BlockHash, BlockId
 
 
 def lookup(state: RequestState, key: CachedKey) -> BlockId | None:
@@ -23,10 +23,17 @@ def cached_as(state: RequestState, block: BlockId, key: CachedKey) -> bool:
     return state.blocks[block].cached == key
 
 
-def cache_block(state: RequestState, block: BlockId, key: CachedKey) -> RequestState:
-    """Key ``block`` under ``key``, behind any block cached there already."""
+def cache_block(
+    state: RequestState, block: BlockId, key: CachedKey, parent: BlockHash | None
+) -> RequestState:
+    """Key ``block`` under ``key``, behind any block cached there already; ``parent`` is the
+    hash ``key``'s is chained on (``None`` at a request's first block)."""
     state = with_block(state, block, replace(state.blocks[block], cached=key))
-    return replace(state, cache=state.cache.set(key, (*state.cache.get(key, ()), block)))
+    return replace(
+        state,
+        cache=state.cache.set(key, (*state.cache.get(key, ()), block)),
+        parents=state.parents.set(key, parent),
+    )
 
 
 def evict(state: RequestState, block: BlockId) -> RequestState:
@@ -36,8 +43,9 @@ def evict(state: RequestState, block: BlockId) -> RequestState:
     if key is None:
         return state
     rest = tuple(b for b in state.cache[key] if b != block)
-    cache = state.cache.set(key, rest) if rest else state.cache.delete(key)
-    state = with_block(
-        replace(state, cache=cache), block, replace(state.blocks[block], cached=None)
-    )
+    if rest:
+        state = replace(state, cache=state.cache.set(key, rest))
+    else:
+        state = replace(state, cache=state.cache.delete(key), parents=state.parents.delete(key))
+    state = with_block(state, block, replace(state.blocks[block], cached=None))
     return with_event(state, BlockRemoved((key.block_hash,), key.group))

@@ -22,6 +22,7 @@ from pagedkv.reference.request_state import (
     with_table,
 )
 from pagedkv.specs.errors import UnknownRequestError
+from pagedkv.specs.policy import Policy
 from pagedkv.specs.request_hashes import request_block_hashes
 from pagedkv.specs.request_types import (
     NULL_BLOCK,
@@ -162,7 +163,8 @@ def cache_full_blocks(state: RequestState, request: Request, num_tokens: int) ->
         kept = retained(state, group, request, boundary, start, full)
         stored = [i for i in range(start, full) if blocks[i] != NULL_BLOCK and kept[i - start]]
         for i in stored:
-            state = cache_block(state, blocks[i], CachedKey(g, hashes[i]))
+            parent = hashes[i - 1] if i > 0 else None
+            state = cache_block(state, blocks[i], CachedKey(g, hashes[i]), parent)
         for run in consecutive_runs(stored):
             state = with_event(state, stored_event(request, hashes, run, size, g))
         counts[g] = full
@@ -230,8 +232,17 @@ def allocate_slots(
     if not is_known(state, args.request.request_id):
         state = adopt_hit(state, args, total)
     state, answer = allocate_new_blocks(state, args.request.request_id, need)
-    committed = min(total + args.num_new_tokens, args.request.num_tokens)
-    return cache_full_blocks(state, args.request, committed), answer
+    to_cache = tokens_to_cache(state.policy, args.request, total, args.num_new_tokens)
+    return cache_full_blocks(state, args.request, to_cache), answer
+
+
+def tokens_to_cache(policy: Policy, request: Request, total: int, num_new_tokens: int) -> int:
+    """§4.7: how many leading tokens ``allocate_slots`` caches the full blocks of: the committed
+    tokens up to the end of the ones it schedules, or only those computed before it (policy
+    ``request_cache_timing``). Draft and lookahead tokens never count."""
+    if policy.request_cache_timing == "at_schedule":
+        return min(total + num_new_tokens, request.num_tokens)
+    return min(total, request.num_tokens)
 
 
 # --- §5 free ------------------------------------------------------------------------------------
@@ -287,7 +298,7 @@ def reset_prefix_cache(state: RequestState) -> tuple[RequestState, bool]:
     if any(view.ref_count > 0 for view in state.blocks.values()):
         return state, False
     blocks = Map({b: replace(view, cached=None) for b, view in state.blocks.items()})
-    state = replace(state, blocks=blocks, cache=Map())
+    state = replace(state, blocks=blocks, cache=Map(), parents=Map())
     if state.config.enable_caching or state.policy.request_clear_event == "always":
         state = with_event(state, AllBlocksCleared())
     return state, True

@@ -2,8 +2,8 @@
 lookups every operation shares.
 
 Only what cannot be derived is stored: each block's ref count and key, the free queue in its
-order, the cache map in insertion order, each request's tables (and its shared-prefix
-boundary) and the events not yet taken.
+order, the cache map in insertion order (and each cached key's parent hash), each request's
+tables (and its shared-prefix boundary) and the events not yet taken.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from pagedkv.specs.request_view import (
     RequestManagerView,
     RequestTableView,
 )
-from pagedkv.specs.types import BlockId
+from pagedkv.specs.types import BlockHash, BlockId
 
 BLANK = RequestBlockView(ref_count=0, cached=None)
 """A block nobody holds and nothing is cached in."""
 
 NO_BOUNDARIES: Map[RequestId, int] = Map()
+NO_PARENTS: Map[CachedKey, BlockHash | None] = Map()
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,11 @@ class RequestState:
     """Each known request's shared-prefix boundary, fixed when it was admitted (§4.7, policy
     ``request_window_retention``); what a window group's sparse retention keeps besides the
     replay boundary. Not in the view: vLLM keeps it on the scheduler's request."""
+    parents: Map[CachedKey, BlockHash | None] = NO_PARENTS
+    """Each cached key's parent hash (the hash it is chained on; ``None`` for a request's first
+    block): which cached block extends which, for leaf-only eviction (policy
+    ``request_eviction``, ``specs/radix_cache.md`` §4). Not in the view: it follows from the
+    hashes."""
 
 
 def new_request_state(config: RequestConfig, policy: Policy = PAGEDKV) -> RequestState:

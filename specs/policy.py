@@ -44,6 +44,8 @@ RequestHitCap = Literal["n_minus_1", "n"]
 RequestFreeOrder = Literal["tail_first", "head_first"]
 RequestWindowRetention = Literal["dense", "replay_boundary"]
 RequestClearEvent = Literal["with_caching", "always"]
+RequestEviction = Literal["free_queue", "leaf_lru"]
+RequestCacheTiming = Literal["at_schedule", "after_compute"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,8 @@ class Policy:
     request_free_order: RequestFreeOrder = "tail_first"
     request_window_retention: RequestWindowRetention = "dense"
     request_clear_event: RequestClearEvent = "with_caching"
+    request_eviction: RequestEviction = "free_queue"
+    request_cache_timing: RequestCacheTiming = "at_schedule"
     unsupported: frozenset[str] = frozenset()
     """Operations the engine does not offer: the reference raises ``UnsupportedError`` for them."""
 
@@ -626,6 +630,41 @@ OPTIONS: dict[str, Option] = {
             rule=("reference/request_manager.py: reset_prefix_cache",),
         ),
         Option(
+            "request_eviction",
+            _values(RequestEviction),
+            "which free block a request-level allocation takes (and evicts, if cached)",
+            {
+                "free_queue": "pagedkv, vLLM v1: the front of the free queue, whatever extends"
+                " it: a sliding window's early blocks, given back first, go before the blocks"
+                " chained on them",
+                "leaf_lru": "SGLang's radix cache (`RadixCache.evict`): the first block of the"
+                " free queue that leaves every cached chain whole (uncached, or its key kept by"
+                " another block, or no free cached block chained on it), so a cached block's"
+                " parent stays cached (`specs/radix_cache.md` §4)",
+            },
+            rule=(
+                "reference/request_eviction.py: next_to_take",
+                "reference/request_eviction.py: may_evict",
+                "reference/free_queue.py: take_from_front",
+            ),
+        ),
+        Option(
+            "request_cache_timing",
+            _values(RequestCacheTiming),
+            "when a request's full blocks become hits",
+            {
+                "at_schedule": "pagedkv, vLLM v1: inside the `allocate_slots` that schedules"
+                " their tokens, before the engine computes them (request §4.7)",
+                "after_compute": "once computed: each `allocate_slots` caches the full blocks of"
+                " the tokens computed before it (`num_computed_tokens` and the hit), so a chunk's"
+                " blocks become hits at the request's next call, and a request's last step is"
+                " never cached. SGLang inserts computed tokens too, at a chunk's end and at"
+                " finish but not while decoding (`specs/radix_cache.md` §3): neither value is"
+                " its exact timing, and the `sglang` profile keeps `at_schedule`",
+            },
+            rule=("reference/request_manager.py: tokens_to_cache",),
+        ),
+        Option(
             "unsupported",
             (),
             "operations the engine does not offer (comma-separated)",
@@ -705,9 +744,15 @@ PROFILES["nano-vllm-upstream"] = replace(
     PROFILES["nano-vllm"], keep_freed_cache=True, eviction="free_list"
 )
 
+PROFILES["sglang"] = Policy(request_hit_cap="n_minus_1", request_eviction="leaf_lru")
+"""SGLang 0.5.23's radix cache at the request level (``specs/radix_cache.md``): its hit cap is
+``input_len - 1`` (``Req._compute_max_prefix_len``) and its eviction leaf-only LRU. Its page size
+(1 by default) is the configuration's block size, not a policy."""
+
 PROFILE_LEVELS: dict[str, tuple[str, ...]] = {
     "pagedkv": ("manager", "pool", "request", "defrag"),
     "vllm-v1": ("pool", "request"),
+    "sglang": ("request",),
 }
 """Which levels each profile's engine is checked at (every other profile: the manager and the
 pool). vLLM v1's ``BlockPool`` has no block manager of the protocol's kind (its pool keeps a null

@@ -97,5 +97,7 @@ OTHER_CHOICES: tuple[OtherChoice, ...] = (
     OtherChoice("request_free_order", "head_first", "request"),
     OtherChoice("request_window_retention", "replay_boundary", "request"),
     OtherChoice("request_clear_event", "always", "request"),
+    OtherChoice("request_eviction", "leaf_lru", "request"),
+    OtherChoice("request_cache_timing", "after_compute", "request"),
 )
 """One other choice per option, at the level and under the profile where it shows."""

@@ -808,6 +808,44 @@ def test_request_clear_event() -> None:
     }
 
 
+def test_request_eviction() -> None:
+    """Window 3, block size 2, 5 usable blocks: ``a`` computes 8 tokens, so blocks 1 and 2 leave
+    the window (given back first, cached), then ``a`` is freed (4, 3 behind them). Four new
+    blocks: the free queue evicts 1 and 2 though 3 and 4 are chained on them; leaf-only eviction
+    takes the chain from its tail and keeps its head, 1."""
+
+    def scenario(policy: Policy) -> tuple[list[list[int]], tuple[int, ...]]:
+        m = requests(policy, KVGroup(AttentionKind.SLIDING_WINDOW, 3), num_blocks=6)
+        m.allocate_slots(prompt("a", 6), 6)
+        m.allocate_slots(prompt("a", 8, computed=6), 2)
+        m.free("a")
+        new = m.allocate_slots(Request("b", tuple(range(50, 57)), 7, 0), 7)
+        assert new is not None
+        return new, m.view().free_queue
+
+    assert under_each_value("request_eviction", scenario) == {
+        "free_queue": ([[5, 2, 1, 4]], (3,)),
+        "leaf_lru": ([[5, 4, 3, 2]], (1,)),
+    }
+
+
+def test_request_cache_timing() -> None:
+    """``a`` schedules a 4-token prompt: its blocks are hits for ``b`` at once, or only after
+    ``a``'s next call, once the engine has computed them."""
+
+    def scenario(policy: Policy) -> tuple[int, int]:
+        m = requests(policy)
+        m.allocate_slots(prompt("a", 4), 4)
+        scheduled = m.get_computed_blocks(prompt("b", 5))[1]
+        m.allocate_slots(prompt("a", 5, computed=4), 1)
+        return scheduled, m.get_computed_blocks(prompt("b", 5))[1]
+
+    assert under_each_value("request_cache_timing", scenario) == {
+        "at_schedule": (4, 4),
+        "after_compute": (0, 4),
+    }
+
+
 # --- operations an engine lacks ----------------------------------------------------------------
 
 

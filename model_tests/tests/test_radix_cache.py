@@ -1,0 +1,72 @@
+"""The ``sglang`` profile and leaf-only eviction (``specs/radix_cache.md``), through the oracle:
+the reference under SGLang's policy passes a check under the ``sglang`` profile, and the
+reference that differs from a profile in its eviction alone fails it, either way round."""
+
+from __future__ import annotations
+
+import pytest
+
+from pagedkv.model_tests.oracle.api import check
+from pagedkv.model_tests.oracle.targets import Factory
+from pagedkv.reference.request_adapter import ReferenceRequestKVManager, sglang_reference
+from pagedkv.specs.policy import PAGEDKV, profile
+from pagedkv.specs.request_types import RequestConfig
+
+STEPS = 1500
+
+
+def leaf_lru_reference(config: RequestConfig) -> ReferenceRequestKVManager:
+    return ReferenceRequestKVManager(config, PAGEDKV.overridden({"request_eviction": "leaf_lru"}))
+
+
+def test_the_sglang_profile_is_sglangs_radix_cache() -> None:
+    """SGLang's hit cap (``input_len - 1``) and leaf-only eviction, at the request level only."""
+    sglang = profile("sglang")
+    assert sglang.policy.request_hit_cap == "n_minus_1"
+    assert sglang.policy.request_eviction == "leaf_lru"
+    assert sglang.policy.differences(PAGEDKV) == {"request_eviction": ("leaf_lru", "free_queue")}
+    assert sglang.levels == ("request",)
+    with pytest.raises(ValueError, match="request level only"):
+        sglang.check_level("manager")
+
+
+def test_the_reference_under_sglangs_policy_passes_the_sglang_profile() -> None:
+    result = check(sglang_reference, "request", profile="sglang", steps=STEPS, seed=0)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize(
+    ("target", "profile_name"),
+    [(leaf_lru_reference, "pagedkv"), ("reference", "sglang")],
+    ids=["leaf_lru under pagedkv", "free_queue under sglang"],
+)
+def test_a_reference_of_the_other_eviction_fails(target: Factory | str, profile_name: str) -> None:
+    """The eviction order is observable: the isomorphic session catches either choice where the
+    profile makes the other."""
+    result = check(target, "request", profile=profile_name, steps=STEPS, seed=0)
+    assert not result.passed
+    assert "allocate_slots" in result.message
+
+
+def test_the_reference_under_sglangs_policy_is_safe() -> None:
+    """Leaf-only eviction keeps every safety promise of the request level (the safety tier,
+    drawing what the ``sglang`` profile offers)."""
+    result = check(sglang_reference, "request", profile="safety:sglang", steps=STEPS, seed=3)
+    assert result.passed, result.message
+
+
+def after_compute_reference(config: RequestConfig) -> ReferenceRequestKVManager:
+    return ReferenceRequestKVManager(
+        config, PAGEDKV.overridden({"request_cache_timing": "after_compute"})
+    )
+
+
+def test_caching_after_compute_is_a_choice_the_oracle_tells_apart() -> None:
+    """Caching only computed tokens is safe, agrees with the reference told to do the same
+    (``--policy request_cache_timing=after_compute``), and fails pagedkv's own policy."""
+    after = {"request_cache_timing": "after_compute"}
+    safe = check(after_compute_reference, "request", profile="safety", steps=STEPS, seed=3)
+    assert safe.passed, safe.message
+    same = check(after_compute_reference, "request", policy=after, steps=STEPS, seed=0)
+    assert same.passed, same.message
+    assert not check(after_compute_reference, "request", steps=STEPS, seed=0).passed
