@@ -5,6 +5,11 @@ sequences' tokens and block lists and drives one pool as its own engine would.
   ``allocate_immutable`` per full block and an ``append_tokens`` for its tail, a decode token one
   ``append_tokens`` (after an ``allocate_mutable`` when the last block is full), a free one
   ``free`` per block, tail first. The caller builds each block's ``Prefix`` as it goes.
+- ``PagedkvRuns``: the same public API driven the way vLLM v1's manager drives its pool: the
+  sequence keeps its decode tokens and hands the pool a block's run of tokens in one
+  ``append_tokens`` when the run fills the block (``append_tokens`` takes any run that fits);
+  a decode token that neither needs a new block nor fills one does not reach the pool. The same
+  work as v1's caller, which is called only then too.
 - ``PagedkvCore``: the optimized pool's trusted core, the way the optimized manager drives it
   (hashes computed once by the caller, a prompt in one ``take_full_blocks``).
 
@@ -29,11 +34,13 @@ class Driver(Protocol):
 
 
 class _PagedkvSequence:
-    __slots__ = ("blocks", "prefix", "tokens")
+    __slots__ = ("blocks", "pooled", "prefix", "tokens")
 
     def __init__(self, blocks: list[BlockId], tokens: list[Token], prefix: Prefix) -> None:
         self.blocks = blocks
         self.tokens = tokens
+        self.pooled = len(tokens)
+        """How many of the tokens the pool holds (``PagedkvRuns`` hands it the rest later)."""
         self.prefix = prefix
         """The prefix of the last block (the one a decode token goes to while it has room)."""
 
@@ -74,6 +81,20 @@ class PagedkvPublic:
         free = self.pool.free
         for block in reversed(self.seqs.pop(seq).blocks):
             free(block)
+
+
+class PagedkvRuns(PagedkvPublic):
+    def decode(self, seq: int, token: Token) -> None:
+        state = self.seqs[seq]
+        tokens, blocks, size = state.tokens, state.blocks, self.size
+        if len(tokens) % size == 0:
+            blocks.append(self.pool.allocate_mutable())
+        tokens.append(token)
+        if len(tokens) % size:
+            return
+        blocks[-1] = self.pool.append_tokens(blocks[-1], state.prefix, tokens[state.pooled :])
+        state.pooled = len(tokens)
+        state.prefix = state.prefix.extend(tokens[-size:])
 
 
 class _CoreSequence:
@@ -140,7 +161,8 @@ class PagedkvCore:
 
 
 DRIVERS: dict[str, Callable[[int, int], Driver]] = {
-    "pagedkv public API": PagedkvPublic,
+    "pagedkv public API": PagedkvRuns,
+    "pagedkv public API, a call per token": PagedkvPublic,
     "pagedkv core": PagedkvCore,
 }
 """Each of pagedkv's callers by the name the bench prints."""
