@@ -1,15 +1,15 @@
 """The callers a pool-level stream (``pool_stream.py``) is replayed through: each owns its
 sequences' tokens and block lists and drives one pool as its own engine would.
 
-- ``PagedkvPublic``: pagedkv's ``BlockPool`` protocol, every call validated: a prompt is one
-  ``allocate_immutable`` per full block and an ``append_tokens`` for its tail, a decode token one
-  ``append_tokens`` (after an ``allocate_mutable`` when the last block is full), a free one
-  ``free`` per block, tail first. The caller builds each block's ``Prefix`` as it goes.
-- ``PagedkvRuns``: the same public API driven the way vLLM v1's manager drives its pool: the
-  sequence keeps its decode tokens and hands the pool a block's run of tokens in one
-  ``append_tokens`` when the run fills the block (``append_tokens`` takes any run that fits);
-  a decode token that neither needs a new block nor fills one does not reach the pool. The same
-  work as v1's caller, which is called only then too.
+- ``PagedkvPublic``: pagedkv's ``BlockPool`` protocol, every call validated, driven the way vLLM
+  v1's manager drives its pool: a prompt is one ``allocate_immutable`` per full block and an
+  ``append_tokens`` for its tail; a decode token takes an ``allocate_mutable`` when the last
+  block is full, and the sequence keeps its decode tokens until they fill the block, then hands
+  the pool their run in one ``append_tokens`` (which takes any run that fits): the same work as
+  v1's caller, which is called only then too. A free is one ``free`` per block, tail first. The
+  caller builds each block's ``Prefix`` as it goes.
+- ``PagedkvPerToken``: the same, with one ``append_tokens`` per decode token, as vLLM 0.6.3's
+  manager appends to its pool.
 - ``PagedkvCore``: the optimized pool's trusted core, the way the optimized manager drives it
   (hashes computed once by the caller, a prompt in one ``take_full_blocks``).
 
@@ -40,7 +40,7 @@ class _PagedkvSequence:
         self.blocks = blocks
         self.tokens = tokens
         self.pooled = len(tokens)
-        """How many of the tokens the pool holds (``PagedkvRuns`` hands it the rest later)."""
+        """How many of the tokens the pool holds (the rest wait for their block to fill)."""
         self.prefix = prefix
         """The prefix of the last block (the one a decode token goes to while it has room)."""
 
@@ -67,14 +67,21 @@ class PagedkvPublic:
             blocks.append(pool.append_tokens(pool.allocate_mutable(), prefix, tokens[full:]))
         self.seqs[seq] = _PagedkvSequence(blocks, list(tokens), prefix)
 
+    per_token = False
+    """Whether every decode token is appended in its own call, or a block's run in one call
+    when it fills the block (module docstring)."""
+
     def decode(self, seq: int, token: Token) -> None:
         state = self.seqs[seq]
         tokens, blocks, size = state.tokens, state.blocks, self.size
         if len(tokens) % size == 0:
             blocks.append(self.pool.allocate_mutable())
         tokens.append(token)
-        blocks[-1] = self.pool.append_tokens(blocks[-1], state.prefix, (token,))
-        if len(tokens) % size == 0:
+        filled = len(tokens) % size == 0
+        if filled or self.per_token:
+            blocks[-1] = self.pool.append_tokens(blocks[-1], state.prefix, tokens[state.pooled :])
+            state.pooled = len(tokens)
+        if filled:
             state.prefix = state.prefix.extend(tokens[-size:])
 
     def free(self, seq: int, _: None) -> None:
@@ -83,18 +90,8 @@ class PagedkvPublic:
             free(block)
 
 
-class PagedkvRuns(PagedkvPublic):
-    def decode(self, seq: int, token: Token) -> None:
-        state = self.seqs[seq]
-        tokens, blocks, size = state.tokens, state.blocks, self.size
-        if len(tokens) % size == 0:
-            blocks.append(self.pool.allocate_mutable())
-        tokens.append(token)
-        if len(tokens) % size:
-            return
-        blocks[-1] = self.pool.append_tokens(blocks[-1], state.prefix, tokens[state.pooled :])
-        state.pooled = len(tokens)
-        state.prefix = state.prefix.extend(tokens[-size:])
+class PagedkvPerToken(PagedkvPublic):
+    per_token = True
 
 
 class _CoreSequence:
@@ -161,8 +158,8 @@ class PagedkvCore:
 
 
 DRIVERS: dict[str, Callable[[int, int], Driver]] = {
-    "pagedkv public API": PagedkvRuns,
-    "pagedkv public API, a call per token": PagedkvPublic,
+    "pagedkv public API": PagedkvPublic,
+    "pagedkv public API, a call per token": PagedkvPerToken,
     "pagedkv core": PagedkvCore,
 }
 """Each of pagedkv's callers by the name the bench prints."""
