@@ -30,6 +30,8 @@ from pagedkv.model_tests.bench.workload import WorkloadSpec, build
 from pagedkv.model_tests.oracle import targets
 
 PAGEDKV = "pagedkv public API"
+"""The headline caller: the public API doing the work v1's caller does (``pool_drivers.py``)."""
+PER_TOKEN = "pagedkv public API, a call per token"
 VLLM = "vLLM v1 BlockPool"
 OPERATIONS = ("prompt per block", "append", "free per block")
 
@@ -168,7 +170,7 @@ def measure(spec: WorkloadSpec, repetitions: int) -> Section:
             samples[name].append(per_event(drivers[name], stream, num_blocks, overhead))
     per_op = Table(
         f"per operation, µs, median [min, max] of {passes} passes; vLLM v1 / pagedkv per pass",
-        ["operation", *drivers, "vLLM v1 / public", "vLLM v1 / core"],
+        ["operation", *drivers, "vLLM v1 / public", "vLLM v1 / per token", "vLLM v1 / core"],
     )
     data["per_operation"] = {}
     for op in OPERATIONS:
@@ -176,15 +178,16 @@ def measure(spec: WorkloadSpec, repetitions: int) -> Section:
         for name in drivers:
             row.append(spread_cell(Spread.of([s[op] for s in samples[name]])))
         v1 = [s[op] for s in samples[VLLM]]
-        for name in (PAGEDKV, "pagedkv core"):
+        for name in (PAGEDKV, PER_TOKEN, "pagedkv core"):
             row.append(spread_cell(ratios(v1, [s[op] for s in samples[name]])))
         per_op.rows.append(row)
         data["per_operation"][op] = {
             name: Spread.of([s[op] for s in samples[name]]).as_json() for name in drivers
         }
     per_op.notes.append(
-        "append: one decode token (vLLM's pool is called only when the token needs a new block"
-        " or fills one; its request keeps the tokens)"
+        "append: one decode token (vLLM's pool, and pagedkv's public API in the headline row,"
+        " is called only when the token needs a new block or fills one; the request keeps the"
+        " tokens; the per-token row calls append_tokens for every token)"
     )
     return Section("pool", [facts, end_to_end, per_op], data)
 

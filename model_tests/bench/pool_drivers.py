@@ -1,10 +1,15 @@
 """The callers a pool-level stream (``pool_stream.py``) is replayed through: each owns its
 sequences' tokens and block lists and drives one pool as its own engine would.
 
-- ``PagedkvPublic``: pagedkv's ``BlockPool`` protocol, every call validated: a prompt is one
-  ``allocate_immutable`` per full block and an ``append_tokens`` for its tail, a decode token one
-  ``append_tokens`` (after an ``allocate_mutable`` when the last block is full), a free one
-  ``free`` per block, tail first. The caller builds each block's ``Prefix`` as it goes.
+- ``PagedkvPublic``: pagedkv's ``BlockPool`` protocol, every call validated, driven the way vLLM
+  v1's manager drives its pool: a prompt is one ``allocate_immutable`` per full block and an
+  ``append_tokens`` for its tail; a decode token takes an ``allocate_mutable`` when the last
+  block is full, and the sequence keeps its decode tokens until they fill the block, then hands
+  the pool their run in one ``append_tokens`` (which takes any run that fits): the same work as
+  v1's caller, which is called only then too. A free is one ``free`` per block, tail first. The
+  caller builds each block's ``Prefix`` as it goes.
+- ``PagedkvPerToken``: the same, with one ``append_tokens`` per decode token, as vLLM 0.6.3's
+  manager appends to its pool.
 - ``PagedkvCore``: the optimized pool's trusted core, the way the optimized manager drives it
   (hashes computed once by the caller, a prompt in one ``take_full_blocks``).
 
@@ -29,11 +34,13 @@ class Driver(Protocol):
 
 
 class _PagedkvSequence:
-    __slots__ = ("blocks", "prefix", "tokens")
+    __slots__ = ("blocks", "pooled", "prefix", "tokens")
 
     def __init__(self, blocks: list[BlockId], tokens: list[Token], prefix: Prefix) -> None:
         self.blocks = blocks
         self.tokens = tokens
+        self.pooled = len(tokens)
+        """How many of the tokens the pool holds (the rest wait for their block to fill)."""
         self.prefix = prefix
         """The prefix of the last block (the one a decode token goes to while it has room)."""
 
@@ -60,20 +67,31 @@ class PagedkvPublic:
             blocks.append(pool.append_tokens(pool.allocate_mutable(), prefix, tokens[full:]))
         self.seqs[seq] = _PagedkvSequence(blocks, list(tokens), prefix)
 
+    per_token = False
+    """Whether every decode token is appended in its own call, or a block's run in one call
+    when it fills the block (module docstring)."""
+
     def decode(self, seq: int, token: Token) -> None:
         state = self.seqs[seq]
         tokens, blocks, size = state.tokens, state.blocks, self.size
         if len(tokens) % size == 0:
             blocks.append(self.pool.allocate_mutable())
         tokens.append(token)
-        blocks[-1] = self.pool.append_tokens(blocks[-1], state.prefix, (token,))
-        if len(tokens) % size == 0:
+        filled = len(tokens) % size == 0
+        if filled or self.per_token:
+            blocks[-1] = self.pool.append_tokens(blocks[-1], state.prefix, tokens[state.pooled :])
+            state.pooled = len(tokens)
+        if filled:
             state.prefix = state.prefix.extend(tokens[-size:])
 
     def free(self, seq: int, _: None) -> None:
         free = self.pool.free
         for block in reversed(self.seqs.pop(seq).blocks):
             free(block)
+
+
+class PagedkvPerToken(PagedkvPublic):
+    per_token = True
 
 
 class _CoreSequence:
@@ -141,6 +159,7 @@ class PagedkvCore:
 
 DRIVERS: dict[str, Callable[[int, int], Driver]] = {
     "pagedkv public API": PagedkvPublic,
+    "pagedkv public API, a call per token": PagedkvPerToken,
     "pagedkv core": PagedkvCore,
 }
 """Each of pagedkv's callers by the name the bench prints."""

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from pagedkv.model_tests.bench import pool
-from pagedkv.model_tests.bench.pool_drivers import DRIVERS
+from pagedkv.model_tests.bench.pool_drivers import DRIVERS, PagedkvPublic
 from pagedkv.model_tests.bench.pool_stream import DECODE, FREE, PROMPT, derive
 from pagedkv.model_tests.bench.workload import build
 from pagedkv.model_tests.peers import sources
@@ -43,3 +43,25 @@ def test_a_smoke_run_times_every_caller_on_the_same_stream() -> None:
     assert [row[0] for row in end_to_end.rows] == [*DRIVERS, pool.VLLM]
     assert [row[0] for row in per_operation.rows] == list(pool.OPERATIONS)
     assert section.data["end_to_end"][pool.VLLM]["vllm_over_this"]["median"] == 1.0
+
+
+def test_a_run_per_block_leaves_the_pool_as_a_call_per_token_does() -> None:
+    """The headline caller hands a block its tokens only when they fill it: it must take, share,
+    cache and free the same blocks as the caller that appends every token, or its timing
+    compares different work."""
+    stream = derive(build(pool.quick_spec()))
+    num_blocks = pool.pool_size(stream, pool.quick_spec().num_gpu_blocks)
+    runs = DRIVERS[pool.PAGEDKV](num_blocks, stream.block_size)
+    per_token = DRIVERS[pool.PER_TOKEN](num_blocks, stream.block_size)
+    assert isinstance(runs, PagedkvPublic) and isinstance(per_token, PagedkvPublic)
+    for kind, seq, payload in stream.events:
+        runs.handlers[kind](seq, payload)
+        per_token.handlers[kind](seq, payload)
+        assert [s.blocks for s in runs.seqs.values()] == [s.blocks for s in per_token.seqs.values()]
+    ours, theirs = runs.pool.view(), per_token.pool.view()
+    assert (ours.free, ours.evictable, ours.cached) == (
+        theirs.free,
+        theirs.evictable,
+        theirs.cached,
+    )
+    assert (ours.hits, ours.queries) == (theirs.hits, theirs.queries)
