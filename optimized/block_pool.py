@@ -319,10 +319,17 @@ class OptimizedBlockPool:
             # checked before; anything else goes to the shared checks, which raise in order
             holders = self._ref_counts[index]
             count = len(tokens)
+            packed = None
             if holders and (
                 (type(token := tokens[0]) is int and 0 <= token <= MAX_TOKEN)
                 if count == 1
-                else count > 1 and packed_tokens(tokens) is not None
+                else count > 1
+                and (
+                    packed := packed_tokens(
+                        tokens, self._pack_block if count == self._block_size else None
+                    )
+                )
+                is not None
             ):  # the block and the tokens pass: the prefix is checked next
                 entry = self._checked_prefixes.get(id(prefix))
                 if entry is not None and entry[0] is prefix:
@@ -336,14 +343,20 @@ class OptimizedBlockPool:
                     self._tokens[index] = held + new_tokens
                     return block
                 if count <= room:
-                    return self._append(block, prefix, new_tokens, key_bytes)
+                    return self._append(block, prefix, new_tokens, key_bytes, packed)
         checked_block, checked = check_append(self._config, block, prefix, tokens, self._facts)
         return self._append(checked_block, prefix, tuple(checked), self._prefixes.admit(prefix))
 
     def _append(
-        self, block: BlockId, prefix: Prefix, new_tokens: tuple[Token, ...], key_bytes: bytes
+        self,
+        block: BlockId,
+        prefix: Prefix,
+        new_tokens: tuple[Token, ...],
+        key_bytes: bytes,
+        packed: bytes | None = None,
     ) -> BlockId:
-        """``append_tokens`` once its input is checked."""
+        """``append_tokens`` once its input is checked; ``packed``: the new tokens' encoding when
+        the check made it (a run filling an empty block is then encoded once, for both)."""
         index = block - self._first_id
         held = self._tokens[index]
         if len(held) + len(new_tokens) < self._block_size:
@@ -354,7 +367,8 @@ class OptimizedBlockPool:
         content_hash = None
         if self._caching:
             filled = held + new_tokens
-            content_hash = packed_block_hash(prefix.hash, self._pack_block(*filled), key_bytes)
+            encoded = packed if packed is not None and not held else self._pack_block(*filled)
+            content_hash = packed_block_hash(prefix.hash, encoded, key_bytes)
             remember_block_hash(prefix.hash, filled, prefix.extra_key, content_hash)
         return self.fill(block, parts(prefix), new_tokens, content_hash)
 
