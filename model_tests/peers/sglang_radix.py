@@ -15,12 +15,17 @@ not the Triton-batched ``alloc_extend``). The adapter is the scheduler
   num_tokens - 1`` (SGLang's scheduler keeps the last token to compute); the hit's pages;
 - ``allocate_slots``: admission locks the matched node (the hit's path) and writes the hit's
   indices into the request's row; what does not fit in the free slots plus the evictable
-  ones is ``None`` (SGLang's prefill adder counts both), after the lock is given back; else
-  the request's computed tokens are checkpointed into the tree (``RadixCache.checkpoint``:
-  insert, free the duplicates, rewrite the row, move the lock), ``evict`` makes room, and the
-  allocator hands out the slots;
-- ``free`` (finish, retract, abort): ``release_kv_cache``'s steps with ``checkpoint=True``: the
-  tree keeps what it can key, the rest of the row goes back, the lock is dropped;
+  ones is ``None`` (SGLang's prefill adder counts both), after the lock is given back; else,
+  for a request still in its prompt (the round after a prefill chunk: ``checkpoint_kv_cache``),
+  its computed tokens are checkpointed into the tree (``RadixCache.checkpoint``: insert, free
+  the duplicates, rewrite the row, move the lock); a decoding request inserts nothing; then
+  ``evict`` makes room for the shortfall and the allocator hands out the slots;
+- ``free``: ``release_kv_cache``'s steps with ``checkpoint=True`` (a finish): the tree keeps
+  the tokens computed as of the request's last ``allocate_slots`` (those of the last step are
+  not known to be computed: a preempted request may not have run), the rest of the row goes
+  back, the lock is dropped. The protocol does not tell a finish from a retract or an abort,
+  which SGLang releases with ``checkpoint=False``: the adapter inserts there too (harmless to
+  safety; a hit SGLang would not serve);
 - ``reset_prefix_cache``: SGLang's ``flush_cache``: refused while a request holds slots, else
   the tree is reset and the allocator cleared;
 - ``take_events``: SGLang's recorder's events, renamed through the conversion vLLM's adapters
@@ -227,7 +232,9 @@ class SglangRadixManager:
         wanted = -(-need // self.page_size) * self.page_size - kept.allocated
         if wanted > self._allocator.available_size() + self._tree.evictable_size():
             return None
-        self._checkpoint(kept, checked, checked.num_computed_tokens)
+        if checked.num_computed_tokens < checked.num_prompt_tokens:  # after a prefill chunk
+            self._checkpoint(kept, checked, checked.num_computed_tokens)
+        kept.request = checked
         kept.computed = checked.num_computed_tokens
         return [self._grow(kept, wanted)]
 
