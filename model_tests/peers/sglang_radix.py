@@ -174,6 +174,8 @@ class SglangRadixManager:
             self._names[standins.hash_str_to_int64(block_hash.hex())] = block_hash
 
     def _checkpoint(self, kept: SglangRequest, request: Request, up_to: int) -> None:
+        # SGLang computes only tokens it holds slots for; the protocol's caller may claim more.
+        up_to = min(up_to, kept.allocated)
         if not self._config.enable_caching or up_to <= kept.kv.cache_protected_len:
             return
         kept.fill(request)

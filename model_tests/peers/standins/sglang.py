@@ -95,6 +95,20 @@ class PageNames:
             for start in range(0, len(indices), page_size)
         ]
 
+    def of_node_for_events(self, node: Any, page_size: int) -> list[str]:
+        """As SGLang's ``compute_node_event_hash_values``: a namespaced node (extra key or salt)
+        keeps its names in ``event_hash_value``, set on it and on each ancestor still without,
+        which the recorder reads for the parent hash."""
+        if node.key.extra_key is None and node.key.cache_salt is None:
+            return self.of_node(node, page_size)
+        current = node
+        while current is not None and current.key is not None and len(current.key) > 0:
+            if current.event_hash_value is not None:
+                break
+            current.event_hash_value = self.of_node(current, page_size)
+            current = current.parent
+        return list(node.event_hash_value)
+
 
 PAGE_NAMES = PageNames()
 """The one table the stand-in reads (one adapter at a time per process sets it)."""
@@ -125,7 +139,7 @@ def _utils_module(strategies: Mapping[str, Callable[..., Any]]) -> ModuleType:
             "split_node_hash_value": split_node_hash_value,
             "hash_str_to_int64": hash_str_to_int64,
             "compute_node_hash_values": PAGE_NAMES.of_node,
-            "compute_node_event_hash_values": PAGE_NAMES.of_node,
+            "compute_node_event_hash_values": PAGE_NAMES.of_node_for_events,
         },
     )
 
