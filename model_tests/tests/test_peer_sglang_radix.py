@@ -6,9 +6,10 @@ Skipped when ``.peers/`` lacks SGLang's files, failed under ``CI=true`` (as ``te
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from pagedkv.model_tests.oracle.check import run_check
+from pagedkv.model_tests.oracle.check import CheckResult, run_check
 from pagedkv.model_tests.peers import sources
 from pagedkv.model_tests.peers.run import SGLANG_PROFILE
 from pagedkv.model_tests.peers.sglang_radix import SglangRadixManager
@@ -30,30 +31,27 @@ class UnlockedMatch(SglangRadixManager):
         tree.lock = lambda node: lock(tree.root_node)
 
 
-@needs(sources.SGLANG)
-def test_sglang_radix_passes_the_safety_tier() -> None:
-    result = run_check(
-        SglangRadixManager,
+def safety_check(factory: Callable[[RequestConfig], Any], steps: int) -> CheckResult:
+    """``factory`` alone under the safety tier, full attention, seed 0."""
+    return run_check(
+        factory,
         "request",
-        steps=150,
+        steps=steps,
         seed=0,
         trace_out=None,
         profile=SAFETY_TIER,
         layouts=("full",),
     )
+
+
+@needs(sources.SGLANG)
+def test_sglang_radix_passes_the_safety_tier() -> None:
+    result = safety_check(SglangRadixManager, 150)
     assert result.passed, result.message
 
 
 @needs(sources.SGLANG)
 def test_an_unlocked_match_fails_the_safety_tier() -> None:
-    result = run_check(
-        UnlockedMatch,
-        "request",
-        steps=2000,
-        seed=0,
-        trace_out=None,
-        profile=SAFETY_TIER,
-        layouts=("full",),
-    )
+    result = safety_check(UnlockedMatch, 2000)
     assert not result.passed
     assert result.message
