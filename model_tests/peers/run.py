@@ -55,6 +55,8 @@ from pagedkv.model_tests.oracle.request_layouts import LAYOUTS, parse_layouts
 from pagedkv.model_tests.peers import sources
 from pagedkv.model_tests.peers.nano_vllm_manager import NanoVllmManager
 from pagedkv.model_tests.peers.nano_vllm_manager import Switches as NanoSwitches
+from pagedkv.model_tests.peers.sglang_radix import factory as sglang_token_radix
+from pagedkv.model_tests.peers.sglang_radix import paged_factory as sglang_paged_radix
 from pagedkv.model_tests.peers.vllm_v0_manager import Switches as V0ManagerSwitches
 from pagedkv.model_tests.peers.vllm_v0_manager import VllmV0Manager
 from pagedkv.model_tests.peers.vllm_v0_pool import Switches as V0PoolSwitches
@@ -91,6 +93,8 @@ class Peer:
     adapt_case: Callable[[Any], Any] | None = None
     """Narrows the machine to the inputs the engine's callers make (its contract:
     ``specs/peers.md``), as ``run_check``'s ``adapt_case``."""
+    layouts: tuple[GroupKind, ...] = tuple(LAYOUTS)
+    """The request-level group layouts the engine serves (the others it declines)."""
 
     def rounds(self, switched: Sequence[str]) -> list[tuple[str, ...]]:
         """The switch sets to check with: as the engine is, then past its known defects (or
@@ -128,6 +132,11 @@ def disjoint_placeholders(case: type[RequestMachineBase]) -> type[RequestMachine
     ``specs/peers.md``)."""
     return type(case.__name__, (case,), {"disjoint_multimodal": True})
 
+
+SGLANG_PROFILE = "pagedkv"
+"""The profile SGLang's peer is held to beside the safety tier: ``sglang`` (SGLang's choices,
+``specs/radix_cache.md``) once that profile is in ``PROFILES``; ``pagedkv`` before, the
+differences classified on ``specs/peers.md``."""
 
 PEERS = (
     Peer(
@@ -184,6 +193,25 @@ PEERS = (
         (("D6", "hash_extra_key"),),
         always=("upstream_deallocate",),
         known_name="nano-vllm-manager",
+    ),
+    Peer(
+        "sglang-0.5.23-radix",
+        "request",
+        SGLANG_PROFILE,
+        sglang_token_radix,
+        None,
+        sources.SGLANG,
+        layouts=("full",),
+    ),
+    Peer(
+        "sglang-0.5.23-radix-paged",
+        "request",
+        SGLANG_PROFILE,
+        sglang_paged_radix,
+        None,
+        sources.SGLANG,
+        layouts=("full",),
+        known_name="sglang-0.5.23-radix",
     ),
 )
 
@@ -245,7 +273,7 @@ def check_peer(
         )
         return rows
     rounds = [tuple(switched)] if known is not None else peer.rounds(switched)
-    each: list[tuple[GroupKind, ...]] = [(layout,) for layout in layouts]
+    each = [(layout,) for layout in layouts if layout in peer.layouts]
     for switches in rounds:
         for chosen in peer.profiles(overrides):
             for layout in each if peer.level == "request" else [tuple(LAYOUTS)]:

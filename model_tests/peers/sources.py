@@ -119,7 +119,26 @@ NANO_VLLM = Source(
 """nano-vllm itself is not on PyPI (its README installs it from git); ``nano-vllm-fork`` is the
 published wheel of it (same author and homepage in its metadata, plus a fix in ``deallocate``)."""
 
-SOURCES = (VLLM_V0, VLLM_V1, NANO_VLLM)
+SGLANG = Source(
+    "sglang-0.5.23",
+    "sglang==0.5.23",
+    "sglang",
+    (
+        "sglang/srt/mem_cache/radix_cache.py",
+        "sglang/srt/mem_cache/base_prefix_cache.py",
+        "sglang/srt/mem_cache/cache_init_params.py",
+        "sglang/srt/mem_cache/evict_policy.py",
+        "sglang/srt/mem_cache/events.py",
+        "sglang/srt/mem_cache/allocator/base.py",
+        "sglang/srt/mem_cache/allocator/token.py",
+        "sglang/srt/mem_cache/allocator/paged.py",
+    ),
+)
+"""SGLang's prefix cache (``RadixCache``, its base class, its eviction strategies, its KV event
+recorder) and its two allocators, page size 1 (``TokenToKVPoolAllocator``) and larger
+(``PagedTokenToKVPoolAllocator``), whose ``alloc`` and ``free`` run on CPU tensors."""
+
+SOURCES = (VLLM_V0, VLLM_V1, NANO_VLLM, SGLANG)
 
 
 class PeerSourceError(Exception):

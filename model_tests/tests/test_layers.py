@@ -51,6 +51,9 @@ TORCH_ALLOWED = {
     "pagedkv.model_tests.bench.kernels",
     "pagedkv.model_tests.bench.defrag",
     "pagedkv.model_tests.machines.torch_kv",
+    # SGLang's RadixCache and allocators keep their KV indices in (CPU) tensors
+    "pagedkv.model_tests.peers.sglang_radix",
+    "pagedkv.model_tests.peers.sglang_scheduler",
 }
 HYPOTHESIS_FROM_LAYER = 2
 LAZY = {

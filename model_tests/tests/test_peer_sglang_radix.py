@@ -1,0 +1,57 @@
+"""SGLang 0.5.23's ``RadixCache`` behind ``SglangRadixManager`` (``model_tests/peers/``) under
+the safety tier, and a planted adapter bug the tier must catch (``specs/peers.md``, "SGLang").
+
+Skipped when ``.peers/`` lacks SGLang's files, failed under ``CI=true`` (as ``test_peers.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pagedkv.model_tests.oracle.check import CheckResult, run_check
+from pagedkv.model_tests.peers import sources
+from pagedkv.model_tests.peers.run import SGLANG_PROFILE
+from pagedkv.model_tests.peers.sglang_radix import SglangRadixManager
+from pagedkv.model_tests.tests.test_peers import needs
+from pagedkv.specs.policy import SAFETY, profile
+from pagedkv.specs.request_types import RequestConfig
+
+SAFETY_TIER = profile(f"{SAFETY}:{SGLANG_PROFILE}", {})
+
+
+class UnlockedMatch(SglangRadixManager):
+    """Planted bug: admission locks the root, not the matched node, so the hit's pages stay
+    evictable while the request reads them."""
+
+    def __init__(self, config: RequestConfig) -> None:
+        super().__init__(config)
+        tree: Any = self._tree
+        lock = tree.lock
+        tree.lock = lambda node: lock(tree.root_node)
+
+
+def safety_check(factory: Callable[[RequestConfig], Any], steps: int) -> CheckResult:
+    """``factory`` alone under the safety tier, full attention, seed 0."""
+    return run_check(
+        factory,
+        "request",
+        steps=steps,
+        seed=0,
+        trace_out=None,
+        profile=SAFETY_TIER,
+        layouts=("full",),
+    )
+
+
+@needs(sources.SGLANG)
+def test_sglang_radix_passes_the_safety_tier() -> None:
+    result = safety_check(SglangRadixManager, 150)
+    assert result.passed, result.message
+
+
+@needs(sources.SGLANG)
+def test_an_unlocked_match_fails_the_safety_tier() -> None:
+    result = safety_check(UnlockedMatch, 2000)
+    assert not result.passed
+    assert result.message
