@@ -133,7 +133,7 @@ def disjoint_placeholders(case: type[RequestMachineBase]) -> type[RequestMachine
     return type(case.__name__, (case,), {"disjoint_multimodal": True})
 
 
-SGLANG_PROFILE = "pagedkv"
+SGLANG_PROFILE = "sglang"
 """The profile SGLang's peer is held to beside the safety tier: ``sglang`` (SGLang's choices,
 ``specs/radix_cache.md``) once that profile is in ``PROFILES``; ``pagedkv`` before, the
 differences classified on ``specs/peers.md``."""
