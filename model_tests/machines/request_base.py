@@ -22,7 +22,12 @@ from pagedkv.model_tests.lockstep.request_exact_session import (
 from pagedkv.model_tests.machines.draws import integers
 from pagedkv.model_tests.machines.lockstep_machine import LockstepMachine
 from pagedkv.model_tests.machines.request_book import RequestBook, Scheduled
-from pagedkv.model_tests.machines.request_draws import GroupKind, request_configs, swarms
+from pagedkv.model_tests.machines.request_draws import (
+    BLOCK_SIZES,
+    GroupKind,
+    request_configs,
+    swarms,
+)
 from pagedkv.model_tests.machines.request_kv_model import Contents, RequestKVModel, contents
 from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.interface import RequestKVManager, RequestKVManagerFactory
@@ -46,6 +51,9 @@ class RequestMachineBase(LockstepMachine):
     make_model: ClassVar[RequestKVManagerFactory | None] = None
     mode: ClassVar[RequestMode] = "exact"
     group_kind: ClassVar[GroupKind] = "hybrid"
+    block_sizes: ClassVar[tuple[int, ...]] = BLOCK_SIZES
+    """The block sizes a run draws from (a peer whose engine serves larger pages only, such as
+    SGLang's paged allocator at 16, narrows it)."""
     disjoint_multimodal: ClassVar[bool] = False
     """Multimodal placeholders never share a token (what engines' input processors make; vLLM
     relies on it: ``specs/peers.md``); the spec itself allows them to overlap."""
@@ -60,7 +68,7 @@ class RequestMachineBase(LockstepMachine):
 
     @initialize(data=st.data())
     def create_manager(self, data: st.DataObject) -> None:
-        config = data.draw(request_configs(self.group_kind), label="config")
+        config = data.draw(request_configs(self.group_kind, self.block_sizes), label="config")
         self.config = config
         self.off = data.draw(swarms, label="left out")
         for name in sorted(self.off):

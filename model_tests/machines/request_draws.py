@@ -53,10 +53,16 @@ def groups_of(kind: GroupKind, block_size: int) -> st.SearchStrategy[tuple[KVGro
     )
 
 
+BLOCK_SIZES = (1, 2, 2, 3, 4)
+"""Small blocks, so that a few tokens fill one (a block of 2 drawn twice as often)."""
+
+
 @st.composite
-def request_configs(draw: st.DrawFn, kind: GroupKind) -> RequestConfig:
+def request_configs(
+    draw: st.DrawFn, kind: GroupKind, block_sizes: tuple[int, ...] = BLOCK_SIZES
+) -> RequestConfig:
     """Small pools, so that pressure, preemption and eviction happen within a run."""
-    block_size = draw(sampled((1, 2, 2, 3, 4)), label="block size")
+    block_size = draw(sampled(block_sizes), label="block size")
     groups = draw(groups_of(kind, block_size), label="groups")
     per_group = draw(integers(1, 6), label="blocks per group")
     return RequestConfig(

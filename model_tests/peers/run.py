@@ -133,6 +133,12 @@ def disjoint_placeholders(case: type[RequestMachineBase]) -> type[RequestMachine
     return type(case.__name__, (case,), {"disjoint_multimodal": True})
 
 
+def pages_of_16(case: type[RequestMachineBase]) -> type[RequestMachineBase]:
+    """The request machine drawing blocks of 16 tokens only: SGLang's paged allocator at the
+    page size its servers run with (``specs/radix_cache.md``)."""
+    return type(case.__name__, (case,), {"block_sizes": (16,)})
+
+
 SGLANG_PROFILE = "sglang"
 """The profile SGLang's peer is held to beside the safety tier: ``sglang`` (SGLang's choices,
 ``specs/radix_cache.md``) once that profile is in ``PROFILES``; ``pagedkv`` before, the
@@ -212,6 +218,17 @@ PEERS = (
         sources.SGLANG,
         layouts=("full",),
         known_name="sglang-0.5.23-radix",
+    ),
+    Peer(
+        "sglang-0.5.23-radix-16",
+        "request",
+        SGLANG_PROFILE,
+        sglang_paged_radix,
+        None,
+        sources.SGLANG,
+        layouts=("full",),
+        known_name="sglang-0.5.23-radix",
+        adapt_case=pages_of_16,
     ),
 )
 

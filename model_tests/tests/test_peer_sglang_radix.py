@@ -10,8 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from pagedkv.model_tests.oracle.check import CheckResult, run_check
+from pagedkv.model_tests.oracle.known import load as load_known
 from pagedkv.model_tests.peers import sources
-from pagedkv.model_tests.peers.run import SGLANG_PROFILE
+from pagedkv.model_tests.peers.run import KNOWN, SGLANG_PROFILE, pages_of_16
 from pagedkv.model_tests.peers.sglang_radix import SglangRadixManager
 from pagedkv.model_tests.tests.test_peers import needs
 from pagedkv.specs.policy import SAFETY, profile
@@ -55,3 +56,43 @@ def test_an_unlocked_match_fails_the_safety_tier() -> None:
     result = safety_check(UnlockedMatch, 2000)
     assert not result.passed
     assert result.message
+
+
+class PagedUnlockedMatch(UnlockedMatch):
+    """The same planted bug over SGLang's paged allocator."""
+
+    def __init__(self, config: RequestConfig) -> None:
+        SglangRadixManager.__init__(self, config, paged=True)
+        tree: Any = self._tree
+        lock = tree.lock
+        tree.lock = lambda node: lock(tree.root_node)
+
+
+def paged_manager(config: RequestConfig) -> SglangRadixManager:
+    return SglangRadixManager(config, paged=True)
+
+
+def safety_check_16(factory: Callable[[RequestConfig], Any], steps: int) -> CheckResult:
+    """As ``safety_check``, with the machine drawing pages of 16 tokens only (``make peers``'s
+    ``sglang-0.5.23-radix-16``), stepping past the peer's known differences (A1 shows at once
+    on a page that holds a multimodal placeholder)."""
+    return run_check(
+        factory,
+        "request",
+        steps=steps,
+        seed=0,
+        trace_out=None,
+        profile=SAFETY_TIER,
+        layouts=("full",),
+        adapt_case=pages_of_16,
+        known=load_known(KNOWN / "sglang-0.5.23-radix.toml", "request"),
+    )
+
+
+@needs(sources.SGLANG)
+def test_pages_of_16_pass_the_safety_tier_and_an_unlocked_match_fails_it() -> None:
+    passed = safety_check_16(paged_manager, 300)
+    assert passed.passed, passed.message
+    failed = safety_check_16(PagedUnlockedMatch, 2000)
+    assert not failed.passed
+    assert failed.message
