@@ -207,6 +207,7 @@ def test_the_runner_refuses_a_bad_policy(capsys: pytest.CaptureFixture[str]) -> 
         "nano-vllm-upstream",
         SGLANG_PROFILE,
         SGLANG_PROFILE,
+        SGLANG_PROFILE,
     ]
 
 
