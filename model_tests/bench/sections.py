@@ -465,8 +465,8 @@ def queries_section(context: Context) -> Section:
         }
     table.notes.append(
         "growth = median µs at the longest / at the shortest; the optimized manager's"
-        " get_common_computed_block_ids hands out one read-only list until the computed prefix"
-        " grows (once per block of decoded tokens), and copies the prefix then"
+        " get_common_computed_block_ids keeps the computed prefix as a tuple, rebuilt when it"
+        " grows (once per block of decoded tokens), and hands out a new list of it"
     )
     table.notes.extend(f"not timed: {reason}" for reason in failed)
     context.facts["queries"] = data
