@@ -25,15 +25,25 @@ class UnlockedMatch(SglangRadixManager):
     """Planted bug: admission locks the root, not the matched node, so the hit's pages stay
     evictable while the request reads them."""
 
-    def __init__(self, config: RequestConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: RequestConfig, *, paged: bool = False) -> None:
+        super().__init__(config, paged=paged)
         tree: Any = self._tree
         lock = tree.lock
         tree.lock = lambda node: lock(tree.root_node)
 
 
-def safety_check(factory: Callable[[RequestConfig], Any], steps: int) -> CheckResult:
-    """``factory`` alone under the safety tier, full attention, seed 0."""
+def paged(factory: Callable[..., SglangRadixManager]) -> Callable[[RequestConfig], Any]:
+    """``factory`` over SGLang's paged allocator."""
+    return lambda config: factory(config, paged=True)
+
+
+def safety_check(
+    factory: Callable[[RequestConfig], Any], steps: int, *, pages_of: int | None = None
+) -> CheckResult:
+    """``factory`` alone under the safety tier, full attention, seed 0; with ``pages_of=16``
+    the machine draws pages of 16 tokens only (``make peers``'s ``sglang-0.5.23-radix-16``),
+    stepping past the peer's known differences (A1 shows at once on a page that holds a
+    multimodal placeholder)."""
     return run_check(
         factory,
         "request",
@@ -42,6 +52,8 @@ def safety_check(factory: Callable[[RequestConfig], Any], steps: int) -> CheckRe
         trace_out=None,
         profile=SAFETY_TIER,
         layouts=("full",),
+        adapt_case=pages_of_16 if pages_of == 16 else None,
+        known=load_known(KNOWN / "sglang-0.5.23-radix.toml", "request") if pages_of else None,
     )
 
 
@@ -58,41 +70,10 @@ def test_an_unlocked_match_fails_the_safety_tier() -> None:
     assert result.message
 
 
-class PagedUnlockedMatch(UnlockedMatch):
-    """The same planted bug over SGLang's paged allocator."""
-
-    def __init__(self, config: RequestConfig) -> None:
-        SglangRadixManager.__init__(self, config, paged=True)
-        tree: Any = self._tree
-        lock = tree.lock
-        tree.lock = lambda node: lock(tree.root_node)
-
-
-def paged_manager(config: RequestConfig) -> SglangRadixManager:
-    return SglangRadixManager(config, paged=True)
-
-
-def safety_check_16(factory: Callable[[RequestConfig], Any], steps: int) -> CheckResult:
-    """As ``safety_check``, with the machine drawing pages of 16 tokens only (``make peers``'s
-    ``sglang-0.5.23-radix-16``), stepping past the peer's known differences (A1 shows at once
-    on a page that holds a multimodal placeholder)."""
-    return run_check(
-        factory,
-        "request",
-        steps=steps,
-        seed=0,
-        trace_out=None,
-        profile=SAFETY_TIER,
-        layouts=("full",),
-        adapt_case=pages_of_16,
-        known=load_known(KNOWN / "sglang-0.5.23-radix.toml", "request"),
-    )
-
-
 @needs(sources.SGLANG)
 def test_pages_of_16_pass_the_safety_tier_and_an_unlocked_match_fails_it() -> None:
-    passed = safety_check_16(paged_manager, 300)
+    passed = safety_check(paged(SglangRadixManager), 300, pages_of=16)
     assert passed.passed, passed.message
-    failed = safety_check_16(PagedUnlockedMatch, 2000)
+    failed = safety_check(paged(UnlockedMatch), 2000, pages_of=16)
     assert not failed.passed
-    assert failed.message
+    assert "the tables hold" in failed.message, failed.message
