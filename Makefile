@@ -119,7 +119,7 @@ clean:
 # Real peers (model_tests/peers/, specs/peers.md): fetch their published wheels' block-manager
 # files into .peers/ (nothing of theirs is committed), then check each against the reference:
 # as the engine is and with its defects switched off, then as it is, stepping past its known
-# defects (model_tests/peers/known/). `make setup` fetches them (wheels of 531 MB
+# defects (model_tests/peers/known/). `make setup` fetches them (wheels of 570 MB
 # downloaded once, 0.5 MB of their files kept; a fetched peer is not downloaded again, and a
 # second fetch needs no network), so `make test` runs the real-peer tests
 # (model_tests/tests/test_peers.py, which fail under CI=true when the files are missing);
