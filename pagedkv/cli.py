@@ -112,7 +112,7 @@ from pagedkv.model_tests.oracle.verdict_json import (
 )
 from pagedkv.model_tests.oracle.watchdog import Interrupted
 from pagedkv.model_tests.oracle.workers import Job, WorkerError, check_in_workers, seeds_of
-from pagedkv.specs.policy import PROFILE_NAMES, Profile
+from pagedkv.specs.policy import PROFILE_NAMES, Policy, Profile
 from pagedkv.specs.policy import profile as named_profile
 from pagedkv.specs.validation import MAX_BLOCKS
 
@@ -331,7 +331,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     files = VerdictFiles(args.json, args.junit_xml)
     clock = Clock(__version__)
     known = None if args.known is None else load_known(args.known, level)
-    factory = targets.check(args.target, level, args.timeout)
+    factory = targets.check(args.target, level, args.timeout, policy=profile.policy)
     steps = default_steps(level) if args.steps is None else args.steps
     runs, _ = budget(steps)
     shared = None if args.database is None else open_database(args.database, args.target)
@@ -438,7 +438,11 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
     if path.resolve() == Path(args.trace).resolve():
         raise UsageError(f"-o {args.out}: that is the trace itself")
     loaded = _read_replayable(args.trace)
-    factory = None if args.target is None else targets.check(args.target, loaded.level, offered=())
+    factory = (
+        None
+        if args.target is None
+        else targets.check(args.target, loaded.level, offered=(), policy=loaded.policy)
+    )
     walk = pages.trace_walk(loaded, args.trace, factory, args.target)
     written = _write_page(walk, path)
     marked = walk.finding
@@ -492,10 +496,12 @@ def cmd_replay(args: argparse.Namespace, out: Output) -> int:
         if not loaded:
             raise trace.TraceError(f"no {args.level} traces in {', '.join(args.trace)}")
     levels = sorted({one.level for _, one in loaded})
-    factories: dict[Level, targets.Factory] = {}
-    for level in levels:
+    factories: dict[tuple[Level, Policy], targets.Factory] = {}
+    for level, policy in sorted({(one.level, one.policy) for _, one in loaded}, key=str):
         try:
-            factories[level] = targets.check(args.target, level, args.timeout, offered=())
+            factories[level, policy] = targets.check(
+                args.target, level, args.timeout, offered=(), policy=policy
+            )
         except targets.TargetError as error:
             if len(levels) > 1:
                 raise targets.TargetError(
@@ -509,7 +515,7 @@ def cmd_replay(args: argparse.Namespace, out: Output) -> int:
         f"replaying {counted(len(loaded), 'trace')} ...", len(loaded), "traces", "replaying"
     ) as shown:
         for path, one in loaded:
-            verdict = trace.replay(one, factories[one.level], args.timeout)
+            verdict = trace.replay(one, factories[one.level, one.policy], args.timeout)
             replayed.append((path, one, verdict))
             shown(len(replayed))
             steps += verdict.steps

@@ -22,11 +22,14 @@ from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.shared_failures import open_database
 from pagedkv.model_tests.oracle.targets import Factory
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
+from pagedkv.specs.policy import Policy
 from pagedkv.specs.policy import profile as named_profile
 
 
-def _factory(target: Factory | str, level: Level, timeout: float | None) -> Factory:
-    return targets.check(target, level, timeout) if isinstance(target, str) else target
+def _factory(target: Factory | str, level: Level, timeout: float | None, policy: Policy) -> Factory:
+    if isinstance(target, str):
+        return targets.check(target, level, timeout, policy=policy)
+    return target
 
 
 def check(
@@ -59,7 +62,7 @@ def check(
     chosen = named_profile(profile, dict(policy or {}))
     if known is not None and not isinstance(known, KnownDifferences):
         known = load_known(known, level)
-    factory = _factory(target, level, timeout)
+    factory = _factory(target, level, timeout, chosen.policy)
     shared = None if database is None else open_database(database, target_name(target))
     return run_check(
         factory,
@@ -88,7 +91,7 @@ def replay(
 ) -> Verdict:
     """Replay a trace (or the trace file at a path) against ``target``."""
     loaded = recorded if isinstance(recorded, Trace) else trace.read(recorded)
-    return trace.replay(loaded, _factory(target, loaded.level, timeout), timeout)
+    return trace.replay(loaded, _factory(target, loaded.level, timeout, loaded.policy), timeout)
 
 
 def record(

@@ -169,7 +169,9 @@ def check_with(
         chosen = resolve([call, *defaults], nodeid)
         if isinstance(target, str):
             name = target
-            factory = targets.check(target, chosen.level, chosen.timeout)
+            factory = targets.check(
+                target, chosen.level, chosen.timeout, policy=chosen.profile.policy
+            )
         else:
             name = spec_of(target) or repr(target)
             factory = target

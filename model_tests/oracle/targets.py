@@ -5,6 +5,7 @@ message."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -23,6 +24,7 @@ from pagedkv.model_tests.oracle.exec_target import (
 from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.model_tests.oracle.level_hint import level_hint
 from pagedkv.specs.errors import UnsupportedError
+from pagedkv.specs.policy import PAGEDKV, Policy
 from pagedkv.specs.request_types import AttentionKind, KVGroup, RequestConfig
 from pagedkv.specs.types import DefragConfig, ManagerConfig, PoolConfig
 
@@ -61,14 +63,22 @@ ALIASES = {
 }
 """Short names for the targets pagedkv ships."""
 
+FOLLOWS_THE_PROFILE = {"manager", "pool", "request"}
+"""The levels where ``reference`` is built under the profile's policy, so that
+``--target reference --profile vllm-v0`` checks the spec as that profile reads it (the
+defragmenter has no policy)."""
+
 
 class TargetError(Exception):
     """A target that cannot be loaded or built."""
 
 
-def load(spec: str, level: Level, timeout: float | None = None) -> Factory:
+def load(
+    spec: str, level: Level, timeout: float | None = None, policy: Policy = PAGEDKV
+) -> Factory:
     """The factory ``spec`` names. The current directory is importable, as with ``python -m``.
-    ``timeout`` is an ``exec:`` program's (None: the environment's)."""
+    ``timeout`` is an ``exec:`` program's (None: the environment's); ``policy`` is the one the
+    alias ``reference`` is built under (the profile's: ``FOLLOWS_THE_PROFILE``)."""
     if spec.startswith("exec:"):
         try:
             return exec_factory(spec.removeprefix("exec:").strip(), level, timeout)
@@ -77,6 +87,9 @@ def load(spec: str, level: Level, timeout: float | None = None) -> Factory:
     if spec in ALIASES:
         if level not in ALIASES[spec]:
             raise TargetError(f"target {spec} has no {level} level")
+        if spec == "reference" and level in FOLLOWS_THE_PROFILE and policy != PAGEDKV:
+            under_pagedkv: Callable[..., Any] = load(ALIASES[spec][level], level)
+            return functools.partial(under_pagedkv, policy=policy)
         spec = ALIASES[spec][level]
     module_name, colon, attribute = spec.partition(":")
     if not colon or not module_name or not attribute:
@@ -144,11 +157,13 @@ def check(
     level: Level,
     timeout: float | None = None,
     offered: Collection[Level] = codec.LEVELS,
+    policy: Policy = PAGEDKV,
 ) -> Factory:
     """Load ``spec`` and build one target with a valid configuration (then let it go); every
     call into the factory's targets then has ``timeout`` (None: the environment's). A factory
-    of another level is named with the ``--level`` among ``offered`` to pass."""
-    factory = guard(load(spec, level, timeout), timeout)
+    of another level is named with the ``--level`` among ``offered`` to pass; ``policy`` is the
+    profile's, for the alias ``reference``."""
+    factory = guard(load(spec, level, timeout, policy), timeout)
     target = build(factory, level, spec, offered=offered)
     if isinstance(target, ExecTarget):
         target.close()

@@ -210,7 +210,7 @@ def _work(job: Job, index: int, seed: int, messages: Queue[tuple[Any, ...]], par
             messages.put(("progress", index, runs, calls, failing))
 
     try:
-        factory = targets.check(job.target, job.level, job.timeout)
+        factory = targets.check(job.target, job.level, job.timeout, policy=job.profile.policy)
         shared = None if job.database is None else open_database(job.database, job.target)
         result = run_check(
             factory,

@@ -37,7 +37,7 @@ def test_the_reference_under_sglangs_policy_passes_the_sglang_profile() -> None:
 
 @pytest.mark.parametrize(
     ("target", "profile_name"),
-    [(leaf_lru_reference, "pagedkv"), ("reference", "sglang")],
+    [(leaf_lru_reference, "pagedkv"), (ReferenceRequestKVManager, "sglang")],
     ids=["leaf_lru under pagedkv", "free_queue under sglang"],
 )
 def test_a_reference_of_the_other_eviction_fails(target: Factory | str, profile_name: str) -> None:

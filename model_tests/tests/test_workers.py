@@ -30,7 +30,7 @@ from pagedkv.model_tests.oracle.workers import (
     seeds_of,
     worker_trace,
 )
-from pagedkv.specs.policy import profile
+from pagedkv.specs.policy import PAGEDKV, profile
 
 ROOT = Path(__file__).resolve().parents[2]
 VALIDATOR = jsonschema.Draft202012Validator(
@@ -84,7 +84,8 @@ def test_workers_fail_with_the_smallest_failure_and_its_trace(tmp_path: Path) ->
     assert "seeds 0 to 1 (2 workers)" in out.splitlines()[0]
     assert verdict["seeds"] == [0, 1]
     assert verdict["divergence"]["trace"] == str(trace_out)
-    assert not trace.replay(trace.read(trace_out), api._factory(POOL_FORK, "pool", None)).ok
+    factory = api._factory(POOL_FORK, "pool", None, PAGEDKV)
+    assert not trace.replay(trace.read(trace_out), factory).ok
     assert any(note.startswith("note: 2 workers made") for note in verdict["notes"])
 
 
