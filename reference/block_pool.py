@@ -194,15 +194,19 @@ def append_tokens(
     block, checked = check_append(state.config, block, prefix, tokens, partial(facts, state))
     filled = (*state.blocks[block].tokens, *checked)
     fills = len(filled) == state.config.block_size
-    cached = (
-        state.cached.get(prefix.child_hash(filled))
+    content_hash = (
+        prefix.child_hash(filled)
         if state.config.enable_caching and fills and state.policy.promotion != "keep"
         else None
     )
+    cached = None if content_hash is None else state.cached.get(content_hash)
     if cached is not None and state.policy.promotion == "dedup":
         return _switch_to_cached(state, block, cached), cached
     state, target = cow_if_not_appendable(state, block, choice)
-    if cached is not None:  # promotion=copy_then_dedup: the copy is made, then given up
+    # promotion=copy_then_dedup: the copy is made, then given up for the cached block, looked
+    # up once the copy is made (it may have evicted that very block: then the copy keeps it)
+    cached = None if content_hash is None else state.cached.get(content_hash)
+    if cached is not None:
         return _switch_to_cached(state, target, cached), cached
     state = with_block(state, target, replace(state.blocks[target], tokens=filled))
     if state.config.enable_caching and fills:
