@@ -11,10 +11,11 @@ from functools import partial
 from immutables import Map
 
 from pagedkv.reference.free_queue import give_back, take_from_front, touch
-from pagedkv.reference.request_cache import cache_block, cached_as
+from pagedkv.reference.request_cache import cache_block, cached_as, lookup
 from pagedkv.reference.request_hits import hit_blocks, hit_cap, hit_length
 from pagedkv.reference.request_retention import retained, shared_prefix_boundary
 from pagedkv.reference.request_state import (
+    Progress,
     RequestState,
     is_known,
     ref_count,
@@ -147,7 +148,9 @@ def cache_full_blocks(state: RequestState, request: Request, num_tokens: int) ->
     """§4.7: per group, the full blocks of the first ``num_tokens`` committed tokens not cached
     yet are cached under their keys (the null block is skipped, and so is a block a window
     group does not retain: policy ``request_window_retention``); each run of consecutive
-    blocks cached is one ``BlockStored`` naming exactly those blocks."""
+    blocks cached is one ``BlockStored`` naming exactly those blocks. A block whose key is
+    cached already is cached behind it, or (policy ``request_duplicates=free_at_insert``)
+    given back for the cached one, which the table takes in its place."""
     if not state.config.enable_caching:
         return state
     size = state.config.block_size
@@ -156,19 +159,31 @@ def cache_full_blocks(state: RequestState, request: Request, num_tokens: int) ->
     table = state.requests[request.request_id]
     boundary = state.shared_prefix.get(request.request_id, 0)
     counts = list(table.num_cached_blocks)
+    tables = list(table.blocks)
     for g, (group, blocks) in enumerate(zip(state.config.groups, table.blocks, strict=True)):
         start = counts[g]
         if start >= full:
             continue
         kept = retained(state, group, request, boundary, start, full)
-        stored = [i for i in range(start, full) if blocks[i] != NULL_BLOCK and kept[i - start]]
-        for i in stored:
+        keyed = [i for i in range(start, full) if blocks[i] != NULL_BLOCK and kept[i - start]]
+        row = list(blocks)
+        stored = []
+        for i in keyed:
+            key = CachedKey(g, hashes[i])
+            found = lookup(state, key)
+            if found is not None and state.policy.request_duplicates == "free_at_insert":
+                state = give_back(touch(state, [found]), [row[i]])
+                row[i] = found
+                continue
             parent = hashes[i - 1] if i > 0 else None
-            state = cache_block(state, blocks[i], CachedKey(g, hashes[i]), parent)
+            state = cache_block(state, row[i], key, parent)
+            stored.append(i)
         for run in consecutive_runs(stored):
             state = with_event(state, stored_event(request, hashes, run, size, g))
         counts[g] = full
-    return with_table(state, request.request_id, replace(table, num_cached_blocks=tuple(counts)))
+        tables[g] = tuple(row)
+    done = replace(table, blocks=tuple(tables), num_cached_blocks=tuple(counts))
+    return with_table(state, request.request_id, done)
 
 
 def consecutive_runs(indices: list[int]) -> list[range]:
@@ -229,20 +244,37 @@ def allocate_slots(
     if blocks_to_allocate(released, args, total, need) > num_free_blocks(released):  # §4.4
         return (released if state.policy.request_release_before_fit else state), None
     state = released
-    if not is_known(state, args.request.request_id):
+    request = args.request
+    if is_known(state, request.request_id):
+        admitted = state.progress[request.request_id].admitted_tokens
+    else:
+        admitted = request.num_tokens
         state = adopt_hit(state, args, total)
-    state, answer = allocate_new_blocks(state, args.request.request_id, need)
-    to_cache = tokens_to_cache(state.policy, args.request, total, args.num_new_tokens)
-    return cache_full_blocks(state, args.request, to_cache), answer
+    to_cache = tokens_to_cache(state.policy, request, total, args.num_new_tokens, admitted)
+    computed_only = state.policy.request_cache_timing != "at_schedule"
+    if computed_only:  # what the engine computed is cached before it schedules more (§4.7)
+        state = cache_full_blocks(state, request, to_cache)
+    state, answer = allocate_new_blocks(state, request.request_id, need)
+    if not computed_only:
+        state = cache_full_blocks(state, request, to_cache)
+    scheduled_end = min(total + args.num_new_tokens, request.num_tokens)
+    progress = Progress(admitted, request, scheduled_end)
+    return replace(state, progress=state.progress.set(request.request_id, progress)), answer
 
 
-def tokens_to_cache(policy: Policy, request: Request, total: int, num_new_tokens: int) -> int:
-    """§4.7: how many leading tokens ``allocate_slots`` caches the full blocks of: the committed
-    tokens up to the end of the ones it schedules, or only those computed before it (policy
-    ``request_cache_timing``). Draft and lookahead tokens never count."""
+def tokens_to_cache(
+    policy: Policy, request: Request, total: int, num_new_tokens: int, admitted_tokens: int
+) -> int:
+    """§4.7: how many leading tokens ``allocate_slots`` caches the full blocks of (policy
+    ``request_cache_timing``): the committed tokens up to the end of the ones it schedules; or
+    only those computed before it; or those, while the prefill of the ``admitted_tokens``
+    lasts, and none once the request decodes (``free`` caches the rest). Draft and lookahead
+    tokens never count."""
     if policy.request_cache_timing == "at_schedule":
         return min(total + num_new_tokens, request.num_tokens)
-    return min(total, request.num_tokens)
+    if policy.request_cache_timing == "after_compute" or total <= admitted_tokens:
+        return min(total, request.num_tokens)
+    return 0
 
 
 # --- §5 free ------------------------------------------------------------------------------------
@@ -250,10 +282,15 @@ def tokens_to_cache(policy: Policy, request: Request, total: int, num_new_tokens
 
 def free(state: RequestState, request_id: RequestId) -> RequestState:
     """§5: per group in order, the request's blocks (its leading null blocks left out) given back
-    tail first (policy ``request_free_order``); an unknown request is a no-op."""
+    tail first (policy ``request_free_order``); an unknown request is a no-op. Caching at a
+    checkpoint (policy ``request_cache_timing``), its last step's blocks are cached first: a
+    finish is SGLang's last checkpoint."""
     check_request_id(request_id)
     if not is_known(state, request_id):
         return state
+    if state.policy.request_cache_timing == "at_checkpoint":
+        progress = state.progress[request_id]
+        state = cache_full_blocks(state, progress.last, progress.scheduled_end)
     for blocks in state.requests[request_id].blocks:
         first = next((i for i, b in enumerate(blocks) if b != NULL_BLOCK), len(blocks))
         held = blocks[first:]
@@ -264,6 +301,7 @@ def free(state: RequestState, request_id: RequestId) -> RequestState:
         state,
         requests=state.requests.delete(request_id),
         shared_prefix=state.shared_prefix.delete(request_id),
+        progress=state.progress.delete(request_id),
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from immutables import Map
 
 from pagedkv.specs.policy import PAGEDKV, Policy
-from pagedkv.specs.request_types import NULL_BLOCK, KVEvent, RequestConfig, RequestId
+from pagedkv.specs.request_types import NULL_BLOCK, KVEvent, Request, RequestConfig, RequestId
 from pagedkv.specs.request_validation import check_request_config
 from pagedkv.specs.request_view import (
     CachedKey,
@@ -28,6 +28,23 @@ BLANK = RequestBlockView(ref_count=0, cached=None)
 
 NO_BOUNDARIES: Map[RequestId, int] = Map()
 NO_PARENTS: Map[CachedKey, BlockHash | None] = Map()
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Where a known request stands, for caching at a checkpoint (policy
+    ``request_cache_timing=at_checkpoint``, ``specs/radix_cache.md`` §3): what SGLang's ``Req``
+    carries and vLLM's manager never needs."""
+
+    admitted_tokens: int
+    """The request's tokens when it was admitted: its prefill computes them, in chunks."""
+    last: Request
+    """The request as its last ``allocate_slots`` saw it (its hashes, at ``free``)."""
+    scheduled_end: int
+    """The committed tokens computed once that call's tokens are: what a finish caches."""
+
+
+NO_PROGRESS: Map[RequestId, Progress] = Map()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +69,8 @@ class RequestState:
     block): which cached block extends which, for leaf-only eviction (policy
     ``request_eviction``, ``specs/radix_cache.md`` §4). Not in the view: it follows from the
     hashes."""
+    progress: Map[RequestId, Progress] = NO_PROGRESS
+    """Each known request's ``Progress``. Not in the view: SGLang keeps it on its request."""
 
 
 def new_request_state(config: RequestConfig, policy: Policy = PAGEDKV) -> RequestState:

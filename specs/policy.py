@@ -45,7 +45,8 @@ RequestFreeOrder = Literal["tail_first", "head_first"]
 RequestWindowRetention = Literal["dense", "replay_boundary"]
 RequestClearEvent = Literal["with_caching", "always"]
 RequestEviction = Literal["free_queue", "leaf_lru"]
-RequestCacheTiming = Literal["at_schedule", "after_compute"]
+RequestCacheTiming = Literal["at_schedule", "after_compute", "at_checkpoint"]
+RequestDuplicates = Literal["keep", "free_at_insert"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class Policy:
     request_clear_event: RequestClearEvent = "with_caching"
     request_eviction: RequestEviction = "free_queue"
     request_cache_timing: RequestCacheTiming = "at_schedule"
+    request_duplicates: RequestDuplicates = "keep"
     unsupported: frozenset[str] = frozenset()
     """Operations the engine does not offer: the reference raises ``UnsupportedError`` for them."""
 
@@ -658,11 +660,30 @@ OPTIONS: dict[str, Option] = {
                 "after_compute": "once computed: each `allocate_slots` caches the full blocks of"
                 " the tokens computed before it (`num_computed_tokens` and the hit), so a chunk's"
                 " blocks become hits at the request's next call, and a request's last step is"
-                " never cached. SGLang inserts computed tokens too, at a chunk's end and at"
-                " finish but not while decoding (`specs/radix_cache.md` §3): neither value is"
-                " its exact timing, and the `sglang` profile keeps `at_schedule`",
+                " never cached",
+                "at_checkpoint": "SGLang's radix cache (`checkpoint_kv_cache` after every prefill"
+                " chunk, `release_kv_cache(checkpoint=True)` at finish): while a request's"
+                " prefill lasts (its computed tokens within the tokens it was admitted with),"
+                " `allocate_slots` caches the full blocks of the tokens computed before it;"
+                " nothing while it decodes; `free` caches the committed tokens the request's"
+                " last `allocate_slots` scheduled, then gives its blocks back"
+                " (`specs/radix_cache.md` §3)",
             },
             rule=("reference/request_manager.py: tokens_to_cache",),
+        ),
+        Option(
+            "request_duplicates",
+            _values(RequestDuplicates),
+            "a request's block whose key another block is cached under already, when caching",
+            {
+                "keep": "pagedkv, vLLM v1: cached too, behind the first (a lookup finds the"
+                " first); the request keeps its own block (request §1)",
+                "free_at_insert": "SGLang's radix cache (`RadixCache.insert` answers the length"
+                " already cached and `checkpoint` frees the request's pages there and rewrites"
+                " its row): the request's table takes the cached block instead, its own block"
+                " goes back uncached, and no event names it (`specs/radix_cache.md` §3)",
+            },
+            rule=("reference/request_manager.py: cache_full_blocks",),
         ),
         Option(
             "unsupported",
@@ -744,9 +765,16 @@ PROFILES["nano-vllm-upstream"] = replace(
     PROFILES["nano-vllm"], keep_freed_cache=True, eviction="free_list"
 )
 
-PROFILES["sglang"] = Policy(request_hit_cap="n_minus_1", request_eviction="leaf_lru")
+PROFILES["sglang"] = Policy(
+    request_hit_cap="n_minus_1",
+    request_eviction="leaf_lru",
+    request_cache_timing="at_checkpoint",
+    request_duplicates="free_at_insert",
+)
 """SGLang 0.5.23's radix cache at the request level (``specs/radix_cache.md``): its hit cap is
-``input_len - 1`` (``Req._compute_max_prefix_len``) and its eviction leaf-only LRU. Its page size
+``input_len - 1`` (``Req._compute_max_prefix_len``), its eviction leaf-only LRU, and it inserts
+computed tokens after each prefill chunk and at finish (``request_cache_timing``), freeing a
+request's duplicates of pages the tree holds already (``request_duplicates``). Its page size
 (1 by default) is the configuration's block size, not a policy."""
 
 PROFILE_LEVELS: dict[str, tuple[str, ...]] = {

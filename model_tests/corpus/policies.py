@@ -99,5 +99,6 @@ OTHER_CHOICES: tuple[OtherChoice, ...] = (
     OtherChoice("request_clear_event", "always", "request"),
     OtherChoice("request_eviction", "leaf_lru", "request"),
     OtherChoice("request_cache_timing", "after_compute", "request"),
+    OtherChoice("request_duplicates", "keep", "request", "sglang"),
 )
 """One other choice per option, at the level and under the profile where it shows."""

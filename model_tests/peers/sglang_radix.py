@@ -16,16 +16,19 @@ not the Triton-batched ``alloc_extend``). The adapter is the scheduler
 - ``allocate_slots``: admission locks the matched node (the hit's path) and writes the hit's
   indices into the request's row; what does not fit in the free slots plus the evictable
   ones is ``None`` (SGLang's prefill adder counts both), after the lock is given back; else,
-  for a request still in its prompt (the round after a prefill chunk: ``checkpoint_kv_cache``),
-  its computed tokens are checkpointed into the tree (``RadixCache.checkpoint``: insert, free
-  the duplicates, rewrite the row, move the lock); a decoding request inserts nothing; then
-  ``evict`` makes room for the shortfall and the allocator hands out the slots;
+  while the request is in its extend (its computed tokens within those it was admitted with:
+  the round after a prefill chunk, the last one included, ``batch_result_processor.py``'s
+  ``checkpoint_kv_cache``), its computed tokens are checkpointed into the tree
+  (``RadixCache.checkpoint``: insert, free the duplicates, rewrite the row, move the lock); a
+  decoding request inserts nothing; then ``evict`` makes room for the shortfall and the
+  allocator hands out the slots;
 - ``free``: ``release_kv_cache``'s steps with ``checkpoint=True`` (a finish): the tree keeps
-  the tokens computed as of the request's last ``allocate_slots`` (those of the last step are
-  not known to be computed: a preempted request may not have run), the rest of the row goes
-  back, the lock is dropped. The protocol does not tell a finish from a retract or an abort,
-  which SGLang releases with ``checkpoint=False``: the adapter inserts there too (harmless to
-  safety; a hit SGLang would not serve);
+  the committed tokens the last ``allocate_slots`` scheduled (``owned_kv_len``: the engine
+  computed them before the request finished), the rest of the row goes back, the lock is
+  dropped. The protocol does not tell a finish from a retract or an abort, which SGLang
+  releases with ``checkpoint=False``: the adapter inserts there too, as the ``sglang``
+  profile's reference does (``specs/peers.md`` A3: harmless to safety; a hit SGLang would not
+  serve);
 - ``reset_prefix_cache``: SGLang's ``flush_cache``: refused while a request holds slots, else
   the tree is reset and the allocator cleared;
 - ``take_events``: SGLang's recorder's events, renamed through the conversion vLLM's adapters
@@ -228,19 +231,23 @@ class SglangRadixManager:
         need = total + args.num_new_tokens + args.num_lookahead_tokens
         if self._config.max_model_len is not None:
             need = min(need, self._config.max_model_len)
+        scheduled_end = min(total + args.num_new_tokens, checked.num_tokens)
         kept = self._requests.get(checked.request_id)
         if kept is None:
-            return self._admit(checked, args.num_new_computed_tokens, need)
+            return self._admit(checked, args.num_new_computed_tokens, need, scheduled_end)
         wanted = -(-need // self.page_size) * self.page_size - kept.allocated
         if wanted > self._allocator.available_size() + self._tree.evictable_size():
             return None
-        if checked.num_computed_tokens < checked.num_prompt_tokens:  # after a prefill chunk
-            self._checkpoint(kept, checked, checked.num_computed_tokens)
+        if total <= kept.admitted_tokens:  # the round after an extend (prefill) chunk
+            self._checkpoint(kept, checked, total)
         kept.request = checked
-        kept.computed = checked.num_computed_tokens
+        kept.computed = total
+        kept.scheduled_end = scheduled_end
         return [self._grow(kept, wanted)]
 
-    def _admit(self, request: Request, num_hit: int, need: int) -> GroupBlocks | None:
+    def _admit(
+        self, request: Request, num_hit: int, need: int, scheduled_end: int
+    ) -> GroupBlocks | None:
         hit: list[int] = []
         node = self._tree.root_node
         if num_hit:
@@ -253,6 +260,7 @@ class SglangRadixManager:
         kept = SglangRequest(request, self._rows.take(), lock, node, len(hit))
         self._rows.write((kept.kv.req_pool_idx, slice(0, len(hit))), torch.tensor(hit))
         kept.allocated = len(hit)
+        kept.scheduled_end = scheduled_end
         self._requests[request.request_id] = kept
         return [self._grow(kept, wanted)]
 
@@ -273,7 +281,7 @@ class SglangRadixManager:
         kept = self._requests.pop(checked, None)
         if kept is None:
             return
-        self._checkpoint(kept, kept.request, kept.computed)
+        self._checkpoint(kept, kept.request, kept.scheduled_end)
         row = self._rows.row(kept.kv.req_pool_idx, kept.allocated)
         start = kept.kv.cache_protected_len
         self._allocator.free_segment(torch.tensor(row[start:], dtype=torch.int64), start_pos=start)

@@ -56,6 +56,11 @@ class SglangRequest:
         """Slots in the row, a whole number of pages."""
         self.computed = num_hit
         """Tokens whose KV the request holds, as of its last ``allocate_slots``."""
+        self.admitted_tokens = request.num_tokens
+        """Its tokens when admitted: the extend (prefill) covers them, a chunk at a time."""
+        self.scheduled_end = num_hit
+        """The committed tokens whose KV is written once its last ``allocate_slots``'s tokens
+        are computed: ``owned_kv_len`` at a finish."""
         self.request = request
         self.fill(request)
 

@@ -1,5 +1,6 @@
 """SGLang 0.5.23's ``RadixCache`` behind ``SglangRadixManager`` (``model_tests/peers/``) under
-the safety tier, and a planted adapter bug the tier must catch (``specs/peers.md``, "SGLang").
+the safety tier, and a planted adapter bug the tier must catch; under the ``sglang`` profile,
+whose choices vLLM's would fail (``specs/peers.md``, "SGLang").
 
 Skipped when ``.peers/`` lacks SGLang's files, failed under ``CI=true`` (as ``test_peers.py``).
 """
@@ -77,3 +78,38 @@ def test_pages_of_16_pass_the_safety_tier_and_an_unlocked_match_fails_it() -> No
     failed = safety_check(paged(UnlockedMatch), 2000, pages_of=16)
     assert not failed.passed
     assert "the tables hold" in failed.message, failed.message
+
+
+def profile_check(
+    factory: Callable[[RequestConfig], Any], overrides: dict[str, str], seed: int
+) -> CheckResult:
+    """``factory`` held to the ``sglang`` profile (with ``overrides``), full attention, 500
+    calls, stepping past the peer's known differences (``make peers``'s run)."""
+    return run_check(
+        factory,
+        "request",
+        steps=500,
+        seed=seed,
+        trace_out=None,
+        profile=profile(SGLANG_PROFILE, overrides),
+        layouts=("full",),
+        known=load_known(KNOWN / "sglang-0.5.23-radix.toml", "request"),
+    )
+
+
+@needs(sources.SGLANG)
+def test_sglang_radix_matches_its_profile_and_not_vllms_timing() -> None:
+    """The ``sglang`` profile's cache timing (``at_checkpoint``) is SGLang's: the page-size-1
+    peer passes the profile on seed 0 and fails it with vLLM's timing in its place."""
+    assert (passed := profile_check(SglangRadixManager, {}, 0)).passed, passed.message
+    assert not profile_check(SglangRadixManager, {"request_cache_timing": "at_schedule"}, 0).passed
+
+
+@needs(sources.SGLANG)
+def test_sglang_paged_matches_its_profile_and_not_vllms_duplicates() -> None:
+    """SGLang frees a request's duplicate pages at insert (``request_duplicates``): the paged
+    peer passes the profile on seed 5 and fails it where the duplicate is kept, as vLLM keeps
+    it."""
+    assert (passed := profile_check(paged(SglangRadixManager), {}, 5)).passed, passed.message
+    kept = profile_check(paged(SglangRadixManager), {"request_duplicates": "keep"}, 5)
+    assert not kept.passed

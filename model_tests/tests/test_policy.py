@@ -385,6 +385,24 @@ def test_promotion() -> None:
         "keep": (1, False, [(2, 1)], 0),
     }
 
+    def cached_in_the_evictable_block(policy: Policy) -> tuple[object, ...]:
+        """The content cached in the one block the copy can take: vLLM 0.6.3's copy evicts it,
+        so the filled copy is the cached block then (a lookup after the copy finds none)."""
+        p = pool(policy, num_blocks=3)
+        p.free(p.allocate_immutable(ROOT, [1]))
+        mine = p.allocate_mutable()
+        p.fork([mine])
+        p.allocate_mutable()
+        held = p.append_tokens(mine, ROOT, [1])
+        found = p.lookup(ROOT.child_hash([1]))
+        return held, found, p.clear_copy_on_writes(), p.block(held).tokens
+
+    assert under_each_value("promotion", cached_in_the_evictable_block) == {
+        "dedup": (0, 0, [], (1,)),
+        "copy_then_dedup": (0, 0, [(1, 0)], (1,)),
+        "keep": (0, 0, [(1, 0)], (1,)),
+    }
+
 
 def test_duplicates() -> None:
     """Under ``promotion=keep``, two blocks filled with one content: a lookup finds the first
@@ -830,19 +848,45 @@ def test_request_eviction() -> None:
 
 
 def test_request_cache_timing() -> None:
-    """``a`` schedules a 4-token prompt: its blocks are hits for ``b`` at once, or only after
-    ``a``'s next call, once the engine has computed them."""
+    """``a`` schedules a 4-token prompt, decodes two tokens and finishes: how much of it a
+    9-token ``b`` would hit at each point. At once (vLLM); once computed; or after each prefill
+    chunk and at the finish, nothing while decoding (SGLang's checkpoints)."""
 
-    def scenario(policy: Policy) -> tuple[int, int]:
+    def scenario(policy: Policy) -> tuple[int, ...]:
         m = requests(policy)
+        b = prompt("b", 9)
+        seen = []
         m.allocate_slots(prompt("a", 4), 4)
-        scheduled = m.get_computed_blocks(prompt("b", 5))[1]
-        m.allocate_slots(prompt("a", 5, computed=4), 1)
-        return scheduled, m.get_computed_blocks(prompt("b", 5))[1]
+        seen.append(m.get_computed_blocks(b)[1])
+        m.allocate_slots(Request("a", tuple(range(5)), 4, 4), 1)
+        seen.append(m.get_computed_blocks(b)[1])
+        m.allocate_slots(Request("a", tuple(range(6)), 4, 5), 1)
+        seen.append(m.get_computed_blocks(b)[1])
+        m.free("a")
+        seen.append(m.get_computed_blocks(b)[1])
+        return tuple(seen)
 
     assert under_each_value("request_cache_timing", scenario) == {
-        "at_schedule": (4, 4),
-        "after_compute": (0, 4),
+        "at_schedule": (4, 4, 6, 6),
+        "after_compute": (0, 4, 4, 4),
+        "at_checkpoint": (0, 4, 4, 6),
+    }
+
+
+def test_request_duplicates() -> None:
+    """``a`` and then ``b`` schedule the same 4-token prompt, ``b`` offered no hit: ``b``'s own
+    blocks are cached behind ``a``'s (vLLM), or given back for them, its table rewritten and no
+    event naming them (SGLang's insert)."""
+
+    def scenario(policy: Policy) -> tuple[list[list[int]], int, int]:
+        m = requests(policy)
+        m.allocate_slots(prompt("a", 4), 4)
+        m.allocate_slots(prompt("b", 4), 4)
+        return m.get_block_ids("b"), m.num_free_blocks(), len(m.take_events())
+
+    assert under_each_value("request_duplicates", scenario) == {
+        "keep": ([[3, 4]], 3, 2),
+        "free_at_insert": ([[1, 2]], 5, 1),
     }
 
 

@@ -10,7 +10,7 @@ from pagedkv.model_tests.oracle.api import check
 from pagedkv.model_tests.oracle.targets import Factory
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager, sglang_reference
 from pagedkv.specs.policy import PAGEDKV, profile
-from pagedkv.specs.request_types import RequestConfig
+from pagedkv.specs.request_types import Request, RequestConfig
 
 STEPS = 1500
 
@@ -20,11 +20,16 @@ def leaf_lru_reference(config: RequestConfig) -> ReferenceRequestKVManager:
 
 
 def test_the_sglang_profile_is_sglangs_radix_cache() -> None:
-    """SGLang's hit cap (``input_len - 1``) and leaf-only eviction, at the request level only."""
+    """SGLang's hit cap (``input_len - 1``), leaf-only eviction, insertion at its checkpoints
+    with its duplicates freed, at the request level only."""
     sglang = profile("sglang")
     assert sglang.policy.request_hit_cap == "n_minus_1"
     assert sglang.policy.request_eviction == "leaf_lru"
-    assert sglang.policy.differences(PAGEDKV) == {"request_eviction": ("leaf_lru", "free_queue")}
+    assert sglang.policy.differences(PAGEDKV) == {
+        "request_eviction": ("leaf_lru", "free_queue"),
+        "request_cache_timing": ("at_checkpoint", "at_schedule"),
+        "request_duplicates": ("free_at_insert", "keep"),
+    }
     assert sglang.levels == ("request",)
     with pytest.raises(ValueError, match="request level only"):
         sglang.check_level("manager")
@@ -70,3 +75,18 @@ def test_caching_after_compute_is_a_choice_the_oracle_tells_apart() -> None:
     same = check(after_compute_reference, "request", policy=after, steps=STEPS, seed=0)
     assert same.passed, same.message
     assert not check(after_compute_reference, "request", steps=STEPS, seed=0).passed
+
+
+def test_a_checkpoint_counts_a_recomputed_prefill() -> None:
+    """A request admitted again with its output (a preemption's recompute) computes all of it
+    as its prefill (SGLang's extend of ``origin_input_ids + output_ids``): each chunk is
+    checkpointed up to the tokens it was admitted with, not only up to its prompt."""
+    config = RequestConfig(8, 2)
+    m = ReferenceRequestKVManager(config, profile("sglang").policy)
+    tokens = tuple(range(6))
+    m.allocate_slots(Request("a", tokens, 2, 0), 2)
+    m.allocate_slots(Request("a", tokens, 2, 2), 4)
+    asking = Request("b", tuple(range(9)), 9, 0)
+    assert m.get_computed_blocks(asking)[1] == 2
+    m.allocate_slots(Request("a", (*tokens, 6), 2, 6), 1)
+    assert m.get_computed_blocks(asking)[1] == 6
