@@ -455,6 +455,10 @@ class RequestManager:
         for table in record.tables:
             self._give_back(reversed(table))
 
+    preempt = free
+    """A preemption gives the blocks back as ``free`` does: pagedkv's policy caches at schedule,
+    so nothing is left to cache at either (``specs/request_level.md`` §5)."""
+
     def _give_back(self, blocks: Iterable[BlockId]) -> None:
         """Blocks no table holds any more rejoin the queue: uncached ones at the front (reused
         first), cached ones at the back (evicted last), each run in the given order."""

@@ -52,6 +52,9 @@ class ReferenceRequestKVManager:
     def free(self, request_id: RequestId) -> None:
         self.state = ops.free(self.state, request_id)
 
+    def preempt(self, request_id: RequestId) -> None:
+        self.state = ops.preempt(self.state, request_id)
+
     def get_block_ids(self, request_id: RequestId) -> GroupBlocks:
         return ops.get_block_ids(self.state, request_id)
 

@@ -291,6 +291,21 @@ def free(state: RequestState, request_id: RequestId) -> RequestState:
     if state.policy.request_cache_timing == "at_checkpoint":
         progress = state.progress[request_id]
         state = cache_full_blocks(state, progress.last, progress.scheduled_end)
+    return give_back_request(state, request_id)
+
+
+def preempt(state: RequestState, request_id: RequestId) -> RequestState:
+    """§5: a preempted request's blocks given back as ``free`` gives them, with nothing cached
+    for it at a checkpoint (SGLang's retract inserts nothing); the same as ``free`` under every
+    other policy."""
+    check_request_id(request_id)
+    if not is_known(state, request_id):
+        return state
+    return give_back_request(state, request_id)
+
+
+def give_back_request(state: RequestState, request_id: RequestId) -> RequestState:
+    """§5: the known request's blocks given back, group by group, and the request forgotten."""
     for blocks in state.requests[request_id].blocks:
         first = next((i for i, b in enumerate(blocks) if b != NULL_BLOCK), len(blocks))
         held = blocks[first:]

@@ -12,7 +12,7 @@ changes (``specs/block_manager.md`` §5.3, ``specs/oracle.md`` §1).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.defrag_view import DefragmenterView
@@ -193,7 +193,10 @@ class RequestKVManager(Protocol):
         not fit (then only blocks that left a sliding window may have been released)."""
         ...
 
-    def free(self, request_id: RequestId) -> None: ...
+    def free(self, request_id: RequestId) -> None:
+        """A request that finished or was aborted (vLLM's scheduler frees a preempted one the
+        same way: a target without ``preempt`` gets ``free`` for a preemption too)."""
+        ...
 
     def get_block_ids(self, request_id: RequestId) -> GroupBlocks: ...
 
@@ -206,6 +209,16 @@ class RequestKVManager(Protocol):
     def take_events(self) -> list[KVEvent]: ...
 
     def view(self) -> RequestManagerView: ...
+
+
+@runtime_checkable
+class RequestPreemption(Protocol):
+    """The one optional operation of the request level (``specs/request_level.md`` §5): a
+    preempted request's blocks given back, as ``free`` gives them, but nothing it computed is
+    cached for it (SGLang's retract, ``specs/radix_cache.md`` §3). A target without it gets
+    ``free`` in its place."""
+
+    def preempt(self, request_id: RequestId) -> None: ...
 
 
 class RequestKVManagerFactory(Protocol):

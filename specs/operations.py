@@ -64,6 +64,9 @@ class Operation:
     result: str
     pair_devices: tuple[Device, Device] | None = None
     """For a result of kind ``pairs``: the devices of each pair's source and destination."""
+    optional: bool = False
+    """A target may lack it: the caller then makes the call the operation's spec names in its
+    place (``preempt``: ``free``), and the operation is never sent to that target."""
 
     @property
     def min_args(self) -> int:
@@ -76,7 +79,11 @@ class Operation:
 
 
 def _op(
-    name: str, result: str, *params: str, pairs: tuple[Device, Device] | None = None
+    name: str,
+    result: str,
+    *params: str,
+    pairs: tuple[Device, Device] | None = None,
+    optional: bool = False,
 ) -> Operation:
     """``"name:kind"`` is required, ``"name:kind=default"`` optional."""
     parsed = []
@@ -84,7 +91,7 @@ def _op(
         param, _, rest = text.partition(":")
         kind, equals, default = rest.partition("=")
         parsed.append(Param(param, kind, default if equals else None))
-    return Operation(name, tuple(parsed), result, pairs)
+    return Operation(name, tuple(parsed), result, pairs, optional)
 
 
 GPU, CPU = Device.GPU, Device.CPU
@@ -167,6 +174,7 @@ REQUEST_OPERATIONS: tuple[Operation, ...] = (
         "num_lookahead_tokens:count=0",
     ),
     _op("free", "none", "request_id:request_id"),
+    _op("preempt", "none", "request_id:request_id", optional=True),
     _op("get_block_ids", "group_blocks", "request_id:request_id"),
     _op("num_free_blocks", "int"),
     _op("usage", "float"),
@@ -188,6 +196,12 @@ OPERATIONS: dict[Level, dict[str, Operation]] = {
     "request": {op.name: op for op in REQUEST_OPERATIONS},
     "defrag": {op.name: op for op in DEFRAG_OPERATIONS},
 }
+
+
+def required(level: Level) -> list[str]:
+    """The operations every target of ``level`` must have (the optional ones left out)."""
+    return [name for name, op in OPERATIONS[level].items() if not op.optional]
+
 
 ALLOCATING_POOL_OPERATIONS: frozenset[str] = frozenset(
     op.name for op in POOL_OPERATIONS if op.result == "block"
@@ -273,5 +287,8 @@ def _result_text(operation: Operation) -> str:
 def markdown_table(level: Level) -> str:
     """The level's operations as the table ``specs/oracle.md`` §2 shows."""
     rows = ["| operation | result |", "| --- | --- |"]
-    rows += [f"| `{op.signature()}` | {_result_text(op)} |" for op in OPERATIONS[level].values()]
+    rows += [
+        f"| `{op.signature()}`{' (optional)' if op.optional else ''} | {_result_text(op)} |"
+        for op in OPERATIONS[level].values()
+    ]
     return "\n".join(rows)

@@ -5,10 +5,10 @@ every call a machine makes. The call records every argument, defaults included."
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pagedkv.specs.call import Call
-from pagedkv.specs.interface import RequestKVManager
+from pagedkv.specs.interface import RequestKVManager, RequestPreemption
 from pagedkv.specs.request_types import GroupBlocks, KVEvent, Request, RequestId
 
 T = TypeVar("T")
@@ -40,6 +40,11 @@ def free(request_id: RequestId) -> RequestCall[None]:
     return Call("free", (request_id,), lambda side: side.free)
 
 
+def preempt(request_id: RequestId) -> RequestCall[None]:
+    """The optional operation: made only on a side that offers it (``RequestPreemption``)."""
+    return Call("preempt", (request_id,), lambda side: cast(RequestPreemption, side).preempt)
+
+
 def get_block_ids(request_id: RequestId) -> RequestCall[GroupBlocks]:
     return Call("get_block_ids", (request_id,), lambda side: side.get_block_ids)
 
@@ -66,6 +71,7 @@ REQUEST_CALLS: dict[str, Callable[..., RequestCall[Any]]] = {
         get_computed_blocks,
         allocate_slots,
         free,
+        preempt,
         get_block_ids,
         num_free_blocks,
         usage,

@@ -111,7 +111,7 @@ class RequestSafetySession:
             findings += [("events", p) for p in self.ledger.hit_problems(request, result[0])]
         if method == "allocate_slots" and request is not None:
             findings += self._allocated(request, args, result)
-        if method == "free" and isinstance(args[0], str):
+        if method in ("free", "preempt") and isinstance(args[0], str):
             self.requests.pop(args[0], None)
             self.written.pop(args[0], None)
         known_before = request is not None and request.request_id in self.requests

@@ -4,9 +4,10 @@ Each ``schedule`` rule is one engine iteration under a token budget: the running
 first, in order (a prompt not yet computed gets a chunk of it, chunked prefill; a decoding one
 its last token and, with speculative decoding, draft tokens beyond its committed ones, plus
 lookahead slots); when ``allocate_slots`` answers None the last running request is preempted
-by recompute (freed, back at the front of the waiting queue with nothing computed) and the call
-tried again. Then, if nothing was preempted, waiting requests are admitted through
-``get_computed_blocks`` and ``allocate_slots`` with the hit. The stand-in model runner writes
+by recompute (``preempt`` where the target offers it, else freed; back at the front of the
+waiting queue with nothing computed) and the call tried again. Then, if nothing was
+preempted, waiting requests are admitted through ``get_computed_blocks`` and
+``allocate_slots`` with the hit. The stand-in model runner writes
 every scheduled token's KV; a decode accepts some drafts, rejects the rest (its computed count
 rolls back) and commits a bonus token; a request that reached its length finishes.
 """
@@ -33,7 +34,9 @@ from pagedkv.model_tests.machines.request_draws import (
 )
 from pagedkv.model_tests.machines.request_steering import RequestSteering
 from pagedkv.specs import request_calls as calls
-from pagedkv.specs.request_types import GroupBlocks, MultimodalInput
+from pagedkv.specs.interface import RequestPreemption
+from pagedkv.specs.request_calls import RequestCall
+from pagedkv.specs.request_types import GroupBlocks, MultimodalInput, RequestId
 from pagedkv.specs.types import Token
 
 MAX_LIVE = 6
@@ -177,9 +180,16 @@ class SchedulerRules(RequestSteering):
         victim = self.book.running[-1]
         event("outcome: preemption" + (" of itself" if victim is request else ""))
         self.tally("preemptions")
-        self.succeeded(calls.free(victim.request_id))
+        self.succeeded(self.preemption(victim.request_id))
         self.book.preempted(victim)
         return False
+
+    def preemption(self, request_id: RequestId) -> RequestCall[None]:
+        """The optional ``preempt`` where the target offers it (``RequestPreemption``), else
+        ``free``, what vLLM's scheduler calls for a preemption too."""
+        if isinstance(self.target, RequestPreemption):
+            return calls.preempt(request_id)
+        return calls.free(request_id)
 
     def _admit(
         self, request: Scheduled, budget: int, lookahead: int, data: st.DataObject

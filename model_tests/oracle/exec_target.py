@@ -366,8 +366,9 @@ class ExecTarget:
             raise PeerError(f"the target program's answer is malformed: {error}") from None
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        if name.startswith("_") or name not in codec.OPS[self._factory.level]:
-            raise AttributeError(name)
+        table = codec.OPS[self._factory.level]
+        if name.startswith("_") or name not in table or table[name].optional:
+            raise AttributeError(name)  # an optional operation is not on the wire (oracle.md §3)
 
         def forward(*args: Any) -> Any:
             return self.call(name, *args)

@@ -16,6 +16,7 @@ from pagedkv.model_tests.lockstep.calls import TargetStopped
 from pagedkv.model_tests.oracle import codec
 from pagedkv.model_tests.oracle.exec_target import ExecFactory, close_target
 from pagedkv.model_tests.oracle.guard import GuardedFactory
+from pagedkv.specs.operations import required
 from pagedkv.specs.types import DefragConfig
 
 DEFRAGMENTER_OPS = ("update_state", "defragment", "resolve")
@@ -37,7 +38,7 @@ def level_hint(
     ):
         return ""
     for other, config in samples.items():
-        if other != level and _builds(factory, config, codec.OPS[other]):
+        if other != level and _builds(factory, config, required(other)):
             made = f"it builds {other} targets (from a {type(config).__name__})"
             if other in offered:
                 return f"; {made}: pass --level {other}"

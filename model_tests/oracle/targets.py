@@ -24,6 +24,7 @@ from pagedkv.model_tests.oracle.exec_target import (
 from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.model_tests.oracle.level_hint import level_hint
 from pagedkv.specs.errors import UnsupportedError
+from pagedkv.specs.operations import required
 from pagedkv.specs.policy import PAGEDKV, Policy
 from pagedkv.specs.request_types import AttentionKind, KVGroup, RequestConfig
 from pagedkv.specs.types import DefragConfig, ManagerConfig, PoolConfig
@@ -134,7 +135,7 @@ def build(
     config = SAMPLE_CONFIGS[level] if config is None else config
     try:
         target = factory(config)
-        missing = [op for op in codec.OPS[level] if not callable(getattr(target, op, None))]
+        missing = [op for op in required(level) if not callable(getattr(target, op, None))]
     except UnsupportedError:
         return None  # it declines this configuration (a declared limit): others may do
     except TargetStopped as error:

@@ -133,10 +133,18 @@ def disjoint_placeholders(case: type[RequestMachineBase]) -> type[RequestMachine
     return type(case.__name__, (case,), {"disjoint_multimodal": True})
 
 
-def pages_of_16(case: type[RequestMachineBase]) -> type[RequestMachineBase]:
-    """The request machine drawing blocks of 16 tokens only: SGLang's paged allocator at the
-    page size its servers run with (``specs/radix_cache.md``)."""
-    return type(case.__name__, (case,), {"block_sizes": (16,)})
+def pages_of(*sizes: int) -> Callable[[type[RequestMachineBase]], type[RequestMachineBase]]:
+    """The request machine drawing blocks of ``sizes`` tokens only: the page sizes one of
+    SGLang's allocators serves, so that no run is spent on a configuration it declines."""
+
+    def adapted(case: type[RequestMachineBase]) -> type[RequestMachineBase]:
+        return type(case.__name__, (case,), {"block_sizes": sizes})
+
+    return adapted
+
+
+pages_of_16 = pages_of(16)
+"""SGLang's paged allocator at the page size its servers run with (``specs/radix_cache.md``)."""
 
 
 SGLANG_PROFILE = "sglang"
@@ -208,6 +216,7 @@ PEERS = (
         None,
         sources.SGLANG,
         layouts=("full",),
+        adapt_case=pages_of(1),
     ),
     Peer(
         "sglang-0.5.23-radix-paged",
@@ -218,6 +227,7 @@ PEERS = (
         sources.SGLANG,
         layouts=("full",),
         known_name="sglang-0.5.23-radix",
+        adapt_case=pages_of(2, 3, 4),
     ),
     Peer(
         "sglang-0.5.23-radix-16",

@@ -25,10 +25,8 @@ not the Triton-batched ``alloc_extend``). The adapter is the scheduler
 - ``free``: ``release_kv_cache``'s steps with ``checkpoint=True`` (a finish): the tree keeps
   the committed tokens the last ``allocate_slots`` scheduled (``owned_kv_len``: the engine
   computed them before the request finished), the rest of the row goes back, the lock is
-  dropped. The protocol does not tell a finish from a retract or an abort, which SGLang
-  releases with ``checkpoint=False``: the adapter inserts there too, as the ``sglang``
-  profile's reference does (``specs/peers.md`` A3: harmless to safety; a hit SGLang would not
-  serve);
+  dropped; ``preempt`` (the protocol's optional call, ``specs/request_level.md`` §5): the same
+  with ``checkpoint=False``, SGLang's retract, which inserts nothing;
 - ``reset_prefix_cache``: SGLang's ``flush_cache``: refused while a request holds slots, else
   the tree is reset and the allocator cleared;
 - ``take_events``: SGLang's recorder's events, renamed through the conversion vLLM's adapters
@@ -277,11 +275,20 @@ class SglangRadixManager:
         return [index // self.page_size for index in got[:: self.page_size]]
 
     def free(self, request_id: RequestId) -> None:
+        """``release_kv_cache(req, tree, checkpoint=True)``: a finish."""
+        self._release(request_id, checkpoint=True)
+
+    def preempt(self, request_id: RequestId) -> None:
+        """``release_kv_cache(req, tree, checkpoint=False)``: a retract inserts nothing."""
+        self._release(request_id, checkpoint=False)
+
+    def _release(self, request_id: RequestId, *, checkpoint: bool) -> None:
         checked = check_request_id(request_id)
         kept = self._requests.pop(checked, None)
         if kept is None:
             return
-        self._checkpoint(kept, kept.request, kept.scheduled_end)
+        if checkpoint:
+            self._checkpoint(kept, kept.request, kept.scheduled_end)
         row = self._rows.row(kept.kv.req_pool_idx, kept.allocated)
         start = kept.kv.cache_protected_len
         self._allocator.free_segment(torch.tensor(row[start:], dtype=torch.int64), start_pos=start)

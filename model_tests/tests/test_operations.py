@@ -33,6 +33,9 @@ IMPLEMENTATIONS: dict[operations.Level, list[type[Any]]] = {
     "pool": [interface.BlockPool, ReferenceBlockPool, OptimizedBlockPool],
     "request": [interface.RequestKVManager, ReferenceRequestKVManager, RequestManager],
 }
+PROTOCOL_CLASSES = {interface.BlockSpaceManager, interface.BlockPool, interface.RequestKVManager}
+OPTIONAL_PROTOCOLS: dict[str, type[Any]] = {"preempt": interface.RequestPreemption}
+"""Where each optional operation is declared: a Protocol of its own, which a target may lack."""
 EXTRA_PARAMETERS = {"choice"}
 """Trailing optional parameters an implementation may add: the reference pool's ``choice``, the
 oracle's way to replay another implementation's allowed choice."""
@@ -55,7 +58,8 @@ def test_every_implementation_has_the_tables_operations(
     level: operations.Level, cls: type[Any]
 ) -> None:
     for operation in operations.OPERATIONS[level].values():
-        method = getattr(cls, operation.name, None)
+        protocol = OPTIONAL_PROTOCOLS.get(operation.name, cls) if cls in PROTOCOL_CLASSES else cls
+        method = getattr(protocol, operation.name, None)
         assert callable(method), f"{cls.__name__} lacks {operation.name}"
         found = parameters(method)
         extra = [p for p in found[len(operation.params) :] if p.name in EXTRA_PARAMETERS]
@@ -78,7 +82,13 @@ def test_the_protocols_have_nothing_the_table_lacks() -> None:
     }
     for level, protocol in protocols.items():
         declared = {name for name in vars(protocol) if not name.startswith("_")}
-        assert declared - observers == set(operations.OPERATIONS[level]), level
+        assert declared - observers == set(operations.required(level)), level
+    optional = {
+        n for table in operations.OPERATIONS.values() for n, o in table.items() if o.optional
+    }
+    assert set(OPTIONAL_PROTOCOLS) == optional
+    for name, protocol in OPTIONAL_PROTOCOLS.items():
+        assert {n for n in vars(protocol) if not n.startswith("_")} == {name}
 
 
 def test_the_codec_and_the_spec_page_read_the_same_table() -> None:
@@ -117,9 +127,10 @@ def test_each_operation_has_a_typed_call_with_its_protocols_parameters(
     assert list(constructors) == list(operations.OPERATIONS[level]), level
     protocol, call_type = PROTOCOLS[level]
     for name, constructor in constructors.items():
-        method = inspect.signature(getattr(protocol, name))
+        declaring = OPTIONAL_PROTOCOLS.get(name, protocol)
+        method = inspect.signature(getattr(declaring, name))
         made = inspect.signature(constructor)
-        wanted = [(p.name, p.default, p.annotation) for p in parameters(getattr(protocol, name))]
+        wanted = [(p.name, p.default, p.annotation) for p in parameters(getattr(declaring, name))]
         found = [(p.name, p.default, p.annotation) for p in made.parameters.values()]
         assert found == wanted, (level, name)
         assert made.return_annotation == f"{call_type}[{method.return_annotation}]", (level, name)

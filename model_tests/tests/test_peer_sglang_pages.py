@@ -23,7 +23,7 @@ def test_pages_of_16_hit_whole_pages_under_the_cap() -> None:
     manager = paged_factory(RequestConfig(num_blocks=6, block_size=PAGE))
     first = Request("a", PROMPT, len(PROMPT))
     assert manager.allocate_slots(first, len(PROMPT)) == [[1, 2, 3]]
-    manager.free("a")  # no allocate_slots since: nothing known computed, nothing inserted
+    manager.preempt("a")  # a retract (checkpoint=False): nothing inserted
     assert manager.take_events() == []
 
     again = Request("a2", PROMPT, len(PROMPT))
@@ -31,7 +31,7 @@ def test_pages_of_16_hit_whole_pages_under_the_cap() -> None:
     done = Request("a2", (*PROMPT, 7), len(PROMPT), len(PROMPT))
     new = manager.allocate_slots(done, 1)
     assert new == [[]]  # the third page has room for token 40
-    manager.free("a2")  # a finish: SGLang inserts the two full pages, frees the third
+    manager.free("a2")  # the prefill's checkpoint inserted the two full pages; the third goes
     (stored,) = manager.take_events()
     assert isinstance(stored, BlockStored)
     assert list(stored.block_hashes) == request_block_hashes(done, PAGE)[:2]
@@ -53,3 +53,19 @@ def test_pages_of_16_hit_whole_pages_under_the_cap() -> None:
     assert [h for event in removed for h in event.block_hashes] == list(
         reversed(request_block_hashes(done, PAGE)[:2])
     )
+
+
+@needs(sources.SGLANG)
+def test_a_retract_inserts_nothing_and_a_finish_what_ran() -> None:
+    """``preempt`` is SGLang's ``release_kv_cache(checkpoint=False)``, ``free`` its finish."""
+    stored = {}
+    for release in ("preempt", "free"):
+        manager = paged_factory(RequestConfig(num_blocks=6, block_size=PAGE))
+        assert manager.allocate_slots(Request("a", PROMPT, len(PROMPT)), len(PROMPT))
+        if release == "free":
+            manager.free("a")
+        else:
+            manager.preempt("a")
+        stored[release] = [e for e in manager.take_events() if isinstance(e, BlockStored)]
+    assert stored["preempt"] == []
+    assert [len(e.block_hashes) for e in stored["free"]] == [2]

@@ -13,7 +13,7 @@ from typing import Any
 from pagedkv.model_tests.oracle.check import CheckResult, run_check
 from pagedkv.model_tests.oracle.known import load as load_known
 from pagedkv.model_tests.peers import sources
-from pagedkv.model_tests.peers.run import KNOWN, SGLANG_PROFILE, pages_of_16
+from pagedkv.model_tests.peers.run import KNOWN, SGLANG_PROFILE, pages_of
 from pagedkv.model_tests.peers.sglang_radix import SglangRadixManager
 from pagedkv.model_tests.tests.test_peers import needs
 from pagedkv.specs.policy import SAFETY, profile
@@ -39,10 +39,10 @@ def paged(factory: Callable[..., SglangRadixManager]) -> Callable[[RequestConfig
 
 
 def safety_check(
-    factory: Callable[[RequestConfig], Any], steps: int, *, pages_of: int | None = None
+    factory: Callable[[RequestConfig], Any], steps: int, *, sizes: tuple[int, ...] = (1,)
 ) -> CheckResult:
-    """``factory`` alone under the safety tier, full attention, seed 0; with ``pages_of=16``
-    the machine draws pages of 16 tokens only (``make peers``'s ``sglang-0.5.23-radix-16``),
+    """``factory`` alone under the safety tier, full attention, seed 0, the machine drawing
+    pages of ``sizes`` tokens only (``(16,)``: ``make peers``'s ``sglang-0.5.23-radix-16``),
     stepping past the peer's known differences (A1 shows at once on a page that holds a
     multimodal placeholder)."""
     return run_check(
@@ -53,8 +53,8 @@ def safety_check(
         trace_out=None,
         profile=SAFETY_TIER,
         layouts=("full",),
-        adapt_case=pages_of_16 if pages_of == 16 else None,
-        known=load_known(KNOWN / "sglang-0.5.23-radix.toml", "request") if pages_of else None,
+        adapt_case=pages_of(*sizes),
+        known=load_known(KNOWN / "sglang-0.5.23-radix.toml", "request"),
     )
 
 
@@ -73,18 +73,22 @@ def test_an_unlocked_match_fails_the_safety_tier() -> None:
 
 @needs(sources.SGLANG)
 def test_pages_of_16_pass_the_safety_tier_and_an_unlocked_match_fails_it() -> None:
-    passed = safety_check(paged(SglangRadixManager), 300, pages_of=16)
+    passed = safety_check(paged(SglangRadixManager), 300, sizes=(16,))
     assert passed.passed, passed.message
-    failed = safety_check(paged(UnlockedMatch), 2000, pages_of=16)
+    failed = safety_check(paged(UnlockedMatch), 2000, sizes=(16,))
     assert not failed.passed
     assert "the tables hold" in failed.message, failed.message
 
 
 def profile_check(
-    factory: Callable[[RequestConfig], Any], overrides: dict[str, str], seed: int
+    factory: Callable[[RequestConfig], Any],
+    overrides: dict[str, str],
+    seed: int,
+    sizes: tuple[int, ...] = (1,),
 ) -> CheckResult:
-    """``factory`` held to the ``sglang`` profile (with ``overrides``), full attention, 500
-    calls, stepping past the peer's known differences (``make peers``'s run)."""
+    """``factory`` held to the ``sglang`` profile (with ``overrides``), full attention, pages
+    of ``sizes`` tokens, 500 calls, stepping past the peer's known differences (``make
+    peers``'s run)."""
     return run_check(
         factory,
         "request",
@@ -93,6 +97,7 @@ def profile_check(
         trace_out=None,
         profile=profile(SGLANG_PROFILE, overrides),
         layouts=("full",),
+        adapt_case=pages_of(*sizes),
         known=load_known(KNOWN / "sglang-0.5.23-radix.toml", "request"),
     )
 
@@ -106,10 +111,9 @@ def test_sglang_radix_matches_its_profile_and_not_vllms_timing() -> None:
 
 
 @needs(sources.SGLANG)
-def test_sglang_paged_matches_its_profile_and_not_vllms_duplicates() -> None:
-    """SGLang frees a request's duplicate pages at insert (``request_duplicates``): the paged
-    peer passes the profile on seed 5 and fails it where the duplicate is kept, as vLLM keeps
-    it."""
-    assert (passed := profile_check(paged(SglangRadixManager), {}, 5)).passed, passed.message
-    kept = profile_check(paged(SglangRadixManager), {"request_duplicates": "keep"}, 5)
-    assert not kept.passed
+def test_sglang_radix_matches_its_profile_and_not_vllms_duplicates() -> None:
+    """SGLang frees a request's duplicate pages at insert (``request_duplicates``): the
+    page-size-1 peer passes the profile on seed 1 and fails it where the duplicate is kept, as
+    vLLM keeps it."""
+    assert (passed := profile_check(SglangRadixManager, {}, 1)).passed, passed.message
+    assert not profile_check(SglangRadixManager, {"request_duplicates": "keep"}, 1).passed

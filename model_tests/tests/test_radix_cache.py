@@ -90,3 +90,24 @@ def test_a_checkpoint_counts_a_recomputed_prefill() -> None:
     assert m.get_computed_blocks(asking)[1] == 2
     m.allocate_slots(Request("a", (*tokens, 6), 2, 6), 1)
     assert m.get_computed_blocks(asking)[1] == 6
+
+
+def test_a_preemption_caches_nothing_a_finish_caches_what_ran() -> None:
+    """Under SGLang's timing a finish inserts what the last step computed and a retract inserts
+    nothing (``preempt``, ``specs/request_level.md`` §5); under vLLM's both are ``free``."""
+    hits = {}
+    for name in ("sglang", "pagedkv"):
+        for release in ("free", "preempt"):
+            m = ReferenceRequestKVManager(RequestConfig(8, 2), profile(name).policy)
+            m.allocate_slots(Request("a", tuple(range(4)), 4, 0), 4)
+            if release == "free":
+                m.free("a")
+            else:
+                m.preempt("a")
+            hits[name, release] = m.get_computed_blocks(Request("b", tuple(range(5)), 5, 0))[1]
+    assert hits == {
+        ("sglang", "free"): 4,
+        ("sglang", "preempt"): 0,
+        ("pagedkv", "free"): 4,
+        ("pagedkv", "preempt"): 4,
+    }
