@@ -160,6 +160,7 @@ POOL_OPERATIONS: tuple[Operation, ...] = (
     _op("num_free_blocks", "int"),
     _op("hit_rate", "float"),
     _op("reset_prefix_cache", "bool"),
+    _op("take_events", "events", optional=True),
 )
 
 REQUEST_OPERATIONS: tuple[Operation, ...] = (

@@ -5,11 +5,12 @@ of ``specs/operations.py``, with the parameters of its ``BlockPool`` method in
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pagedkv.specs.call import Call
 from pagedkv.specs.content_hash import Prefix
-from pagedkv.specs.interface import BlockPool
+from pagedkv.specs.interface import BlockPool, PoolEvents
+from pagedkv.specs.request_types import KVEvent
 from pagedkv.specs.types import BlockId, CopyPair, Token
 
 T = TypeVar("T")
@@ -68,6 +69,11 @@ def reset_prefix_cache() -> PoolCall[bool]:
     return Call("reset_prefix_cache", (), lambda side: side.reset_prefix_cache)
 
 
+def take_events() -> PoolCall[list[KVEvent]]:
+    """The optional operation: made only on a pool that offers it (``PoolEvents``)."""
+    return Call("take_events", (), lambda side: cast(PoolEvents, side).take_events)
+
+
 POOL_CALLS: dict[str, Callable[..., PoolCall[Any]]] = {
     constructor.__name__: constructor
     for constructor in (
@@ -84,6 +90,7 @@ POOL_CALLS: dict[str, Callable[..., PoolCall[Any]]] = {
         num_free_blocks,
         hit_rate,
         reset_prefix_cache,
+        take_events,
     )
 }
 """Each constructor under its operation's name, in the table's order: where a call comes as

@@ -27,6 +27,7 @@ REQUEST_PAGES = {
     "get_computed_blocks": "§3",
     "allocate_slots": "§4",
     "free": "§5",
+    "preempt": "§5",
     "get_block_ids": "§6",
     "num_free_blocks": "§6",
     "usage": "§6",
@@ -64,7 +65,10 @@ PROMISES = ("can_allocate", "can_append_slots", "can_swap_out", "can_swap_in", "
 def _clauses() -> dict[str, str]:
     """Each clause and where the spec states it."""
     clauses = {f"manager {op}": f"block_manager.md §5.3 `{op}`" for op in OPERATIONS["manager"]}
-    clauses |= {f"pool {op}": f"block_pool.md §5 `{op}`" for op in OPERATIONS["pool"]}
+    clauses |= {
+        f"pool {op}": f"block_pool.md {'§9' if op == 'take_events' else '§5'} `{op}`"
+        for op in OPERATIONS["pool"]
+    }
     clauses |= {name: f"invariants.md {name}" for name in INVARIANTS}
     clauses |= {f"promise {p}": f"block_manager.md §5.2, promise of `{p}`" for p in PROMISES}
     clauses |= {f"policy {name}": f"policy.md §4 `{name}`" for name in OPTIONS}
@@ -179,12 +183,12 @@ def _variants() -> tuple[Variant, ...]:
         _fixture(p.MirroredPoolMissingOneFree, ("pool num_free_blocks",), level="pool"),
     ]
     pool_events = [
-        _fixture(cls, (f"pool events: {clause}",), level="pool", profile=profile)
-        for cls, clause in (
-            (p.PoolEvictionSilent, "removals"),
-            (p.PoolStoresBeforeFull, "full blocks"),
-            (p.PoolStoresWithoutCaching, "committed"),
-            (p.PoolStoredWithoutParent, "parents"),
+        _fixture(cls, (f"pool events: {clause}", *also), level="pool", profile=profile)
+        for cls, clause, also in (
+            (p.PoolEvictionSilent, "removals", ("pool take_events",)),
+            (p.PoolStoresBeforeFull, "full blocks", ()),
+            (p.PoolStoresWithoutCaching, "committed", ()),
+            (p.PoolStoredWithoutParent, "parents", ()),
         )
         for profile in BOTH
     ]
@@ -192,6 +196,7 @@ def _variants() -> tuple[Variant, ...]:
     safety = "request safety: "
     request = [
         _fixture(r.RequestHitNotCapped, ("request get_computed_blocks",), level="request"),
+        _fixture(r.RequestPreemptKeepsBlocks, ("request preempt",), level="request"),
         _fixture(r.RequestWindowHitShort, ("request get_computed_blocks",), level="request"),
         _fixture(r.RequestHybridTakesFullLength, ("request get_computed_blocks",), level="request"),
         _fixture(r.RequestLookupTakesLatest, ("request get_computed_blocks",), level="request"),

@@ -25,6 +25,7 @@ from pagedkv.specs.request_types import (
     RequestConfig,
     RequestId,
 )
+from pagedkv.specs.request_validation import check_request_id
 from pagedkv.specs.request_view import CachedKey
 from pagedkv.specs.types import BlockHash, BlockId, ExtraKey
 
@@ -224,6 +225,16 @@ class RequestFreeHeadFirst(IndependentRequestManager):
 
     def free_order(self, table: list[BlockId]) -> list[BlockId]:
         return super().free_order(table)[::-1]
+
+
+class RequestPreemptKeepsBlocks(IndependentRequestManager):
+    """``preempt`` forgets the request but gives none of its blocks back: they stay held by
+    nobody's table."""
+
+    def preempt(self, request_id: RequestId) -> None:
+        rid = check_request_id(request_id)
+        self.tables.pop(rid, None)
+        self.num_cached.pop(rid, None)
 
 
 class RequestUncachedToBack(IndependentRequestManager):

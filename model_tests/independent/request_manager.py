@@ -353,6 +353,11 @@ class IndependentRequestManager:
         for table in tables or []:
             self.give_back(self.free_order(table))
 
+    def preempt(self, request_id: RequestId) -> None:
+        """Caching at schedule, a preemption has nothing left to cache: it gives back as a
+        finish does."""
+        self.free(request_id)
+
     def free_order(self, table: list[BlockId]) -> list[BlockId]:
         """Tail first (so a cached chain's tail is evicted before its head), leading nulls
         dropped."""

@@ -9,8 +9,10 @@ This is the model for a C++, Rust or Go engine's peer; the loop is the whole pro
 1. read one line from stdin; stop at end of input;
 2. parse it as a JSON object with ``"op"``;
 3. ``create``: build a new instance from ``"config"`` (``"level"`` says manager, pool, request
-   or defrag), discarding any previous one; answer ``{"result": null}``, or the error if the
-   configuration is refused;
+   or defrag), discarding any previous one; answer ``{"result": null}``, or
+   ``{"result": {"offers": [...]}}`` naming the optional operations it serves (a pool's
+   ``take_events``, a request manager's ``preempt``), or the error if the configuration is
+   refused;
 4. any other op: decode ``"args"``, call the operation, and answer ``{"result": <encoded>}`` or
    ``{"error": "<class name>", "message": "..."}`` with the class name of ``pagedkv.specs.errors``;
 5. write the answer as one line to stdout and flush.
@@ -64,7 +66,12 @@ class Peer:
             self.instance = factory(config)
         except PagedKVError as error:
             return codec.encode_error(error)
-        return {"result": None}
+        offers = [
+            name
+            for name, operation in codec.OPS[self.level].items()
+            if operation.optional and callable(getattr(self.instance, name, None))
+        ]
+        return {"result": {"offers": offers} if offers else None}
 
     def call(self, op: str, args: JSON) -> JSON:
         if self.instance is None:

@@ -300,7 +300,12 @@ class ExecFactory:
         if "error" in answer:
             self.release(peer)
             raise _error_of(answer, "create")
-        return ExecTarget(self, peer, config)
+        try:
+            offers = offered(self.level, answer.get("result"))
+        except PeerError:
+            self.release(peer)
+            raise
+        return ExecTarget(self, peer, config, offers)
 
     def _peer(self) -> _Peer:
         while self.idle:
@@ -336,14 +341,40 @@ def _error_of(answer: dict[str, JSON], op: str) -> Exception:
         return PeerError(f"the target program answered {op} with the error {name!r}: {text}")
 
 
+def offered(level: Level, created: JSON) -> frozenset[str]:
+    """The optional operations a program offers, from its answer to ``create``: ``null``, or
+    ``{"offers": [names]}`` naming optional operations of the level (``specs/oracle.md`` §3)."""
+    if created is None:
+        return frozenset()
+    table = codec.OPS[level]
+    names = created.get("offers") if isinstance(created, dict) else None
+    if (
+        not isinstance(created, dict)
+        or set(created) != {"offers"}
+        or not isinstance(names, list)
+        or not all(isinstance(n, str) and n in table and table[n].optional for n in names)
+    ):
+        optional = sorted(name for name, op in table.items() if op.optional)
+        raise PeerError(
+            f"the target program answered create with {_clip(json.dumps(created))}: expected"
+            f' null or {{"offers": [...]}} naming optional {level} operations'
+            f" ({', '.join(optional) or 'none at this level'})"
+        )
+    return frozenset(names)
+
+
 class ExecTarget:
     """The manager (or pool) protocol, forwarded to a program. Use ``close()`` when done (it is
     also done when the object is collected); the program then serves the next target."""
 
-    def __init__(self, factory: ExecFactory, peer: _Peer, config: Any) -> None:
+    def __init__(
+        self, factory: ExecFactory, peer: _Peer, config: Any, offers: frozenset[str] = frozenset()
+    ) -> None:
         self._factory = factory
         self._peer: _Peer | None = peer
         self._config = config
+        self._offers = offers
+        """The optional operations the program said it offers when it was created."""
 
     @property
     def config(self) -> Any:
@@ -367,8 +398,10 @@ class ExecTarget:
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         table = codec.OPS[self._factory.level]
-        if name.startswith("_") or name not in table or table[name].optional:
-            raise AttributeError(name)  # an optional operation is not on the wire (oracle.md §3)
+        if name.startswith("_") or name not in table:
+            raise AttributeError(name)
+        if table[name].optional and name not in self._offers:
+            raise AttributeError(name)  # not offered at create (oracle.md §3)
 
         def forward(*args: Any) -> Any:
             return self.call(name, *args)

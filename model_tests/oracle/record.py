@@ -20,6 +20,7 @@ from pagedkv.model_tests.machines.hypothesis_internals import run_search
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.check import machine_case
 from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.specs.operations import required
 from pagedkv.specs.request_types import AttentionKind, KVGroup, RequestConfig
 from pagedkv.specs.types import DefragConfig, ManagerConfig, PoolConfig
 
@@ -85,7 +86,7 @@ class Corpus:
         return not self.missing_ops and not self.missing_errors
 
     def summary(self) -> str:
-        ops, errors = codec.OPS[self.level], codec.ERRORS[self.level]
+        ops, errors = required(self.level), codec.ERRORS[self.level]
         text = (
             f"{self.level}: {len(self.files)} traces, {self.operations} operations in"
             f" {self.directory}; operations covered {len(ops) - len(self.missing_ops)}/{len(ops)},"

@@ -53,6 +53,7 @@ from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.errors import ConfigurationError, PagedKVError
 from pagedkv.specs.named_calls import call_named
+from pagedkv.specs.operations import required
 from pagedkv.specs.policy import PAGEDKV, SAFETY, Policy, policy_from_json, policy_json
 from pagedkv.specs.validation import check_config_bounds
 
@@ -704,10 +705,11 @@ def _stopped(error: BaseException) -> str:
 
 
 def summarize(traces: Sequence[Trace], level: Level) -> tuple[set[str], set[str]]:
-    """The operations and error types of ``level`` the traces do not cover."""
+    """The operations (optional ones aside) and error types of ``level`` the traces do not
+    cover."""
     ops: set[str] = set()
     errors: set[str] = set()
     for trace in traces:
         ops |= trace.operations()
         errors |= trace.errors()
-    return set(codec.OPS[level]) - ops, set(codec.ERRORS[level]) - errors
+    return set(required(level)) - ops, set(codec.ERRORS[level]) - errors

@@ -34,7 +34,10 @@ IMPLEMENTATIONS: dict[operations.Level, list[type[Any]]] = {
     "request": [interface.RequestKVManager, ReferenceRequestKVManager, RequestManager],
 }
 PROTOCOL_CLASSES = {interface.BlockSpaceManager, interface.BlockPool, interface.RequestKVManager}
-OPTIONAL_PROTOCOLS: dict[str, type[Any]] = {"preempt": interface.RequestPreemption}
+OPTIONAL_PROTOCOLS: dict[tuple[operations.Level, str], type[Any]] = {
+    ("request", "preempt"): interface.RequestPreemption,
+    ("pool", "take_events"): interface.PoolEvents,
+}
 """Where each optional operation is declared: a Protocol of its own, which a target may lack."""
 EXTRA_PARAMETERS = {"choice"}
 """Trailing optional parameters an implementation may add: the reference pool's ``choice``, the
@@ -58,7 +61,8 @@ def test_every_implementation_has_the_tables_operations(
     level: operations.Level, cls: type[Any]
 ) -> None:
     for operation in operations.OPERATIONS[level].values():
-        protocol = OPTIONAL_PROTOCOLS.get(operation.name, cls) if cls in PROTOCOL_CLASSES else cls
+        optional = OPTIONAL_PROTOCOLS.get((level, operation.name), cls)
+        protocol = optional if cls in PROTOCOL_CLASSES else cls
         method = getattr(protocol, operation.name, None)
         assert callable(method), f"{cls.__name__} lacks {operation.name}"
         found = parameters(method)
@@ -84,10 +88,13 @@ def test_the_protocols_have_nothing_the_table_lacks() -> None:
         declared = {name for name in vars(protocol) if not name.startswith("_")}
         assert declared - observers == set(operations.required(level)), level
     optional = {
-        n for table in operations.OPERATIONS.values() for n, o in table.items() if o.optional
+        (level, name)
+        for level, table in operations.OPERATIONS.items()
+        for name, op in table.items()
+        if op.optional
     }
     assert set(OPTIONAL_PROTOCOLS) == optional
-    for name, protocol in OPTIONAL_PROTOCOLS.items():
+    for (_, name), protocol in OPTIONAL_PROTOCOLS.items():
         assert {n for n in vars(protocol) if not n.startswith("_")} == {name}
 
 
@@ -127,7 +134,7 @@ def test_each_operation_has_a_typed_call_with_its_protocols_parameters(
     assert list(constructors) == list(operations.OPERATIONS[level]), level
     protocol, call_type = PROTOCOLS[level]
     for name, constructor in constructors.items():
-        declaring = OPTIONAL_PROTOCOLS.get(name, protocol)
+        declaring = OPTIONAL_PROTOCOLS.get((level, name), protocol)
         method = inspect.signature(getattr(declaring, name))
         made = inspect.signature(constructor)
         wanted = [(p.name, p.default, p.annotation) for p in parameters(getattr(declaring, name))]
