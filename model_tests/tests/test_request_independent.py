@@ -18,6 +18,7 @@ import inspect
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import pytest
 
@@ -26,7 +27,7 @@ from pagedkv.model_tests.independent.request_manager import IndependentRequestMa
 from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs.errors import PagedKVError
-from pagedkv.specs.interface import RequestKVManager
+from pagedkv.specs.interface import RequestKVManager, RequestPreemption
 from pagedkv.specs.request_types import (
     AttentionKind,
     GroupBlocks,
@@ -143,7 +144,10 @@ class _Scheduler:
             self.sample(req, accepted)
 
     def free(self, req: _Req, *, preempt: bool) -> None:
-        self.call(f"free({req.rid})", lambda m: m.free(req.rid))
+        if preempt:
+            self.call(f"preempt({req.rid})", lambda m: cast(RequestPreemption, m).preempt(req.rid))
+        else:
+            self.call(f"free({req.rid})", lambda m: m.free(req.rid))
         req.running, req.computed = False, 0
         if not preempt:
             del self.reqs[req.rid]
