@@ -20,6 +20,7 @@ from pagedkv.specs.types import PoolConfig
 
 PEER = f"{sys.executable} -m pagedkv.model_tests.oracle.example_peer"
 SILENT = "pagedkv.model_tests.corpus.pools:PoolEvictionSilent"
+MIRRORED = "pagedkv.model_tests.corpus.pools:MirroredPool"
 
 
 def peer(impl: str) -> str:
@@ -33,12 +34,15 @@ def test_a_pool_that_offers_its_events_has_them_over_the_wire() -> None:
     target.close()
 
 
-def test_a_pool_without_events_offers_none() -> None:
+def test_a_pool_without_events_offers_none_and_is_checked_as_before() -> None:
     assert not hasattr(MirroredPool(PoolConfig(4, 2)), "take_events")
-    target = targets.load(peer("pagedkv.model_tests.corpus.pools:MirroredPool"), "pool")
+    target = targets.load(peer(MIRRORED), "pool")
     made = target(PoolConfig(4, 2))
     assert events_hook(made) is None
     made.close()
+    for profile in ("pagedkv", "safety"):
+        verdict = check(peer(MIRRORED), "pool", profile=profile, seed=0, steps=300)
+        assert verdict.passed, verdict.message
 
 
 @pytest.mark.parametrize("profile", ["pagedkv", "safety"])
