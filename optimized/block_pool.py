@@ -25,6 +25,7 @@ The core takes content hashes from its caller, who computes each one once.
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from heapq import heappop, heappush
 
@@ -100,18 +101,21 @@ class OptimizedBlockPool:
         self._prefixes = CheckedPrefixes(config.block_size)
         self._checked_prefixes = self._prefixes.entries
         self._pack_block = struct.Struct(f"<{config.block_size}Q").pack
+        # Numbers per block that are not small ints sit in flat arrays: a full collection of the
+        # garbage collector visits every item of a list (an object each, scattered over memory)
+        # and none of an array's.
         self._ref_counts: list[int] = [0] * num_blocks
         self._tokens: list[tuple[Token, ...]] = [()] * num_blocks
         self._hashes: list[BlockHash | None] = [None] * num_blocks
         self._parents: list[BlockHash | None] = [None] * num_blocks
-        self._starts: list[int] = [0] * num_blocks
+        self._starts = array("q", [0]) * num_blocks
         self._keys: list[ExtraKey | None] = [None] * num_blocks
         """A hashed block's ``Prefix`` as three fields (the hash of the block before it, the
         tokens before it, its extra key): a tuple per block would be an object per block for
         the garbage collector to walk at every full collection."""
         self._computed: list[bool] = [False] * num_blocks
-        self._last_accessed: list[float] = [NEVER_ACCESSED] * num_blocks
-        self._access_stamps: list[int] = [0] * num_blocks
+        self._last_accessed = array("d", [NEVER_ACCESSED]) * num_blocks
+        self._access_stamps = array("q", [0]) * num_blocks
         """Which access set ``_last_accessed``: stamps rise with every access, so that an access
         recorded late (``touch``) loses to a later one already applied ("the last call wins")."""
         self._next_access_stamp = 1
