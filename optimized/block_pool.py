@@ -101,10 +101,9 @@ class OptimizedBlockPool:
         self._prefixes = CheckedPrefixes(config.block_size)
         self._checked_prefixes = self._prefixes.entries
         self._pack_block = struct.Struct(f"<{config.block_size}Q").pack
-        # Numbers per block that are not small ints sit in flat arrays: a full collection of the
-        # garbage collector visits every item of a list (an object each, scattered over memory)
-        # and none of an array's.
-        self._ref_counts: list[int] = [0] * num_blocks
+        # Numbers per block sit in flat arrays: a full collection of the garbage collector visits
+        # every item of a list (an object each, scattered over memory) and none of an array's.
+        self._ref_counts = array("q", [0]) * num_blocks
         self._tokens: list[tuple[Token, ...]] = [()] * num_blocks
         self._hashes: list[BlockHash | None] = [None] * num_blocks
         self._parents: list[BlockHash | None] = [None] * num_blocks
