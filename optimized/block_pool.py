@@ -1,7 +1,8 @@
 """The mutable, fast block pool: observably identical to ``pagedkv.reference.pool_adapter`` in
 exact mode.
 
-Each block's fields live in flat lists indexed by ``block - first_id``, so an operation touches
+Each block's fields live in flat lists and arrays indexed by ``block - first_id`` (the numeric
+ones in ``array``s, whose items a full collection does not visit), so an operation touches
 only the blocks it names; the free list and the evictor are heaps, and the counts that
 ``num_free_blocks`` and ``reset_prefix_cache`` need are kept, never recounted. A field holds
 plain values (ints, floats, bytes, shared keys), never an object made per block that the
