@@ -1,7 +1,8 @@
 """The mutable, fast block pool: observably identical to ``pagedkv.reference.pool_adapter`` in
 exact mode.
 
-Each block's fields live in flat lists indexed by ``block - first_id``, so an operation touches
+Each block's fields live in flat lists and arrays indexed by ``block - first_id`` (the numeric
+ones in ``array``s, whose items a full collection does not visit), so an operation touches
 only the blocks it names; the free list and the evictor are heaps, and the counts that
 ``num_free_blocks`` and ``reset_prefix_cache`` need are kept, never recounted. A field holds
 plain values (ints, floats, bytes, shared keys), never an object made per block that the
@@ -25,6 +26,7 @@ The core takes content hashes from its caller, who computes each one once.
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from heapq import heappop, heappush
 
@@ -100,18 +102,20 @@ class OptimizedBlockPool:
         self._prefixes = CheckedPrefixes(config.block_size)
         self._checked_prefixes = self._prefixes.entries
         self._pack_block = struct.Struct(f"<{config.block_size}Q").pack
-        self._ref_counts: list[int] = [0] * num_blocks
+        # Numbers per block sit in flat arrays: a full collection of the garbage collector visits
+        # every item of a list (an object each, scattered over memory) and none of an array's.
+        self._ref_counts = array("q", [0]) * num_blocks
         self._tokens: list[tuple[Token, ...]] = [()] * num_blocks
         self._hashes: list[BlockHash | None] = [None] * num_blocks
         self._parents: list[BlockHash | None] = [None] * num_blocks
-        self._starts: list[int] = [0] * num_blocks
+        self._starts = array("q", [0]) * num_blocks
         self._keys: list[ExtraKey | None] = [None] * num_blocks
         """A hashed block's ``Prefix`` as three fields (the hash of the block before it, the
         tokens before it, its extra key): a tuple per block would be an object per block for
         the garbage collector to walk at every full collection."""
         self._computed: list[bool] = [False] * num_blocks
-        self._last_accessed: list[float] = [NEVER_ACCESSED] * num_blocks
-        self._access_stamps: list[int] = [0] * num_blocks
+        self._last_accessed = array("d", [NEVER_ACCESSED]) * num_blocks
+        self._access_stamps = array("q", [0]) * num_blocks
         """Which access set ``_last_accessed``: stamps rise with every access, so that an access
         recorded late (``touch``) loses to a later one already applied ("the last call wins")."""
         self._next_access_stamp = 1

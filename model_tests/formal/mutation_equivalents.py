@@ -349,7 +349,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
             "a block's start is read only for a block with a hash (the evictor's rank) or a"
             " parent (prefix_of, the view), and _cache sets it with both; _blank clears both"
         )
-        for source in ("self._starts: list[int] = [0] * num_blocks", "self._starts[index] = 0")
+        for source in ('self._starts = array("q", [0]) * num_blocks', "self._starts[index] = 0")
     },
     **{
         ("optimized/block_pool.py", source, mutation): (
