@@ -34,8 +34,9 @@ from pagedkv.specs.accounting import (
     blocks_for,
     blocks_touched_by_append,
 )
+from pagedkv.specs.compact_state import CompactManager, view_of_compact
 from pagedkv.specs.errors import DuplicateSequenceError, OutOfBlocksError
-from pagedkv.specs.manager_view import GroupView, ManagerView, SeqView
+from pagedkv.specs.manager_view import ManagerView
 from pagedkv.specs.types import (
     MAX_TOKEN,
     NO_EXTRA_KEY,
@@ -518,31 +519,38 @@ class OptimizedBlockSpaceManager:
         return self._live
 
     def view(self) -> ManagerView:
-        """Accesses the tables keep aside show as if every one had been written at once."""
-        untouched: dict[Device, dict[BlockId, tuple[int, float]]] = {Device.GPU: {}, Device.CPU: {}}
+        """Accesses the tables keep aside show as if every one had been written at once.
+        Rendered from ``compact``, so the two never say different things."""
+        return view_of_compact(self.compact())
+
+    def compact(self) -> CompactManager:
+        """The whole observable state, compact (``specs/compact_state.py``): what ``pagedkv
+        soak`` compares after every call. It holds the pools' own lists, to be compared at
+        once, never kept or changed."""
+        on_gpu: dict[BlockId, tuple[int, float]] = {}
+        on_cpu: dict[BlockId, tuple[int, float]] = {}
         for table in self._tables.values():
-            table.untouched(untouched[table.group.device])
-        seqs = {
-            seq_id: SeqView(table.group.group_id, tuple(table.tokens), table.blocks)
-            for seq_id, table in self._tables.items()
-        }
-        groups = {
-            group_id: GroupView(
-                tuple(group.members),
-                group.device,
-                group.extra_key,
-                group.encoder_tokens,
-                tuple(group.cross_blocks),
-                group.device,
-            )
-            for group_id, group in self._groups.items()
-        }
-        return ManagerView(
+            if table.access_end > table.num_released:
+                table.untouched(on_gpu if table.group.device is GPU else on_cpu)
+        return CompactManager(
             self._config,
-            self._gpu.view(untouched[Device.GPU]),
-            self._cpu.view(untouched[Device.CPU]),
-            seqs,
-            groups,
+            self._gpu.compact(on_gpu),
+            self._cpu.compact(on_cpu),
+            {
+                seq_id: (table.group.group_id, tuple(table.tokens), table.blocks)
+                for seq_id, table in self._tables.items()
+            },
+            {
+                group_id: (
+                    tuple(group.members),
+                    group.device,
+                    group.extra_key,
+                    group.encoder_tokens,
+                    tuple(group.cross_blocks),
+                    group.device,
+                )
+                for group_id, group in self._groups.items()
+            },
             self._null_block,
         )
 

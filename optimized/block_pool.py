@@ -34,6 +34,7 @@ from pagedkv.optimized.checked_prefixes import CheckedPrefixes
 from pagedkv.optimized.evictor import Evictor
 from pagedkv.optimized.free_list import FreeList
 from pagedkv.optimized.tokens import packed_tokens
+from pagedkv.specs.compact_state import CompactPool, view_of_pool
 from pagedkv.specs.content_hash import ROOT, Prefix, packed_block_hash, remember_block_hash
 from pagedkv.specs.errors import DoubleFreeError, OutOfBlocksError
 from pagedkv.specs.pool_view import BlockView, PoolView
@@ -641,7 +642,7 @@ class OptimizedBlockPool:
 
     # --- the observable state ------------------------------------------------------------------
 
-    def _render(self, index: int, last_accessed: float | None = None) -> BlockView:
+    def _render(self, index: int) -> BlockView:
         parent, key = self._parents[index], self._keys[index]
         return BlockView(
             ref_count=self._ref_counts[index],
@@ -651,7 +652,7 @@ class OptimizedBlockPool:
             if parent is None or key is None
             else Prefix(parent, self._starts[index], key),
             computed=self._computed[index],
-            last_accessed=self._last_accessed[index] if last_accessed is None else last_accessed,
+            last_accessed=self._last_accessed[index],
         )
 
     def block(self, block: BlockId) -> BlockView:
@@ -663,24 +664,41 @@ class OptimizedBlockPool:
     def view(self, untouched: Mapping[BlockId, tuple[int, float]] | None = None) -> PoolView:
         """Free blocks render from their (blank) fields, so the invariants check the blanking.
         ``untouched`` maps held blocks to accesses a caller keeps aside, (stamp, time): each
-        shows as it will once ``touch`` gives it to the block."""
-        first_id = self._first_id
-        blocks = {block: self._render(block - first_id) for block in self._config.block_ids}
-        for block, (stamp, now) in (untouched or {}).items():
-            index = block - first_id
-            if stamp > self._access_stamps[index]:
-                blocks[block] = self._render(index, now)
-        return PoolView(
-            config=self._config,
-            blocks=blocks,
-            free=self._free.blocks(),
-            evictable=self._evictor.blocks(),
-            cached=dict(self._cached),
-            pending_cows=tuple(
-                (source, destination) for destination, (_, source) in self.pending_cows.items()
-            ),
-            hits=self._hits,
-            queries=self._queries,
+        shows as it will once ``touch`` gives it to the block. Rendered from ``compact``, so
+        the two never say different things."""
+        return view_of_pool(self.compact(untouched))
+
+    def compact(self, untouched: Mapping[BlockId, tuple[int, float]] | None = None) -> CompactPool:
+        """The whole observable state as columns (``specs/compact_state.py``): this pool's own
+        lists, to be compared at once, never kept or changed (only ``last_accessed`` is a copy,
+        when ``untouched`` has an access for it to show)."""
+        last_accessed = self._last_accessed
+        if untouched:
+            last_accessed = list(last_accessed)
+            first_id, stamps = self._first_id, self._access_stamps
+            for block, (stamp, now) in untouched.items():
+                if stamp > stamps[block - first_id]:
+                    last_accessed[block - first_id] = now
+        cows = self.pending_cows
+        return CompactPool(
+            self._config,
+            self._ref_counts,
+            self._tokens,
+            self._hashes,
+            self._parents,
+            self._starts,
+            self._keys,
+            self._computed,
+            last_accessed,
+            self._free.blocks(),
+            self._evictor.blocks(),
+            self._cached,
+            {},
+            tuple((source, destination) for destination, (_, source) in cows.items())
+            if cows
+            else (),
+            self._hits,
+            self._queries,
         )
 
 

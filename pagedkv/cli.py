@@ -641,7 +641,11 @@ def _soak_report(
             f"PASS: {result.steps} steps in {result.episodes} episodes, {rate:,.0f} steps/s"
             f" ({cpu_rate:,.0f} per CPU second, load average {os.getloadavg()[0]:.1f}); "
             + (
-                f"results compared at every step, the whole state and the invariants every"
+                f"results and the whole state compared at every step (compact,"
+                f" {result.states_compared} times), the views and the invariants every"
+                f" {CHECKPOINT} steps ({result.checkpoints} times)"
+                if result.states_compared
+                else f"results compared at every step, the whole state and the invariants every"
                 f" {CHECKPOINT} steps ({result.checkpoints} times)"
                 if exact
                 else f"results, block tables and free counts compared at every step, the"

@@ -49,7 +49,7 @@ from pagedkv.model_tests.oracle.request_soak import (
     RequestWalk,
     random_request_config,
 )
-from pagedkv.model_tests.oracle.soak_model import REFERENCE, Model, WalkState
+from pagedkv.model_tests.oracle.soak_model import REFERENCE, Model, WalkState, compact_reader
 from pagedkv.model_tests.oracle.watchdog import watched
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import invariants
@@ -77,6 +77,8 @@ class SoakResult:
     seconds: float = 0.0
     cpu_seconds: float = 0.0
     checkpoints: int = 0
+    states_compared: int = 0
+    """Whole states compared after a call (exact mode at the manager level: after every one)."""
     failure: str | None = None
     config: Any = None
     """The failing episode's configuration (a ``ManagerConfig``, or at the request level a
@@ -113,12 +115,22 @@ class Lockstep:
     a call at a time."""
 
     def __init__(
-        self, factory: Factory, config: ManagerConfig, exact: bool, model: Model = REFERENCE
+        self,
+        factory: Factory,
+        config: ManagerConfig,
+        exact: bool,
+        model: Model = REFERENCE,
+        every_call: bool = False,
     ) -> None:
         self.model = model.build(config)
         self.read_state = model.state
+        self.read_compact = model.compact
         self.target = factory(config)
         self.exact = exact
+        self.target_compact = compact_reader(self.target) if exact and every_call else None
+        """Exact mode with ``every_call``: the whole states are compared (compact) after every
+        call, not only at ``check_state``."""
+        self.compared = 0
         self.session: IsomorphicManagerSession | None = None
         self.calls: list[RecordedCall] = []
 
@@ -141,7 +153,10 @@ class Lockstep:
         result, error = run_call(self.model, call, detach=False)  # the model keeps no argument
         answer, their_error = run_call(self.target, call)
         if error is not None or their_error is not None:
-            return shared_error(show_call(method, args), (result, error), (answer, their_error))
+            shared = shared_error(show_call(method, args), (result, error), (answer, their_error))
+            if self.target_compact is not None:  # a failed call must have changed nothing
+                self.same_state(call)
+            return shared
         try:
             theirs = exact_answer("manager", method, method, answer)
         except Divergence:  # again, to name the whole call (written out only when needed)
@@ -151,15 +166,30 @@ class Lockstep:
                 f"{show_call(method, args)}: the reference returned {show_value(result)},"
                 f" the target {show_value(theirs)}"
             )
+        if self.target_compact is not None:
+            self.same_state(call)
         return cast(T, result)
 
-    def check_state(self, when: str) -> None:
-        """The whole state (exact mode) and invariants I1-I4 of the model's."""
-        view = self.model.view()
+    def same_state(self, call: ManagerCall[Any]) -> None:
+        """The whole states after ``call``, compact (``specs/compact_state.py``): equal exactly
+        when the views are. Only when they differ are the views built, to say where."""
+        assert self.target_compact is not None
+        self.compared += 1
+        if self.read_compact(self.model) != self.target_compact():
+            self.same_views(f"after {show_call(call.name, call.args)}")
+
+    def same_views(self, when: str) -> ManagerView:
+        """The model's view, once the target's has been found equal to it (exact mode)."""
+        view: ManagerView = self.model.view()
         if self.exact:
             theirs = self.target.view()
             if view.comparable() != theirs.comparable():
                 raise Divergence(f"{when}: {difference(view, theirs)}")
+        return view
+
+    def check_state(self, when: str) -> None:
+        """The whole state (exact mode) and invariants I1-I4 of the model's."""
+        view = self.same_views(when)
         problems = state_problems(view)
         if problems:
             raise Divergence(f"{when}: invariants: " + "; ".join(problems))
@@ -371,11 +401,16 @@ Side = Lockstep | RequestLockstep
 
 
 def make_side(
-    level: Level, factory: Any, config: Any, exact: bool, model: Model = REFERENCE
+    level: Level,
+    factory: Any,
+    config: Any,
+    exact: bool,
+    model: Model = REFERENCE,
+    every_call: bool = False,
 ) -> Side:
     if level == "request":
         return RequestLockstep(factory, config, exact)
-    return Lockstep(factory, config, exact, model)
+    return Lockstep(factory, config, exact, model, every_call)
 
 
 def make_walk(level: Level, rng: random.Random, side: Side) -> Walk | RequestWalk:
@@ -409,7 +444,7 @@ def soak(
     while result.steps < steps and result.passed:
         config = random_request_config(rng, layouts) if level == "request" else random_config(rng)
         try:
-            side = make_side(level, factory, config, exact, model)
+            side = make_side(level, factory, config, exact, model, every_call=True)
         except TargetStopped as stopped:  # a hang is a FAIL, as under check
             result.failure, result.hung, result.config = str(stopped), True, config
             break
@@ -436,6 +471,8 @@ def soak(
         finally:
             close_target(side.target)  # an exec: program goes back (or away)
         result.steps += len(side.calls)
+        if isinstance(side, Lockstep):
+            result.states_compared += side.compared
         if progress is not None:
             progress(result.steps)
     result.seconds = time.perf_counter() - start

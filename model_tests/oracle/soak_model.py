@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from pagedkv.model_tests.oracle.guard import unguarded
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
+from pagedkv.specs.compact_state import CompactManager, compact_manager
 from pagedkv.specs.types import Device, ManagerConfig, Token
 
 
@@ -49,11 +50,13 @@ class WalkState(Protocol):
 
 @dataclass(frozen=True)
 class Model:
-    """A kind of model: how to build one, and how to read its live state."""
+    """A kind of model: how to build one, how to read its live state, and its whole state,
+    compact (``specs/compact_state.py``)."""
 
     name: str
     build: Callable[[ManagerConfig], Any]
     state: Callable[[Any], WalkState]
+    compact: Callable[[Any], CompactManager]
 
 
 def _reference_state(model: ReferenceBlockSpaceManager) -> WalkState:
@@ -64,8 +67,35 @@ def _optimized_state(model: OptimizedBlockSpaceManager) -> WalkState:
     return model.live()
 
 
-REFERENCE = Model("reference", ReferenceBlockSpaceManager, _reference_state)
-OPTIMIZED = Model("optimized", OptimizedBlockSpaceManager, _optimized_state)
+def _reference_compact(model: ReferenceBlockSpaceManager) -> CompactManager:
+    return compact_manager(model.view())
+
+
+REFERENCE = Model("reference", ReferenceBlockSpaceManager, _reference_state, _reference_compact)
+OPTIMIZED = Model(
+    "optimized",
+    OptimizedBlockSpaceManager,
+    _optimized_state,
+    OptimizedBlockSpaceManager.compact,
+)
+
+
+def compact_reader(target: Any) -> Callable[[], CompactManager]:
+    """How to read a target's whole state, compact: its own ``compact`` where that is the
+    optimized manager's, over the optimized manager's ``view`` (which renders it, so the two
+    cannot disagree); for any other target ``compact_manager`` of its ``view``, which loses
+    nothing of it. ``target`` may be guarded (``guard.py``): its class is looked at through
+    the guard, its methods are called through it."""
+    found = type(unguarded(target))
+    if (
+        issubclass(found, OptimizedBlockSpaceManager)
+        and found.compact is OptimizedBlockSpaceManager.compact
+        and found.view is OptimizedBlockSpaceManager.view
+    ):
+        compact: Callable[[], CompactManager] = target.compact
+        return compact
+    view = target.view
+    return lambda: compact_manager(view())
 
 
 def choose(sample: object) -> Model:

@@ -37,7 +37,7 @@ class Twin(OptimizedBlockSpaceManager):
     """The optimized manager under another name: a target the stand-in may model."""
 
 
-BROKEN_STAND_IN = Model("optimized", ForgetsARepeatedAccess, OPTIMIZED.state)
+BROKEN_STAND_IN = Model("optimized", ForgetsARepeatedAccess, OPTIMIZED.state, OPTIMIZED.compact)
 """A stand-in with a bug of its own, as if the optimized manager had drifted from the
 reference."""
 
