@@ -670,11 +670,10 @@ class OptimizedBlockPool:
 
     def compact(self, untouched: Mapping[BlockId, tuple[int, float]] | None = None) -> CompactPool:
         """The whole observable state as columns (``specs/compact_state.py``): this pool's own
-        lists, to be compared at once, never kept or changed (only ``last_accessed`` is a copy,
-        when ``untouched`` has an access for it to show)."""
-        last_accessed = self._last_accessed
+        lists, to be compared at once, never kept or changed; the columns kept in arrays (for
+        the collector) are copied into lists, as the compact state holds them."""
+        last_accessed = self._last_accessed.tolist()
         if untouched:
-            last_accessed = list(last_accessed)
             first_id, stamps = self._first_id, self._access_stamps
             for block, (stamp, now) in untouched.items():
                 if stamp > stamps[block - first_id]:
@@ -682,11 +681,11 @@ class OptimizedBlockPool:
         cows = self.pending_cows
         return CompactPool(
             self._config,
-            self._ref_counts,
+            self._ref_counts.tolist(),
             self._tokens,
             self._hashes,
             self._parents,
-            self._starts,
+            self._starts.tolist(),
             self._keys,
             self._computed,
             last_accessed,
