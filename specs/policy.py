@@ -14,8 +14,11 @@ from typing import Literal, get_args
 
 from pagedkv.specs.operations import OPERATIONS
 
-OPERATION_NAMES: frozenset[str] = frozenset(name for level in OPERATIONS.values() for name in level)
-"""What policy ``unsupported`` may name: the operations of both protocols."""
+OPERATION_NAMES: frozenset[str] = frozenset(
+    name for level in OPERATIONS.values() for name, op in level.items() if not op.optional
+)
+"""What policy ``unsupported`` may name: the required operations of every level (a target simply
+lacks an optional one, and is not offered it)."""
 
 NullBlockWhen = Literal["at_creation", "at_first_append"]
 WindowRelease = Literal["token_exact", "computed_blocks"]

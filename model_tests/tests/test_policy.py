@@ -900,7 +900,7 @@ def test_unsupported() -> None:
         lacking = manager(PAGEDKV.overridden({"unsupported": name}))
         with pytest.raises(UnsupportedError, match=name):
             getattr(lacking, name)()
-    for name in operations.OPERATIONS["pool"]:
+    for name in operations.required("pool"):
         lacking_pool = pool(PAGEDKV.overridden({"unsupported": f"{name},fork"}))
         with pytest.raises(UnsupportedError, match=name):
             getattr(lacking_pool, name)()
