@@ -4,11 +4,15 @@ reference that differs from a profile in its eviction alone fails it, either way
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pagedkv.model_tests.oracle.api import check
 from pagedkv.model_tests.oracle.targets import Factory
+from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager, sglang_reference
+from pagedkv.specs.errors import InvalidArgumentError
 from pagedkv.specs.policy import PAGEDKV, profile
 from pagedkv.specs.request_types import Request, RequestConfig
 
@@ -111,3 +115,16 @@ def test_a_preemption_caches_nothing_a_finish_caches_what_ran() -> None:
         ("pagedkv", "free"): 4,
         ("pagedkv", "preempt"): 4,
     }
+
+
+@pytest.mark.parametrize("make", [ReferenceRequestKVManager, RequestManager])
+def test_preempt_checks_its_id_as_free_does(make: type[Any]) -> None:
+    """``preempt``'s error paths (request §5): a request id that is not a string is refused with
+    ``InvalidArgumentError`` and changes nothing; an unknown one is a no-op, as for ``free``."""
+    m = make(RequestConfig(8, 2))
+    m.allocate_slots(Request("a", tuple(range(4)), 4, 0), 4)
+    before = m.view()
+    with pytest.raises(InvalidArgumentError):
+        m.preempt(5)
+    m.preempt("nobody")
+    assert m.view() == before
