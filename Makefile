@@ -103,11 +103,13 @@ mutate:
 	$(BIN)/python -m pagedkv.model_tests.formal.mutate --sample $(SAMPLE) --seed $(MUTATE_SEED) --jobs $(MUTATE_JOBS)
 
 # Figures, never asserts: the serving workload on the optimized manager, beside the commit this
-# work started from (BASELINE), the reference and the control loop, and the kernels. Takes some
-# minutes; writes bench/pagedkv-bench.json and .png.
+# work started from (BASELINE), the reference, the control loop, vLLM 0.6.3's manager under its
+# own profile (where `make peers-fetch` has fetched it), the pool and the request level beside
+# vLLM 0.33.0's, and the kernels. Takes some minutes; writes bench/pagedkv-bench.json and .png.
 BASELINE ?= c4e2953
+VLLM_V0_BENCH = $(if $(wildcard .peers/vllm-0.6.3.post1),--target pagedkv.model_tests.peers.vllm_v0_manager:VllmV0Manager --profile vllm-v0)
 bench:
-	$(BIN)/pagedkv bench --kernels --defrag --baseline $(BASELINE) --json bench/pagedkv-bench.json --plot bench/pagedkv-bench.png
+	$(BIN)/pagedkv bench --kernels --defrag --baseline $(BASELINE) $(VLLM_V0_BENCH) --json bench/pagedkv-bench.json --plot bench/pagedkv-bench.png
 
 # A long lockstep soak of the optimized manager (exact mode).
 soak:

@@ -32,6 +32,11 @@ Draw = Callable[[Axes], None]
 Panel = Callable[[dict[str, Any]], Draw | None]
 """From the bench's document, a function drawing the panel, or None where it has no data."""
 
+POOL_YARDSTICK = "vLLM v1 BlockPool"
+POOL_HEADLINE = "pagedkv public API"
+"""The pool section's callers by name (``pool.py``): the one every other is measured against,
+and pagedkv's headline one, whose per-operation ratios are drawn."""
+
 COLLECTOR = "(garbage collector)"
 """The per-operation table's row for the collector's pauses: not an operation."""
 
@@ -142,6 +147,30 @@ def requests_panel(document: dict[str, Any]) -> Draw | None:
     )
 
 
+def pool_panel(document: dict[str, Any]) -> Draw | None:
+    """The pool beside vLLM v1's ``BlockPool``: end to end for each of pagedkv's callers, then
+    per operation for the public API (the headline caller)."""
+    pool = document.get("pool") or {}
+    whole: dict[str, dict[str, Any]] = pool.get("end_to_end") or {}
+    per_op: dict[str, dict[str, Any]] = pool.get("per_operation_vllm_over_this") or {}
+    labels: list[str] = []
+    spreads: list[dict[str, float]] = []
+    for name, data in whole.items():
+        if name != POOL_YARDSTICK:
+            labels.append(f"{name}, end to end")
+            spreads.append(data["vllm_over_this"])
+    for op, by_caller in per_op.items():
+        if POOL_HEADLINE in by_caller:
+            labels.append(f"{POOL_HEADLINE}, {op}")
+            spreads.append(by_caller[POOL_HEADLINE])
+    return ratio_draw(
+        labels,
+        spreads,
+        "pool level: vLLM 0.33.0's BlockPool against pagedkv's pool on the serving stream",
+        "vLLM v1's CPU time / pagedkv's (right of the line: slower than pagedkv)",
+    )
+
+
 def scaling_panel(document: dict[str, Any]) -> Draw | None:
     scaling = document.get("scaling") or {}
     sizes: Sequence[int] = scaling.get("sizes", [])
@@ -191,6 +220,7 @@ PANELS: list[Panel] = [
     operations_panel,
     end_to_end_panel,
     requests_panel,
+    pool_panel,
     scaling_panel,
     kernels_panel,
 ]

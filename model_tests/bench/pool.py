@@ -173,14 +173,19 @@ def measure(spec: WorkloadSpec, repetitions: int) -> Section:
         ["operation", *drivers, "vLLM v1 / public", "vLLM v1 / per token", "vLLM v1 / core"],
     )
     data["per_operation"] = {}
+    data["per_operation_vllm_over_this"] = {}
     for op in OPERATIONS:
         row: list[Any] = [op]
         for name in drivers:
             row.append(spread_cell(Spread.of([s[op] for s in samples[name]])))
         v1 = [s[op] for s in samples[VLLM]]
+        over: dict[str, Any] = {}
         for name in (PAGEDKV, PER_TOKEN, "pagedkv core"):
-            row.append(spread_cell(ratios(v1, [s[op] for s in samples[name]])))
+            ratio = ratios(v1, [s[op] for s in samples[name]])
+            row.append(spread_cell(ratio))
+            over[name] = ratio.as_json()
         per_op.rows.append(row)
+        data["per_operation_vllm_over_this"][op] = over
         data["per_operation"][op] = {
             name: Spread.of([s[op] for s in samples[name]]).as_json() for name in drivers
         }

@@ -13,6 +13,7 @@ from typing import Any
 import rich.table
 from rich import box
 from rich.console import Console
+from rich.text import Text
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ PLAIN_WIDTH = 10_000
 
 
 def rich_table(table: Table, *, plain: bool = False) -> rich.table.Table:
-    """``table`` for rich: numbers right-aligned; ``plain``, without a frame (``PLAIN``) or a
+    """``table`` for rich: numbers right-aligned, every cell as literal text (a label such as
+    ``optimized [vllm-v0 stream]`` is not markup); ``plain``, without a frame (``PLAIN``) or a
     title (rich would wrap it to the table's width; ``plain_text`` prints it whole)."""
     numeric = [
         all(is_figure(row[i]) for row in table.rows if i < len(row))
@@ -92,12 +94,12 @@ def rich_table(table: Table, *, plain: bool = False) -> rich.table.Table:
     drawn = (
         rich.table.Table(box=PLAIN, show_edge=False, pad_edge=False, collapse_padding=True)
         if plain
-        else rich.table.Table(title=table.title, title_justify="left")
+        else rich.table.Table(title=Text(table.title), title_justify="left")
     )
     for name, right in zip(table.columns, numeric, strict=True):
-        drawn.add_column(name, justify="right" if right else "left")
+        drawn.add_column(Text(name), justify="right" if right else "left")
     for row in table.rows:
-        drawn.add_row(*(cell(value) for value in row))
+        drawn.add_row(*(Text(cell(value)) for value in row))
     return drawn
 
 

@@ -198,3 +198,21 @@ def test_a_benchmark_table_is_rich_on_a_terminal_and_plain_text_elsewhere(
         "  load average 1.0",
         "",
     ]
+
+
+def test_a_label_in_square_brackets_is_printed_not_taken_for_markup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run's label names its stream in brackets (``optimized [vllm-v0 stream]``): rich would
+    read that as a style tag and drop it, leaving two rows called ``optimized``."""
+    table = Table(
+        "replay check",
+        ["implementation [policy]", "calls"],
+        [["optimized", 3], ["optimized [vllm-v0 stream]", 4]],
+        [],
+    )
+    monkeypatch.setenv("NO_COLOR", "1")
+    for out in (io.StringIO(), Terminal()):
+        cli.Output(out).section(Section("replay", [table]))
+        assert "optimized [vllm-v0 stream]" in out.getvalue()
+        assert "implementation [policy]" in out.getvalue()

@@ -7,10 +7,12 @@ never tests). Skipped without vLLM 0.33.0's files (``make peers-fetch``), failed
 from __future__ import annotations
 
 import os
+from typing import Any, cast
 
 import pytest
+from matplotlib import pyplot
 
-from pagedkv.model_tests.bench import pool
+from pagedkv.model_tests.bench import plot, pool
 from pagedkv.model_tests.bench.pool_drivers import DRIVERS, PagedkvPublic
 from pagedkv.model_tests.bench.pool_stream import DECODE, FREE, PROMPT, derive
 from pagedkv.model_tests.bench.workload import build
@@ -43,6 +45,26 @@ def test_a_smoke_run_times_every_caller_on_the_same_stream() -> None:
     assert [row[0] for row in end_to_end.rows] == [*DRIVERS, pool.VLLM]
     assert [row[0] for row in per_operation.rows] == list(pool.OPERATIONS)
     assert section.data["end_to_end"][pool.VLLM]["vllm_over_this"]["median"] == 1.0
+    over = section.data["per_operation_vllm_over_this"]
+    assert list(over) == list(pool.OPERATIONS)
+    assert all(set(by_caller) == {*DRIVERS} for by_caller in over.values())
+    draw_pool_panel(section.data)
+
+
+def draw_pool_panel(data: dict[str, Any]) -> None:
+    """The plot's pool panel: each of pagedkv's callers end to end, then the headline caller per
+    operation, every bar a ratio to vLLM v1 with its line at 1."""
+    draw = plot.pool_panel({"pool": data})
+    assert draw is not None and plot.pool_panel({}) is None
+    figure = pyplot.figure()
+    axes = figure.add_subplot()
+    draw(axes)
+    labels = [tick.get_text() for tick in axes.get_yticklabels()]
+    expected = [f"{name}, end to end" for name in DRIVERS]
+    expected += [f"{plot.POOL_HEADLINE}, {op}" for op in pool.OPERATIONS]
+    assert [label.replace("\n", " ") for label in labels] == expected
+    assert [1.0, 1.0] in [list(cast(list[float], line.get_xdata())) for line in axes.get_lines()]
+    pyplot.close(figure)
 
 
 def test_a_run_per_block_leaves_the_pool_as_a_call_per_token_does() -> None:
