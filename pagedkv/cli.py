@@ -629,11 +629,11 @@ def _soak_report(
     seed: int,
 ) -> tuple[Report, str | None]:
     """What ``soak`` prints, and the command that replays its trace (if one was written)."""
-    mode = "exact" if exact else "isomorphic"
+    mode = "exact mode" if exact else "isomorphic mode"
     if result.model != soak_model.REFERENCE.name:
         mode += f", the {result.model} manager as the model, the reference confirming"
     groups = f", groups {','.join(layouts)}" if level == "request" else ""
-    title = f"pagedkv soak {target} ({level} level{groups}, {mode} mode, seed {seed})"
+    title = f"pagedkv soak {target} ({level} level{groups}, {mode}, seed {seed})"
     rate = result.steps / result.seconds if result.seconds else 0.0
     cpu_rate = result.steps / result.cpu_seconds if result.cpu_seconds else 0.0
     if result.passed:

@@ -12,7 +12,8 @@ a few ``==`` on lists in C, and each sequence and group as a plain tuple of its 
 =====================  ==============================================================
 ``config``             ``config``
 ``gpu``, ``cpu``       ``compact_pool`` of each (below)
-``seqs[s]``            ``seqs[s] == (group_id, tokens, blocks)``
+``seqs[s]``            ``seqs[s] == (group_id, tokens, blocks)``, the tokens packed
+                       (``array('q')``, below)
 ``groups[g]``          ``groups[g] == (seq_ids, device, extra_key, encoder_tokens,
                        cross_blocks, cross_device)``
 ``null_block``         ``null_block``
@@ -25,6 +26,12 @@ a few ``==`` on lists in C, and each sequence and group as a plain tuple of its 
                        ``pending_cows``, ``hits``, ``queries``, as they are
 =====================  ==============================================================
 
+A sequence's tokens are an ``array('q')`` (every token fits: ``MAX_TOKEN``), so that an
+implementation that keeps them packed (the optimized block table) hands its own array over, and
+two of them compare in C, where a tuple would make an int object per token at every call. A view
+whose tokens do not pack (a target's bad value) keeps them as a tuple: its compact state then
+differs from any packed one, and the views, compared next, say whether the states do.
+
 ``compact_manager`` is that mapping, and ``view_of_compact`` undoes it: every field of the view
 is in the compact state, so two compact states are equal exactly when the views they come from
 are (``model_tests/tests/test_compact_state.py`` holds ``view_of_compact(compact_manager(v)) ==
@@ -36,6 +43,8 @@ The view stays the comparison the spec states; this is only a faster way to the 
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from pagedkv.specs.content_hash import Prefix
@@ -74,8 +83,8 @@ class CompactPool(NamedTuple):
     queries: int
 
 
-SeqFields = tuple[int, tuple[Token, ...], tuple[BlockId, ...]]
-"""A ``SeqView``'s fields, in order."""
+SeqFields = tuple[int, "array[int] | tuple[Token, ...]", tuple[BlockId, ...]]
+"""A ``SeqView``'s fields, in order, the tokens packed (``packed_tokens``)."""
 
 GroupFields = tuple[
     tuple[int, ...], Device, ExtraKey, tuple[Token, ...], tuple[BlockId, ...], Device
@@ -122,26 +131,43 @@ def compact_pool(view: PoolView) -> CompactPool:
     )
 
 
+def packed_tokens(tokens: Sequence[Token]) -> array[int] | tuple[Token, ...]:
+    """A sequence's tokens as the compact state holds them: an ``array('q')``, or where they
+    do not all pack (a value that is not an int of 64 bits) a tuple, which no array equals."""
+    try:
+        return array("q", tokens)
+    except (TypeError, OverflowError):
+        return tuple(tokens)
+
+
 def compact_manager(view: ManagerView) -> CompactManager:
     """The manager's view as the compact state (the table in the module's docstring)."""
     return CompactManager(
         view.config,
         compact_pool(view.gpu),
         compact_pool(view.cpu),
-        {seq_id: (seq.group_id, seq.tokens, seq.blocks) for seq_id, seq in view.seqs.items()},
         {
-            group_id: (
-                group.seq_ids,
-                group.device,
-                group.extra_key,
-                group.encoder_tokens,
-                group.cross_blocks,
-                group.cross_device,
-            )
-            for group_id, group in view.groups.items()
+            seq_id: (seq.group_id, packed_tokens(seq.tokens), seq.blocks)
+            for seq_id, seq in view.seqs.items()
         },
+        compact_groups(view.groups),
         view.null_block,
     )
+
+
+def compact_groups(groups: Mapping[int, GroupView]) -> dict[int, GroupFields]:
+    """Each group as the tuple of its view's fields."""
+    return {
+        group_id: (
+            group.seq_ids,
+            group.device,
+            group.extra_key,
+            group.encoder_tokens,
+            group.cross_blocks,
+            group.cross_device,
+        )
+        for group_id, group in groups.items()
+    }
 
 
 def view_of_pool(pool: CompactPool) -> PoolView:
@@ -188,7 +214,10 @@ def view_of_compact(compact: CompactManager) -> ManagerView:
         compact.config,
         view_of_pool(compact.gpu),
         view_of_pool(compact.cpu),
-        {seq_id: SeqView(*fields) for seq_id, fields in compact.seqs.items()},
+        {
+            seq_id: SeqView(group_id, tuple(tokens), blocks)
+            for seq_id, (group_id, tokens, blocks) in compact.seqs.items()
+        },
         {group_id: GroupView(*fields) for group_id, fields in compact.groups.items()},
         compact.null_block,
     )

@@ -9,11 +9,11 @@ queries) with a few calls that must fail.
 
 What is compared. Every step: the result, or the error type, and every promise (a ``can_*`` that
 said yes is followed by its action, which must succeed; a NEVER must be NEVER on an empty
-manager too). Every ``CHECKPOINT`` steps and at the end of each episode: the whole state, and
-invariants I1-I4 on it; a call that failed and changed something (I6) shows there. In exact mode
-(``optimized``) the whole state is the two views, which must be equal; for any other target the
-calls go through the oracle's isomorphic session, which compares block tables, mappings and free
-counts at every step.
+manager too). In exact mode at the manager level, also the whole state after every call, failed
+ones included (I6), as compact states (``specs/compact_state.py``; the views only where those
+differ). Every ``CHECKPOINT`` steps and at the end of each episode: the views themselves, and
+invariants I1-I4 on the model's. In isomorphic mode the calls go through the oracle's
+isomorphic session, which compares block tables, mappings and free counts at every step.
 A divergence becomes a trace of the episode's calls, shrunk by deleting calls while the replay
 still diverges (comparing the whole state after every call), and written out for
 ``pagedkv replay``.

@@ -17,11 +17,25 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+from weakref import WeakKeyDictionary
+
+from immutables import Map
 
 from pagedkv.model_tests.oracle.guard import unguarded
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
-from pagedkv.specs.compact_state import CompactManager, compact_manager
+from pagedkv.reference.pool_state import PoolState, to_view
+from pagedkv.specs.compact_state import (
+    CompactManager,
+    CompactPool,
+    GroupFields,
+    SeqFields,
+    compact_groups,
+    compact_manager,
+    compact_pool,
+    packed_tokens,
+)
+from pagedkv.specs.manager_view import GroupView, SeqView
 from pagedkv.specs.types import Device, ManagerConfig, Token
 
 
@@ -67,8 +81,68 @@ def _optimized_state(model: OptimizedBlockSpaceManager) -> WalkState:
     return model.live()
 
 
+class FrozenCompact:
+    """``compact_manager(model.view())`` of a reference manager, rebuilt only where its frozen
+    state changed: the reference replaces a pool, its sequences' map or a sequence's view when
+    it changes them and keeps the same object otherwise, and a frozen object always renders the
+    same, so a part whose object is the one seen last time has the compact form it had then.
+    Each part is kept with the object it came from (compared with ``is``: no id is reused while
+    it lives). The compact state it returns is shared between calls: read it, never change
+    it."""
+
+    def __init__(self) -> None:
+        self.pools: dict[Device, tuple[PoolState, CompactPool]] = {}
+        self.seqs: tuple[Map[int, SeqView], dict[int, SeqFields]] | None = None
+        self.rows: dict[int, tuple[SeqView, SeqFields]] = {}
+        self.groups: tuple[Map[int, GroupView], dict[int, GroupFields]] | None = None
+
+    def __call__(self, model: ReferenceBlockSpaceManager) -> CompactManager:
+        state = model.state
+        return CompactManager(
+            state.config,
+            self.pool(Device.GPU, state.gpu),
+            self.pool(Device.CPU, state.cpu),
+            self.seq_rows(state.seqs),
+            self.group_rows(state.groups),
+            state.null_block,
+        )
+
+    def pool(self, device: Device, state: PoolState) -> CompactPool:
+        known = self.pools.get(device)
+        if known is None or known[0] is not state:
+            known = self.pools[device] = (state, compact_pool(to_view(state)))
+        return known[1]
+
+    def seq_rows(self, seqs: Map[int, SeqView]) -> dict[int, SeqFields]:
+        if self.seqs is not None and self.seqs[0] is seqs:
+            return self.seqs[1]
+        rows, known = {}, self.rows
+        for seq_id, seq in seqs.items():
+            row = known.get(seq_id)
+            if row is None or row[0] is not seq:
+                row = known[seq_id] = (seq, (seq.group_id, packed_tokens(seq.tokens), seq.blocks))
+            rows[seq_id] = row[1]
+        if len(known) > 2 * len(rows):  # forget the sequences that are gone
+            self.rows = {seq_id: known[seq_id] for seq_id in rows}
+        self.seqs = (seqs, rows)
+        return rows
+
+    def group_rows(self, groups: Map[int, GroupView]) -> dict[int, GroupFields]:
+        if self.groups is None or self.groups[0] is not groups:
+            self.groups = (groups, compact_groups(groups))
+        return self.groups[1]
+
+
 def _reference_compact(model: ReferenceBlockSpaceManager) -> CompactManager:
-    return compact_manager(model.view())
+    """The reference's compact state, from the rebuilder its manager keeps (``FrozenCompact``)."""
+    rebuild = _FROZEN_COMPACTS.get(model)
+    if rebuild is None:
+        rebuild = _FROZEN_COMPACTS[model] = FrozenCompact()
+    return rebuild(model)
+
+
+_FROZEN_COMPACTS: WeakKeyDictionary[ReferenceBlockSpaceManager, FrozenCompact]
+_FROZEN_COMPACTS = WeakKeyDictionary()
 
 
 REFERENCE = Model("reference", ReferenceBlockSpaceManager, _reference_state, _reference_compact)

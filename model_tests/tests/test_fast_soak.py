@@ -93,3 +93,30 @@ def test_the_stand_in_passes_a_correct_target_and_never_models_itself() -> None:
 
 def _config() -> ManagerConfig:
     return ManagerConfig(block_size=2, num_gpu_blocks=4, num_cpu_blocks=2)
+
+
+def test_a_mutant_of_the_optimized_manager_fails_the_default_soak(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pagedkv soak`` as a user runs it (the optimized manager, against the reference): a bug
+    planted in the optimized manager itself (the stand-in's bug above, in the class) is a FAIL
+    with the shrunk steps printed and a trace to replay."""
+    original = OptimizedBlockSpaceManager.access_all_blocks_in_seq
+
+    def forgets_a_repeated_access(
+        self: OptimizedBlockSpaceManager, seq_id: int, now: float
+    ) -> None:
+        table = self.live().seqs.get(seq_id)
+        if table is not None and table.access_stamp and now > 1:
+            return
+        original(self, seq_id, now)
+
+    monkeypatch.setattr(
+        OptimizedBlockSpaceManager, "access_all_blocks_in_seq", forgets_a_repeated_access
+    )
+    path = str(tmp_path / "t.jsonl")
+    code, out, _ = run_cli("soak", "--steps", "30000", "--seed", "2", "--trace-out", path)
+    assert code == 1 and "FAIL after" in out and "(manager level, exact mode, seed 2)" in out, out
+    assert "the optimized manager as the model" not in out, out  # the reference is the model
+    assert "1. allocate(" in out and "<-- diverges" in out and "last_accessed" in out, out
+    assert f"replay: pagedkv replay {path} --target optimized" in out, out
