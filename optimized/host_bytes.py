@@ -17,9 +17,8 @@ which is why an exchange can outrun a ``copy_`` of as many bytes.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
-from typing import NamedTuple
-from weakref import WeakKeyDictionary
 
 from pagedkv.optimized.kv_store import KVStore
 
@@ -32,30 +31,56 @@ Span = tuple[int, int, int]
 """(first source block, first destination block, blocks): a ``kernels.Run``."""
 
 
-class HostBlocks(NamedTuple):
-    """A host store's allocation as bytes, with what locates a block's slab in it."""
+class HostBlocks:
+    """A host store's allocation as bytes, with what locates a block's slab in it, worked out
+    once per store: for a batch of one pair, working it out again cost as much as the copies.
 
-    memory: memoryview
-    slab: int
-    """Bytes of one block of one cache tensor."""
-    tensor_bytes: int
-    """Bytes of one cache tensor: from a block of one tensor to the same block of the next."""
-    tensors: int
+    ``tensors`` holds one ``memoryview`` per cache tensor, so that a slab is one slice of it.
+    ``scratch`` is where an exchange holds one side aside: kept, because allocating (and zeroing)
+    it per call cost a batch of one pair a tenth of its time. A store is moved by one call at a
+    time (two calls at once would race on its blocks anyway), so one scratch per store is enough.
+    """
+
+    __slots__ = ("memory", "scratch", "slab", "tensor_bytes", "tensors", "written")
+
+    def __init__(self, store: KVStore) -> None:
+        self.memory = store.host_bytes()
+        count = store.blocks.shape[0]
+        self.slab = store.block_bytes // count
+        """Bytes of one block of one cache tensor."""
+        self.tensor_bytes = self.slab * store.num_blocks
+        """Bytes of one cache tensor: from a block of one tensor to the same block of the next."""
+        self.tensors = tuple(
+            self.memory[start : start + self.tensor_bytes]
+            for start in range(0, count * self.tensor_bytes, self.tensor_bytes)
+        )
+        self.scratch = memoryview(bytearray(0))
+        self.written = (store.blocks,)
+        """What to tell torch was written (``kernels`` bumps its version counter)."""
 
     @classmethod
     def of(cls, store: KVStore) -> HostBlocks:
-        """The store's layout, worked out once per store (for a small batch, working it out
-        again cost a tenth of the call)."""
-        found = _LAYOUTS.get(store)
+        """The store's layout, made on first use and kept while the store lives."""
+        found = _LAYOUTS.get(id(store))
         if found is None:
-            tensors = store.blocks.shape[0]
-            slab = store.block_bytes // tensors
-            found = cls(store.host_bytes(), slab, slab * store.num_blocks, tensors)
-            _LAYOUTS[store] = found
+            found = _LAYOUTS[id(store)] = cls(store)
+            weakref.finalize(store, _LAYOUTS.pop, id(store), None)
         return found
 
+    @staticmethod
+    def known(store: KVStore) -> HostBlocks | None:
+        """The layout ``of`` made for this store, if it made one (a dictionary look-up)."""
+        return _LAYOUTS.get(id(store))
 
-_LAYOUTS: WeakKeyDictionary[KVStore, HostBlocks] = WeakKeyDictionary()
+    def held(self, nbytes: int) -> memoryview:
+        """The scratch, grown to at least ``nbytes``."""
+        if len(self.scratch) < nbytes:
+            self.scratch = memoryview(bytearray(nbytes))
+        return self.scratch
+
+
+_LAYOUTS: dict[int, HostBlocks] = {}
+"""Per live store (by ``id``; an entry is dropped when its store is collected)."""
 
 
 def copy_runs(
@@ -65,42 +90,38 @@ def copy_runs(
     call also writes (``src`` and ``dst`` are one store): per tensor their bytes are read aside
     before any destination of that tensor is written. Tensors never share bytes."""
     slab = src.slab
-    direct_spans = [(s * slab, d * slab, n * slab) for s, d, n in direct]
-    staged_spans = [(s * slab, d * slab, n * slab) for s, d, n in staged]
-    source, destination = src.memory, dst.memory
-    for tensor in range(src.tensors):
-        s0, d0 = tensor * src.tensor_bytes, tensor * dst.tensor_bytes
-        held = [source[s0 + s : s0 + s + n].tobytes() for s, _, n in staged_spans]
-        for s, d, n in direct_spans:
-            s += s0
-            d += d0
-            destination[d : d + n] = source[s : s + n]
-        for (_, d, n), data in zip(staged_spans, held, strict=True):
-            d += d0
-            destination[d : d + n] = data
+    direct_spans = [(s * slab, (s + n) * slab, d * slab, (d + n) * slab) for s, d, n in direct]
+    staged_spans = [(s * slab, (s + n) * slab, d * slab, (d + n) * slab) for s, d, n in staged]
+    for source, destination in zip(src.tensors, dst.tensors, strict=True):
+        held = [source[s:s_end].tobytes() for s, s_end, _, _ in staged_spans]
+        for s, s_end, d, d_end in direct_spans:
+            destination[d:d_end] = source[s:s_end]
+        for (_, _, d, d_end), data in zip(staged_spans, held, strict=True):
+            destination[d:d_end] = data
 
 
 def exchange_runs(blocks: HostBlocks, runs: Sequence[Span]) -> None:
     """Trade the contents of every run's two sides, in every tensor (the sides are disjoint)."""
     slab = blocks.slab
     per_piece = max(1, EXCHANGE_PIECE_BYTES // slab)
-    if all(length <= per_piece for _, _, length in runs):  # every run one piece: most batches
-        spans = [(a * slab, b * slab, length * slab) for a, b, length in runs]
-    else:
-        spans = [
-            ((a + start) * slab, (b + start) * slab, min(per_piece, length - start) * slab)
-            for a, b, length in runs
-            for start in range(0, length, per_piece)
-        ]
-    widest = max(n for _, _, n in spans)
-    scratch = memoryview(bytearray(widest))
-    memory = blocks.memory
-    for base in range(0, blocks.tensors * blocks.tensor_bytes, blocks.tensor_bytes):
-        for a, b, n in spans:
-            a += base
-            b += base
-            first = memory[a : a + n]
-            held = scratch if n == widest else scratch[:n]
+    scratch = blocks.held(per_piece * slab)
+    one = scratch[:slab]
+    # Each piece with its own slice of the scratch, made once here rather than once per tensor.
+    pieces: list[tuple[int, int, int, int, memoryview]] = []
+    for a, b, length in runs:
+        if length == 1:  # nearly every pair of a defragmenter's batch
+            a *= slab
+            b *= slab
+            pieces.append((a, a + slab, b, b + slab, one))
+            continue
+        for start in range(0, length, per_piece):
+            n = min(per_piece, length - start) * slab
+            a_start, b_start = (a + start) * slab, (b + start) * slab
+            pieces.append((a_start, a_start + n, b_start, b_start + n, scratch[:n]))
+    for memory in blocks.tensors:
+        for a, a_end, b, b_end, held in pieces:
+            first = memory[a:a_end]
+            second = memory[b:b_end]
             held[:] = first
-            first[:] = memory[b : b + n]
-            memory[b : b + n] = held
+            first[:] = second
+            second[:] = held
