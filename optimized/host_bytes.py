@@ -13,6 +13,12 @@ The exchange needs no padding here (padding serves compiled or graphed accelerat
 pair trades its slabs through a copy of one side, at most ``EXCHANGE_PIECE_BYTES`` at a time, so
 that the copy is read back from cache; the bytes written are those just read, already in cache,
 which is why an exchange can outrun a ``copy_`` of as many bytes.
+
+What a batch of one or a few pairs costs beyond its copies is Python's: a defragmenter's batch
+of one pair (4 tensors of 16 KiB slabs) is twelve copies that alone run at 0.97 of a ``copy_`` of
+its 128 KiB, while checking the pairs, planning the spans and slicing the views take about as
+long again, so the whole call stays near half a ``copy_``. That overhead is per pair and tensor,
+so it fades as batches grow (13 pairs near 0.8, 181 pairs above 1).
 """
 
 from __future__ import annotations
