@@ -24,6 +24,7 @@ so it fades as batches grow (13 pairs near 0.8, 181 pairs above 1).
 from __future__ import annotations
 
 import weakref
+from collections import deque
 from collections.abc import Sequence
 
 from pagedkv.optimized.kv_store import KVStore
@@ -42,12 +43,11 @@ class HostBlocks:
     once per store: for a batch of one pair, working it out again cost as much as the copies.
 
     ``tensors`` holds one ``memoryview`` per cache tensor, so that a slab is one slice of it.
-    ``scratch`` is where an exchange holds one side aside: kept, because allocating (and zeroing)
-    it per call cost a batch of one pair a tenth of its time. A store is moved by one call at a
-    time (two calls at once would race on its blocks anyway), so one scratch per store is enough.
+    An exchange holds one side aside in a scratch buffer that is kept (``take_scratch``), because
+    allocating and zeroing it per call cost a batch of one pair a tenth of its time.
     """
 
-    __slots__ = ("memory", "scratch", "slab", "tensor_bytes", "tensors", "written")
+    __slots__ = ("_spare", "memory", "slab", "tensor_bytes", "tensors", "written")
 
     def __init__(self, store: KVStore) -> None:
         self.memory = store.host_bytes()
@@ -60,7 +60,7 @@ class HostBlocks:
             self.memory[start : start + self.tensor_bytes]
             for start in range(0, count * self.tensor_bytes, self.tensor_bytes)
         )
-        self.scratch = memoryview(bytearray(0))
+        self._spare: deque[memoryview] = deque()
         self.written = (store.blocks,)
         """What to tell torch was written (``kernels`` bumps its version counter)."""
 
@@ -78,11 +78,21 @@ class HostBlocks:
         """The layout ``of`` made for this store, if it made one (a dictionary look-up)."""
         return _LAYOUTS.get(id(store))
 
-    def held(self, nbytes: int) -> memoryview:
-        """The scratch, grown to at least ``nbytes``."""
-        if len(self.scratch) < nbytes:
-            self.scratch = memoryview(bytearray(nbytes))
-        return self.scratch
+    def take_scratch(self, nbytes: int) -> memoryview:
+        """A scratch of at least ``nbytes`` that no other call uses until ``give_back``.
+
+        Two threads may exchange disjoint blocks of one store at once (torch's kernels allow
+        it, and the byte loop lets the other thread run between two copies), so a scratch is
+        taken from a pool rather than shared: a ``deque``'s ``pop`` and ``append`` are atomic.
+        """
+        try:
+            scratch = self._spare.pop()
+        except IndexError:  # none spare: this call is the first, or runs beside another
+            return memoryview(bytearray(nbytes))
+        return scratch if len(scratch) >= nbytes else memoryview(bytearray(nbytes))
+
+    def give_back(self, scratch: memoryview) -> None:
+        self._spare.append(scratch)
 
 
 _LAYOUTS: dict[int, HostBlocks] = {}
@@ -115,7 +125,7 @@ def exchange_runs(blocks: HostBlocks, runs: Sequence[Span]) -> None:
     """Trade the contents of every run's two sides, in every tensor (the sides are disjoint)."""
     slab = blocks.slab
     per_piece = max(1, EXCHANGE_PIECE_BYTES // slab)
-    scratch = blocks.held(per_piece * slab)
+    scratch = blocks.take_scratch(per_piece * slab)
     one = scratch[:slab]
     # Each piece with its own slice of the scratch, made once here rather than once per tensor.
     pieces: list[tuple[slice, slice, memoryview]] = []
@@ -132,3 +142,4 @@ def exchange_runs(blocks: HostBlocks, runs: Sequence[Span]) -> None:
             held[:] = memory[first]
             memory[first] = memory[second]
             memory[second] = held
+    blocks.give_back(scratch)

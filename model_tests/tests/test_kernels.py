@@ -788,6 +788,18 @@ def test_host_blocks_are_forgotten_with_their_store() -> None:
     assert key not in host_bytes._LAYOUTS
 
 
+def test_exchange_scratch_is_kept_but_never_shared() -> None:
+    """The exchange's scratch outlives a call (allocating it per call was a tenth of a one-pair
+    batch), but two calls at once (threads on disjoint blocks) never get the same buffer."""
+    blocks = host_bytes.HostBlocks.of(make_store(4, seed=31))
+    first = blocks.take_scratch(64)
+    second = blocks.take_scratch(64)  # taken while the first is in use
+    assert first.obj is not second.obj
+    blocks.give_back(first)
+    assert blocks.take_scratch(32).obj is first.obj  # kept, and big enough
+    assert len(blocks.take_scratch(128)) >= 128  # none spare now: a new one
+
+
 def test_only_a_host_store_has_host_bytes() -> None:
     meta = KVStore(1, 2, 2, 1, 4, torch.float32, "meta")
     assert not moves_host_bytes(meta.device)
