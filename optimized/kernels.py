@@ -183,6 +183,18 @@ def moves_host_bytes(device: torch.device) -> bool:
     return device.type == "cpu" and torch.get_num_threads() == 1
 
 
+def _byte_blocks(store: KVStore) -> HostBlocks | None:
+    """The store as bytes when ``moves_host_bytes`` holds for it, else None. After a store's
+    first call this is a dictionary look-up: asking a ``torch.device`` its type alone cost a
+    batch of one pair as much as its range checks."""
+    if torch.get_num_threads() != 1:
+        return None
+    found = HostBlocks.known(store)
+    if found is None and moves_host_bytes(store.device):
+        found = HostBlocks.of(store)
+    return found
+
+
 def _split_staged(runs: Sequence[RunT], written: set[int]) -> tuple[list[RunT], list[RunT]]:
     """(runs none of whose sources is written in this call, runs with one that is)."""
     if not written:
@@ -208,7 +220,8 @@ def copy_blocks(store: KVStore, pairs: PairsLike) -> None:
     and are copied directly, which halves their traffic.
     """
     _check_store(store, "store")
-    plan = normalize_pairs(pairs, store.num_blocks, store.num_blocks)
+    num_blocks = store.num_blocks
+    plan = normalize_pairs(pairs, num_blocks, num_blocks)
     _check_distinct_destinations(plan)
     plan = [(src, dst) for src, dst in plan if src != dst]  # a copy onto itself is a no-op
     if not plan:
@@ -222,9 +235,13 @@ def _copy_within_device(src: KVStore, dst: KVStore, plan: Sequence[tuple[int, in
     written = {d for _, d in plan} if src is dst else set()
     if written.isdisjoint([s for s, _ in plan]):
         written = set()  # no source is also written: nothing has to be read aside
-    if moves_host_bytes(src.device):
-        copy_runs(HostBlocks.of(src), HostBlocks.of(dst), *_split_staged(_spans(plan), written))
-        _count_writes(dst)
+    source_bytes = _byte_blocks(src)
+    if source_bytes is not None:
+        destination_bytes = source_bytes if src is dst else HostBlocks.of(dst)
+        copy_runs(source_bytes, destination_bytes, *_split_staged(_spans(plan), written))
+        # Bytes written this way bypass torch's count of in-place writes: bumped as a torch op
+        # would, so that anything that saved a store tensor sees it changed.
+        torch.autograd.graph.increment_version(destination_bytes.written)
         return
     runs = coalesce_runs(plan)
     if len(runs) > MAX_RUNS and src.device.type != "cpu":
@@ -245,12 +262,6 @@ def _copy_within_device(src: KVStore, dst: KVStore, plan: Sequence[tuple[int, in
             destination[r.dst : r.dst + r.length].copy_(source[r.src : r.src + r.length])
         for r, temp in zip(staged, temps, strict=True):
             destination[r.dst : r.dst + r.length].copy_(temp)
-
-
-def _count_writes(store: KVStore) -> None:
-    """Tell torch the store's tensors were written, as a torch in-place op would (bytes written
-    through ``host_bytes`` bypass it): anything that saved one of them sees it changed."""
-    torch.autograd.graph.increment_version(store.blocks)
 
 
 def _gather_scatter(
@@ -411,13 +422,15 @@ def swap_blocks_in_place(
     """
     _check_store(store, "store")
     sizes = _check_pad_sizes(pad_sizes)
-    plan = normalize_pairs(pairs, store.num_blocks, store.num_blocks)
+    num_blocks = store.num_blocks
+    plan = normalize_pairs(pairs, num_blocks, num_blocks)
     _check_disjoint(plan)
     if not plan:
         return
-    if moves_host_bytes(store.device):
-        exchange_runs(HostBlocks.of(store), _spans(plan))
-        _count_writes(store)
+    as_bytes = _byte_blocks(store)
+    if as_bytes is not None:
+        exchange_runs(as_bytes, _spans(plan))
+        torch.autograd.graph.increment_version(as_bytes.written)
         return
     rows = [_row_view(cache) for cache in store.tensors()]
     row_bytes = rows[0].shape[1] * rows[0].element_size()

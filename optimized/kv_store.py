@@ -3,11 +3,12 @@
 Blocks are the first axis (``[num_blocks, block_size, num_kv_heads, head_dim]``) so that one block
 is one contiguous slab and a run of consecutive blocks is one contiguous slab too: that is what
 lets ``pagedkv.optimized.kernels`` move a run with a single ``copy_``. All the cache tensors are
-views of
-one allocation (``blocks``, ``[tensors, num_blocks, ...]``), so that one block of every layer is
-one strided slice too: a kernel moves a block of all layers with one call. Indices here are
-0-based positions in this store; a pool whose ids start at ``first_id`` subtracts it before
-calling in.
+views of one allocation (``blocks``, ``[tensors, num_blocks, ...]``), so that one block of every
+layer is one strided slice too: a kernel moves a block of all layers with one call. On the host
+(unless pinned for a GPU) the allocation is private memory advised for huge pages
+(``optimized/host_memory.py``), which scattered block copies need to run at ``memcpy`` speed.
+Indices here are 0-based positions in this store; a pool whose ids start at ``first_id``
+subtracts it before calling in.
 
 The model runner's side is ``KVStore.write`` (each token's K and V into its slot, as vLLM's
 ``reshape_and_cache`` does; ``specs/slots.py`` says which slot) and ``KVStore.read``. A store
@@ -18,10 +19,13 @@ resolved to its position before it reaches the store.
 from __future__ import annotations
 
 import ctypes
+import math
+import mmap
 from collections.abc import Sequence
 
 import torch
 
+from pagedkv.optimized.host_memory import zeroed_host_memory
 from pagedkv.specs.errors import ConfigurationError, ForeignBlockError, InvalidArgumentError
 
 LayerCache = tuple[torch.Tensor, torch.Tensor | None]
@@ -83,11 +87,23 @@ class KVStore:
         pin = requested.type == "cpu" and torch.cuda.is_available()
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
         num_tensors = num_layers * (1 if mla else 2)
+        self._host_memory: mmap.mmap | None = None
         try:
-            self._blocks = torch.zeros(
-                (num_tensors, *shape), dtype=dtype, device=requested, pin_memory=pin
-            )
-        except (RuntimeError, AssertionError) as exc:
+            if requested.type == "cpu" and not pin:
+                self._host_memory = zeroed_host_memory(
+                    num_tensors * math.prod(shape) * dtype.itemsize
+                )
+                self._blocks = torch.frombuffer(self._host_memory, dtype=dtype).view(
+                    num_tensors, *shape
+                )
+                # Written now, as torch.zeros would: a page first *read* would map the shared
+                # zero page, and a later write would then get a small page, not a huge one.
+                self._blocks.zero_()
+            else:
+                self._blocks = torch.zeros(
+                    (num_tensors, *shape), dtype=dtype, device=requested, pin_memory=pin
+                )
+        except (RuntimeError, AssertionError, OSError) as exc:
             # Torch reports an unusable device (no such backend, no such index, out of memory) as
             # one of these; to the caller it is a configuration that cannot work.
             raise ConfigurationError(
@@ -161,9 +177,12 @@ class KVStore:
         if self._host_bytes is None:
             if self._device.type != "cpu":
                 raise InvalidArgumentError(f"a store on {self._device} has no host bytes")
-            size = self._blocks.numel() * self._blocks.element_size()
-            raw = (ctypes.c_char * size).from_address(self._blocks.data_ptr())
-            self._host_bytes = memoryview(raw).cast("B")
+            if self._host_memory is not None:
+                self._host_bytes = memoryview(self._host_memory)
+            else:  # pinned: torch's allocation
+                size = self._blocks.numel() * self._blocks.element_size()
+                raw = (ctypes.c_char * size).from_address(self._blocks.data_ptr())
+                self._host_bytes = memoryview(raw).cast("B")
         return self._host_bytes
 
     def tensors(self) -> list[torch.Tensor]:

@@ -9,6 +9,8 @@ right values through a lossy path, or touched a block it was not given, fails.
 from __future__ import annotations
 
 import enum
+import gc
+import mmap
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -740,6 +742,62 @@ def test_host_bytes_are_the_store_allocation() -> None:
     first = store.tensors()[0].reshape(-1)[:1].clone()
     memory[:4] = bytes(4)
     assert float(store.tensors()[0].reshape(-1)[0]) == 0.0 != float(first[0])
+
+
+def _vm_flags(address: int) -> list[str] | None:
+    """The kernel's flags (``VmFlags`` in ``/proc/self/smaps``) of the mapping holding
+    ``address``; None where there is no such file."""
+    try:
+        with open("/proc/self/smaps") as smaps:
+            lines = smaps.read().splitlines()
+    except OSError:
+        return None
+    inside = False
+    for line in lines:
+        head = line.split(maxsplit=1)[0] if line else ""
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(part, 16) for part in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    return None
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no huge page advice here")
+def test_host_store_memory_is_private_and_advised_for_huge_pages() -> None:
+    """Scattered slabs copy from 4 KiB pages at a TLB miss a page (``optimized/host_memory.py``):
+    the store asks for huge pages (``hg``), in private memory (no ``sh``) it has written."""
+    store = KVStore(2, 64, 16, 8, 64, torch.float16, "cpu")  # 8 MiB
+    flags = _vm_flags(store.blocks.data_ptr())
+    if flags is None:
+        pytest.skip("no /proc/self/smaps")
+    assert "hg" in flags and "sh" not in flags
+    assert store.host_bytes().obj is not None  # the mapping itself, not torch's allocation
+    assert not store.blocks.any()
+
+
+def test_host_blocks_are_forgotten_with_their_store() -> None:
+    """The byte layout is kept per live store (by id): a collected store's entry goes, so a new
+    store that reuses the id cannot be given the old one's memory."""
+    store = make_store(4, seed=30)
+    found = host_bytes.HostBlocks.of(store)
+    assert host_bytes.HostBlocks.of(store) is found is host_bytes.HostBlocks.known(store)
+    key = id(store)
+    del store, found
+    gc.collect()
+    assert key not in host_bytes._LAYOUTS
+
+
+def test_exchange_scratch_is_kept_but_never_shared() -> None:
+    """The exchange's scratch outlives a call (allocating it per call was a tenth of a one-pair
+    batch), but two calls at once (threads on disjoint blocks) never get the same buffer."""
+    blocks = host_bytes.HostBlocks.of(make_store(4, seed=31))
+    first = blocks.take_scratch(64)
+    second = blocks.take_scratch(64)  # taken while the first is in use
+    assert first.obj is not second.obj
+    blocks.give_back(first)
+    assert blocks.take_scratch(32).obj is first.obj  # kept, and big enough
+    assert len(blocks.take_scratch(128)) >= 128  # none spare now: a new one
 
 
 def test_only_a_host_store_has_host_bytes() -> None:
