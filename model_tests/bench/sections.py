@@ -72,6 +72,10 @@ class Options:
     """The request level's other managers, as ``package.module:factory`` of a
     ``request_sections.RequestSide`` (loaded as ``--target`` is: the bench and the peers are
     siblings): vLLM 0.33.0's ``KVCacheManager``."""
+    native_sides: tuple[str, ...] = ("pagedkv.model_tests.peers.vllm_v0_replay:VllmV0Replay",)
+    """The manager level's engines driven natively (``manager_sections.py``), as
+    ``package.module:factory`` of a ``manager_sections.ManagerSide``: vLLM 0.6.3's
+    ``SelfAttnBlockSpaceManager``."""
 
 
 @dataclass(frozen=True)

@@ -190,7 +190,9 @@ class LacksCachedTokens(OptimizedBlockSpaceManager):
 
 
 def bench_quietly(*targets: Target) -> dict[str, Section]:
-    options = Options(quick=True, targets=list(targets), scaling=(), requests=False)
+    options = Options(
+        quick=True, targets=list(targets), scaling=(), requests=False, native_sides=()
+    )
     return {section.name: section for section in runner.run(options, lambda _: None)}
 
 
