@@ -167,6 +167,9 @@ def native_panel(document: dict[str, Any]) -> Draw | None:
         for op in compared[:NATIVE_OPERATIONS]:
             labels.append(op)
             spreads.append(ops[op]["ratio_to_pagedkv"])
+            if "ratio_with_engine_steps" in ops[op]:
+                labels.append(f"{op} with its engine steps")
+                spreads.append(ops[op]["ratio_with_engine_steps"])
     return ratio_draw(
         labels,
         spreads,

@@ -328,6 +328,10 @@ class VllmV0Replay:
         self._cpu_offset = 0
         """vLLM numbers each device's blocks from 0; pagedkv's CPU ids follow the GPU's."""
 
+    @property
+    def charged(self) -> dict[str, str]:
+        return {ARRIVAL: "can_allocate", TOKENS: "append_slots"}
+
     def prepare(self, config: ManagerConfig, calls: Sequence[Call]) -> Translation:
         self._cpu_offset = config.num_gpu_blocks
         return Translation(config, calls)
