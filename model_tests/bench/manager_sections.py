@@ -271,7 +271,7 @@ def _operations(
             f"{side.name} µs",
             f"× {pagedkv.name}",
             "with its engine steps µs",
-            f"× {pagedkv.name} ",
+            f"× {pagedkv.name}, with them",
         ],
     )
     data: dict[str, Any] = {}
@@ -280,7 +280,7 @@ def _operations(
         them = Spread.of([one[op].mean_us for one in theirs])
         steps = theirs[0][op].calls
         if op not in mine[0]:
-            shown = f"({op}: charged to {charged[op]})" if op in charged else op
+            shown = f"{op}, charged to {charged[op]}" if op in charged else op
             table.rows.append([shown, steps, float("nan"), them, float("nan"), "", ""])
             data[op] = {"steps": steps, "theirs_us": them.as_json()}
             continue
