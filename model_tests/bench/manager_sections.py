@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from pagedkv.model_tests.bench import replay, streams
-from pagedkv.model_tests.bench.replay import collector_clock, stream_frozen
+from pagedkv.model_tests.bench.replay import stream_frozen
 from pagedkv.model_tests.bench.report import Section, Spread, Table, load_average
 from pagedkv.model_tests.bench.scheduler import Call, digest
 from pagedkv.model_tests.bench.sections import Context, workload_spec
@@ -135,29 +135,10 @@ def per_step(
     """Each name's steps over one replay: mean µs (the clock's cost and the collector's pauses
     subtracted) and seconds in all."""
     prepared = side.prepare(config, calls)
-    clock = CLOCK
-    totals: dict[str, int] = dict.fromkeys(prepared.names, 0)
-    counts: dict[str, int] = dict.fromkeys(prepared.names, 0)
-    names = prepared.names
-    with stream_frozen(), collector_clock(clock) as paused:
-        for index, (function, args) in enumerate(prepared.steps):
-            before = paused[0]
-            start = clock()
-            try:  # noqa: SIM105 (a with-statement per call would be timed)
-                function(*args)
-            except Exception:  # timed as an answer, as in ``run``
-                pass
-            name = names[index]
-            totals[name] += clock() - start - (paused[0] - before)
-            counts[name] += 1
-    return {
-        name: replay.OpTime(
-            counts[name],
-            max(0.0, totals[name] / counts[name] - overhead) / 1000,
-            totals[name] / 1e9,
-        )
-        for name in totals
-    }
+    named = zip(prepared.names, *zip(*prepared.steps, strict=True), strict=True)
+    found = replay.timed_steps(named, overhead, len(prepared.steps), CLOCK)
+    del found[replay.COLLECTOR]  # not an operation
+    return found
 
 
 def _differing(side: ManagerSide, stream: Workload) -> list[int]:
