@@ -404,6 +404,12 @@ def end_to_end_section(context: Context) -> Section:
         " repetition (theirs / optimized on the same calls); answers differ: from the"
         " stream's recording (replay check)"
     )
+    if any(run.target.profile != streams.PAGEDKV for run in others):
+        table.notes.append(
+            "a --target that adapts a real engine is timed as the oracle sees it, the adapter's"
+            " argument checks and translations included; the manager level's native section"
+            " times the engine alone, driven as its scheduler drives it"
+        )
     context.facts["end_to_end"] = data
     return Section("end_to_end", [table], data)
 
