@@ -158,6 +158,7 @@ def native_section(context: Context) -> Section:
         try:
             make: Any = targets.load(spec, "manager")
             side: ManagerSide = make()
+            side.prepare(workload_spec(options).config, [])  # its engine's files, before a stream
             stream = context.streams.get(side.profile)
             recorded = stream is None
             if stream is None:
