@@ -16,12 +16,12 @@ vLLM's engine does for the same requests, and only that runs on the clock:
   ``can_append_slots``, or its ``append_slots``), as the engine's output processor appends them
   before the next step is scheduled; then ``append_slots(seq, lookahead)``;
 - ``fork`` makes the child ``Sequence`` (``Sequence.fork``), swaps set the statuses, and every
-  other call is vLLM's with vLLM's own objects, found in a list by a slot the translation chose,
-  where the engine holds direct references.
+  other call is vLLM's own method called with vLLM's own objects, held directly as the engine
+  holds them (each allocated empty before the clock, filled when the engine makes it).
 
 The steps are ``(function, arguments)`` pairs, as pagedkv's side of the bench replays its calls:
-a vLLM method itself where its arguments exist before the clock, else one of the small methods
-below (one Python frame each, on vLLM's side of the ledger).
+vLLM's method itself wherever the engine calls nothing else, else one of ``NativeV0``'s few
+methods (the engine's own work around the call: statuses, group membership, token appends).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pagedkv.model_tests.peers import vllm_v0
-from pagedkv.model_tests.peers.standins.vllm_v0 import SequenceStatus
+from pagedkv.model_tests.peers.standins.vllm_v0 import Sequence as VllmSequence
+from pagedkv.model_tests.peers.standins.vllm_v0 import SequenceGroup, SequenceStatus
 from pagedkv.model_tests.peers.vllm_v0_manager import VllmV0Manager
 from pagedkv.specs.types import NO_EXTRA_KEY, AllocStatus, ExtraKey, ManagerConfig, Token
 
@@ -46,121 +47,93 @@ TOKENS = "(sampled tokens appended to the Sequence)"
 
 @dataclass
 class _Waiting:
-    """A request the scheduler has asked ``can_allocate`` about: its group's slot, and the ids
-    and extra key of the allocation that admits it (None: it is never admitted)."""
+    """A request the scheduler has asked ``can_allocate`` about: its group, and the ids and
+    extra key of the allocation that admits it (None: it is never admitted)."""
 
-    slot: int
+    group: SequenceGroup
+    seqs: list[VllmSequence]
     admitted: tuple[int, list[int], ExtraKey] | None
 
 
 @dataclass
 class _Seq:
-    """The translation's view of one sequence: its slot, its group's slot, and the tokens of
+    """The translation's view of one sequence: its ``Sequence``, its group, and the tokens of
     its coming ``append_slots`` calls (the first one appended to the ``Sequence`` or not)."""
 
-    slot: int
-    group: int
+    seq: VllmSequence
+    group: SequenceGroup
     appends: deque[list[Token]] = field(default_factory=deque)
     appended: bool = False
 
 
+def _blank_group() -> SequenceGroup:
+    return SequenceGroup.__new__(SequenceGroup)
+
+
+def _blank_seq() -> VllmSequence:
+    return VllmSequence.__new__(VllmSequence)
+
+
 class NativeV0:
-    """The objects the engine holds (groups and sequences, by slot) and its steps."""
+    """The engine's own steps, on the objects it holds. Each ``SequenceGroup`` and ``Sequence``
+    is allocated empty before the clock, so that the steps hold it as the engine holds a direct
+    reference; the step that makes it (a request's arrival, a fork) takes over the state of the
+    one the adapter's constructor builds, the prompt copied in, on the clock."""
 
     def __init__(self, config: ManagerConfig) -> None:
         self.adapter = VllmV0Manager(config)
         self.manager: Any = self.adapter.vllm_manager
-        self.objects: list[Any] = []
-        """Per slot: a ``SequenceGroup`` or a ``Sequence``, once the steps so far made it."""
-        self.num_gpu_blocks = config.num_gpu_blocks
-
-    # --- the engine's steps (run on the clock) --------------------------------------------------
 
     def arrive(
         self,
-        slot: int,
+        group: SequenceGroup,
+        seqs: list[VllmSequence],
         group_id: int,
         seq_ids: list[int],
         prompt: Sequence[Token],
         key: ExtraKey,
     ) -> None:
-        group = self.adapter.vllm_group(group_id, seq_ids, prompt, key)
-        objects = self.objects
-        objects[slot] = group
-        for offset, seq in enumerate(group.seqs, 1):
-            objects[slot + offset] = seq
+        made = self.adapter.vllm_group(group_id, seq_ids, prompt, key)
+        for seq, fresh in zip(seqs, made.seqs, strict=True):
+            seq.__dict__ = fresh.__dict__
+        group.__dict__ = made.__dict__
+        group.seqs = list(seqs)
 
-    def can_allocate(self, slot: int, lookahead: int) -> Any:
-        return self.manager.can_allocate(self.objects[slot], lookahead)
-
-    def allocate(self, slot: int) -> None:
-        group = self.objects[slot]
+    def allocate(self, group: SequenceGroup) -> None:
         self.manager.allocate(group)
         for seq in group.seqs:
             seq.status = SequenceStatus.RUNNING
 
-    def can_append_slots(self, slot: int, lookahead: int) -> Any:
-        return self.manager.can_append_slots(self.objects[slot], lookahead)
-
-    def append_tokens(self, slot: int, tokens: list[Token]) -> None:
-        token_ids = self.objects[slot].token_ids
-        self.objects[slot].data.num_computed_tokens = len(token_ids)
+    @staticmethod
+    def append_tokens(seq: VllmSequence, tokens: list[Token]) -> None:
+        token_ids = seq.token_ids
+        seq.data.num_computed_tokens = len(token_ids)
         token_ids.extend(tokens)
 
-    def append_slots(self, slot: int, lookahead: int) -> Any:
-        return self.manager.append_slots(self.objects[slot], lookahead)
-
-    def fork(self, parent_slot: int, child_slot: int, child_id: int, group_slot: int) -> None:
-        objects = self.objects
-        parent = objects[parent_slot]
-        child = objects[child_slot] = VllmV0Manager.vllm_child(parent, child_id)
+    def fork(self, parent: VllmSequence, child: VllmSequence, child_id: int, group: Any) -> None:
+        child.__dict__ = VllmV0Manager.vllm_child(parent, child_id).__dict__
         self.manager.fork(parent, child)
-        objects[group_slot].seqs.append(child)
+        group.seqs.append(child)
 
-    def free(self, slot: int, group_slot: int) -> None:
-        objects = self.objects
-        seq = objects[slot]
+    def free(self, seq: VllmSequence, group: SequenceGroup) -> None:
         self.manager.free(seq)
-        group = objects[group_slot]
         group.seqs.remove(seq)
         if not group.seqs:
             self.manager.free_cross(group)
 
-    def can_swap_out(self, slot: int) -> Any:
-        return self.manager.can_swap_out(self.objects[slot])
-
-    def swap_out(self, slot: int) -> Any:
-        group = self.objects[slot]
+    def swap_out(self, group: SequenceGroup) -> Any:
         pairs = self.manager.swap_out(group)
         for seq in group.seqs:
             seq.status = SequenceStatus.SWAPPED
         return pairs
 
-    def can_swap_in(self, slot: int, lookahead: int) -> Any:
-        return self.manager.can_swap_in(self.objects[slot], lookahead)
-
-    def swap_in(self, slot: int) -> Any:
-        group = self.objects[slot]
+    def swap_in(self, group: SequenceGroup) -> Any:
         pairs = self.manager.swap_in(group)
         for seq in group.seqs:
             seq.status = SequenceStatus.RUNNING
         return pairs
 
-    def get_block_table(self, slot: int) -> Any:
-        return self.manager.get_block_table(self.objects[slot])
-
-    def access_all_blocks_in_seq(self, slot: int, now: float) -> Any:
-        return self.manager.access_all_blocks_in_seq(self.objects[slot], now)
-
-    def get_common_computed_block_ids(self, slots: list[int]) -> Any:
-        objects = self.objects
-        return self.manager.get_common_computed_block_ids([objects[s] for s in slots])
-
-    def mark_blocks_as_computed(self, slot: int) -> Any:
-        return self.manager.mark_blocks_as_computed(self.objects[slot], 0)
-
-    def get_cross_block_table(self, slot: int) -> Any:
-        group = self.objects[slot]
+    def get_cross_block_table(self, group: SequenceGroup) -> Any:
         if not group.is_encoder_decoder():
             return []
         return self.manager.get_cross_block_table(group)
@@ -179,11 +152,10 @@ class Translation:
         self._admissions: dict[int, deque[tuple[int, list[int], ExtraKey]]] = {}
         self._appends: dict[int, deque[list[Token]]] = {}
         self._waiting: dict[int, _Waiting] = {}
-        self._groups: dict[int, int] = {}
+        self._groups: dict[int, SequenceGroup] = {}
         self._seqs: dict[int, _Seq] = {}
-        self._slots = 0
         self._look_ahead(calls)
-        native = self.native
+        native, manager = self.native, self.native.manager
         translate: dict[str, Callable[..., None]] = {
             "can_allocate": self._can_allocate,
             "allocate": self._allocate,
@@ -191,17 +163,17 @@ class Translation:
             "append_slots": self._append_slots,
             "fork": self._fork,
             "free": self._free,
-            "get_block_table": self._on_seq(native.get_block_table),
-            "access_all_blocks_in_seq": self._on_seq(native.access_all_blocks_in_seq),
+            "get_block_table": self._on_seq(manager.get_block_table),
+            "access_all_blocks_in_seq": self._on_seq(manager.access_all_blocks_in_seq),
             "get_common_computed_block_ids": self._common_computed,
-            "mark_blocks_as_computed": self._on_group(native.mark_blocks_as_computed),
-            "can_swap_out": self._on_group(native.can_swap_out),
+            "mark_blocks_as_computed": self._on_group(manager.mark_blocks_as_computed, 0),
+            "can_swap_out": self._on_group(manager.can_swap_out),
             "swap_out": self._on_group(native.swap_out),
-            "can_swap_in": self._on_group(native.can_swap_in),
+            "can_swap_in": self._on_group(manager.can_swap_in),
             "swap_in": self._on_group(native.swap_in),
             "get_cross_block_table": self._on_group(native.get_cross_block_table),
-            "get_num_free_gpu_blocks": self._direct(native.manager.get_num_free_gpu_blocks),
-            "get_num_free_cpu_blocks": self._direct(native.manager.get_num_free_cpu_blocks),
+            "get_num_free_gpu_blocks": self._direct(manager.get_num_free_gpu_blocks),
+            "get_num_free_cpu_blocks": self._direct(manager.get_num_free_cpu_blocks),
             "get_prefix_cache_hit_rate": self._hit_rate,
         }
         for method, args in calls:
@@ -210,7 +182,6 @@ class Translation:
             translate[method](*args)
             self.answered.append(len(self.steps) - 1)
             self.names[-1] = method
-        native.objects = [None] * self._slots
 
     # --- before the clock ---------------------------------------------------------------------
 
@@ -228,18 +199,13 @@ class Translation:
         self.steps.append((function, args))
         self.names.append(name)
 
-    def _new_slots(self, count: int) -> int:
-        first = self._slots
-        self._slots += count
-        return first
-
     def _arrive(self, prompt: Sequence[Token]) -> _Waiting:
         admissions = self._admissions.get(id(prompt))
         admitted = admissions.popleft() if admissions else None
-        group_id, seq_ids, key = admitted or (-1 - self._slots, [-1], NO_EXTRA_KEY)
-        slot = self._new_slots(1 + len(seq_ids))
-        self._step(ARRIVAL, self.native.arrive, slot, group_id, seq_ids, prompt, key)
-        waiting = self._waiting[id(prompt)] = _Waiting(slot, admitted)
+        group_id, seq_ids, key = admitted or (-1 - len(self.steps), [-1], NO_EXTRA_KEY)
+        group, seqs = _blank_group(), [_blank_seq() for _ in seq_ids]
+        self._step(ARRIVAL, self.native.arrive, group, seqs, group_id, seq_ids, prompt, key)
+        waiting = self._waiting[id(prompt)] = _Waiting(group, seqs, admitted)
         return waiting
 
     def _can_allocate(
@@ -248,7 +214,7 @@ class Translation:
         if encoder is not None:
             raise ValueError("the native replay has no encoder prompts")
         waiting = self._waiting.get(id(prompt)) or self._arrive(prompt)
-        self._step("", self.native.can_allocate, waiting.slot, lookahead)
+        self._step("", self.native.manager.can_allocate, waiting.group, lookahead)
 
     def _allocate(
         self,
@@ -264,24 +230,24 @@ class Translation:
         self._waiting.pop(id(prompt), None)
         if waiting.admitted != (group_id, list(seq_ids), key):
             raise ValueError(f"group {group_id} is admitted out of the order it was asked about")
-        self._groups[group_id] = waiting.slot
-        for offset, seq_id in enumerate(seq_ids, 1):
+        self._groups[group_id] = waiting.group
+        for seq_id, seq in zip(seq_ids, waiting.seqs, strict=True):
             appends = self._appends.get(seq_id, deque())
-            self._seqs[seq_id] = _Seq(waiting.slot + offset, waiting.slot, appends)
-        self._step("", self.native.allocate, waiting.slot)
+            self._seqs[seq_id] = _Seq(seq, waiting.group, appends)
+        self._step("", self.native.allocate, waiting.group)
 
     def _tokens_in(self, seq: _Seq) -> None:
         """The sequence's next sampled tokens into its ``Sequence``, unless they are there."""
         if seq.appends and not seq.appended:
             seq.appended = True
-            self._step(TOKENS, self.native.append_tokens, seq.slot, seq.appends[0])
+            self._step(TOKENS, self.native.append_tokens, seq.seq, seq.appends[0])
 
     def _can_append_slots(self, group_id: int, num_new: int = 1, lookahead: int = 0) -> None:
-        slot = self._groups[group_id]
+        group = self._groups[group_id]
         for seq in self._seqs.values():
-            if seq.group == slot:
+            if seq.group is group:
                 self._tokens_in(seq)
-        self._step("", self.native.can_append_slots, slot, lookahead)
+        self._step("", self.native.manager.can_append_slots, group, lookahead)
 
     def _append_slots(self, seq_id: int, tokens: Sequence[Token], lookahead: int = 0) -> None:
         seq = self._seqs[seq_id]
@@ -289,27 +255,29 @@ class Translation:
         if seq.appends.popleft() != list(tokens):
             raise ValueError(f"sequence {seq_id}'s appends are out of order")
         seq.appended = False
-        self._step("", self.native.append_slots, seq.slot, lookahead)
+        self._step("", self.native.manager.append_slots, seq.seq, lookahead)
 
     def _fork(self, parent_id: int, child_id: int) -> None:
         parent = self._seqs[parent_id]
-        child = _Seq(self._new_slots(1), parent.group, self._appends.get(child_id, deque()))
+        child = _Seq(_blank_seq(), parent.group, self._appends.get(child_id, deque()))
         self._seqs[child_id] = child
-        self._step("", self.native.fork, parent.slot, child.slot, child_id, parent.group)
+        self._step("", self.native.fork, parent.seq, child.seq, child_id, parent.group)
 
     def _free(self, seq_id: int) -> None:
         seq = self._seqs.pop(seq_id)
-        self._step("", self.native.free, seq.slot, seq.group)
+        self._step("", self.native.free, seq.seq, seq.group)
 
     def _common_computed(self, seq_ids: Sequence[int]) -> None:
-        slots = [self._seqs[s].slot for s in seq_ids]
-        self._step("", self.native.get_common_computed_block_ids, slots)
+        seqs = [self._seqs[s].seq for s in seq_ids]
+        self._step("", self.native.manager.get_common_computed_block_ids, seqs)
 
     def _on_seq(self, function: Callable[..., Any]) -> Callable[..., None]:
-        return lambda seq_id, *rest: self._step("", function, self._seqs[seq_id].slot, *rest)
+        return lambda seq_id, *rest: self._step("", function, self._seqs[seq_id].seq, *rest)
 
-    def _on_group(self, function: Callable[..., Any]) -> Callable[..., None]:
-        return lambda group_id, *rest: self._step("", function, self._groups[group_id], *rest)
+    def _on_group(self, function: Callable[..., Any], *more: Any) -> Callable[..., None]:
+        return lambda group_id, *rest: self._step(
+            "", function, self._groups[group_id], *rest, *more
+        )
 
     def _direct(self, function: Callable[..., Any]) -> Callable[..., None]:
         return lambda: self._step("", function)
