@@ -740,6 +740,7 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
         trace_out=written["trace"],
         timeout=per_call,
         requests=not args.no_requests,
+        native_sides=() if args.no_native else BenchOptions.native_sides,
     )
     try:
         run_bench(options, out.section, written["json"], written["plot"])
@@ -916,6 +917,12 @@ def parser() -> argparse.ArgumentParser:
         "--no-requests",
         action="store_true",
         help="leave out the request level (pagedkv and vLLM 0.33.0's KVCacheManager)",
+    )
+    bench.add_argument(
+        "--no-native",
+        action="store_true",
+        help="leave out the manager level against vLLM 0.6.3 driven natively (which records"
+        " the vllm-v0 stream where no --target under that profile did)",
     )
     bench.add_argument(
         "--baseline",

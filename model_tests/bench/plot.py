@@ -5,9 +5,10 @@ extra) that nothing else imports.
 One panel per figure the file has data for (``PANELS``, in order; none is drawn empty): each
 implementation's µs per operation, the end-to-end time of each implementation over the optimized
 manager's on the same calls, the request level's (vLLM 0.33.0's ``KVCacheManager`` over pagedkv's),
-µs per call against the pool size beside the control loop, and each kernel's share of a plain
-``copy_``'s bandwidth. Every bar is a median with a whisker from the smallest to the largest
-repetition; a ratio panel has its line at 1 (as fast as the manager it is measured against).
+the manager level's against vLLM 0.6.3 driven natively (end to end and per operation), µs per call
+against the pool size beside the control loop, and each kernel's share of a plain ``copy_``'s
+bandwidth. Every bar is a median with a whisker from the smallest to the largest repetition; a
+ratio panel has its line at 1 (as fast as the manager it is measured against).
 """
 
 from __future__ import annotations
@@ -147,6 +148,47 @@ def requests_panel(document: dict[str, Any]) -> Draw | None:
     )
 
 
+NATIVE_OPERATIONS = (
+    "can_allocate",
+    "allocate",
+    "append_slots",
+    "free",
+    "can_append_slots",
+    "get_block_table",
+    "access_all_blocks_in_seq",
+    "get_common_computed_block_ids",
+    "mark_blocks_as_computed",
+)
+"""Operations drawn per engine in the native panel (where it has them): admission, decoding,
+freeing, and the scheduler's per-step questions."""
+
+
+def native_panel(document: dict[str, Any]) -> Draw | None:
+    """The manager level against each engine driven natively (``manager_sections.py``): end to
+    end, then per operation (``NATIVE_OPERATIONS``)."""
+    labels: list[str] = []
+    spreads: list[dict[str, float]] = []
+    for data in (document.get("native") or {}).values():
+        managers: dict[str, dict[str, Any]] = data.get("managers") or {}
+        for name in list(managers)[1:]:  # the first is pagedkv's own, the measure of the others
+            labels.append(f"{name}, end to end")
+            spreads.append(managers[name]["ratio_to_pagedkv"])
+        ops: dict[str, dict[str, Any]] = data.get("operations") or {}
+        for op in (op for op in NATIVE_OPERATIONS if "ratio_to_pagedkv" in ops.get(op, {})):
+            labels.append(op)
+            spreads.append(ops[op]["ratio_to_pagedkv"])
+            if "ratio_with_engine_steps" in ops[op]:
+                labels.append(f"{op} with its engine steps")
+                spreads.append(ops[op]["ratio_with_engine_steps"])
+    return ratio_draw(
+        labels,
+        spreads,
+        "manager level: each engine driven as its scheduler drives it, against pagedkv's"
+        " optimized manager on the engine's stream",
+        "the engine's CPU time / pagedkv's (right of the line: slower than pagedkv)",
+    )
+
+
 def pool_panel(document: dict[str, Any]) -> Draw | None:
     """The pool beside vLLM v1's ``BlockPool``: end to end for each of pagedkv's callers, then
     per operation for the public API (the headline caller)."""
@@ -220,6 +262,7 @@ PANELS: list[Panel] = [
     operations_panel,
     end_to_end_panel,
     requests_panel,
+    native_panel,
     pool_panel,
     scaling_panel,
     kernels_panel,

@@ -22,7 +22,7 @@ import operator
 import statistics
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -244,9 +244,10 @@ class OpTime:
         return self.passes or Spread(self.mean_us, self.mean_us, self.mean_us, 1)
 
 
-def clock_overhead_ns(samples: int = 200_000) -> float:
+def clock_overhead_ns(
+    samples: int = 200_000, clock: Callable[[], int] = time.perf_counter_ns
+) -> float:
     """What reading the clock twice costs, as the per-call pass reads it."""
-    clock = time.perf_counter_ns
     best = float("inf")
     for _ in range(5):
         total = 0
@@ -325,27 +326,42 @@ def _one_pass(
 def _timed_pass(
     bound: dict[str, Callable[..., Any]], replay: _Replay, overhead_ns: float, count: int
 ) -> dict[str, OpTime]:
-    clock = time.perf_counter_ns
-    totals: dict[str, int] = dict.fromkeys(bound, 0)
-    counts: dict[str, int] = dict.fromkeys(bound, 0)
+    steps = ((method, bound[method], args) for method, args in replay.stream())
+    return timed_steps(steps, overhead_ns, count)
+
+
+Named = tuple[str, Callable[..., Any], tuple[Any, ...]]
+"""A step timed under a name: the operation it serves, the function, its arguments."""
+
+
+def timed_steps(
+    steps: Iterable[Named],
+    overhead_ns: float,
+    count: int,
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> dict[str, OpTime]:
+    """Each name's time over ``steps``, each step timed alone (``overhead_ns``: what reading
+    ``clock`` twice costs), costliest first, then the collector's row for ``count`` calls."""
+    totals: dict[str, int] = {}
+    counts: dict[str, int] = {}
     with stream_frozen(), collector_clock(clock) as paused:
-        for method, args in replay.stream():
-            fn = bound[method]
+        for name, function, args in steps:
             before = paused[0]
             start = clock()
             try:  # noqa: SIM105 (a with-statement per call would be timed)
-                fn(*args)
+                function(*args)
             except Exception:  # timed as an answer, as in ``seconds``
                 pass
-            totals[method] += clock() - start - (paused[0] - before)
-            counts[method] += 1
+            spent = clock() - start - (paused[0] - before)
+            totals[name] = totals.get(name, 0) + spent
+            counts[name] = counts.get(name, 0) + 1
     found = {
-        method: OpTime(
-            counts[method],
-            max(0.0, totals[method] / counts[method] - overhead_ns) / 1000,
-            totals[method] / 1e9,
+        name: OpTime(
+            counts[name],
+            max(0.0, totals[name] / counts[name] - overhead_ns) / 1000,
+            totals[name] / 1e9,
         )
-        for method in sorted(bound, key=lambda m: -totals[m])
+        for name in sorted(totals, key=lambda name: -totals[name])
     }
     found[COLLECTOR] = OpTime(paused[1], paused[0] / max(1, count) / 1000, paused[0] / 1e9)
     return found

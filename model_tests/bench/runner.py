@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pagedkv.model_tests.bench import baseline, pool
+from pagedkv.model_tests.bench.manager_sections import native_section
 from pagedkv.model_tests.bench.report import Section, Spread, Table, load_average
 from pagedkv.model_tests.bench.request_sections import requests_section
 from pagedkv.model_tests.bench.scaling import scaling_section
@@ -143,6 +144,7 @@ SECTIONS: list[Callable[[Context], Section]] = [
     queries_section,
     pool.section,
     requests_section,
+    native_section,
     scaling_section,
     kernels_section,
     defrag_section,

@@ -140,6 +140,40 @@ class VllmV0Manager:
     def config(self) -> ManagerConfig:
         return self._config
 
+    @property
+    def vllm_manager(self) -> Any:
+        """vLLM's own ``SelfAttnBlockSpaceManager``, as configured here (``vllm_v0_replay.py``
+        drives it directly, as vLLM's scheduler does)."""
+        return self._vllm
+
+    def vllm_group(
+        self,
+        group_id: int,
+        seq_ids: Sequence[int],
+        tokens: Sequence[Token],
+        key: ExtraKey = NO_EXTRA_KEY,
+        encoder: Sequence[Token] | None = None,
+    ) -> SequenceGroup:
+        """A new waiting vLLM ``SequenceGroup`` of the prompt, one ``Sequence`` per id: vLLM's
+        engine makes it when the request arrives."""
+        lora = key.lora_id or 0
+        seqs = [
+            VllmSequence(s, self._engine_tokens(tokens, key), lora_int_id=lora) for s in seq_ids
+        ]
+        encoder_seq = None if encoder is None else VllmSequence(-group_id - 1, list(encoder))
+        return SequenceGroup(str(group_id), seqs, encoder_seq)
+
+    @staticmethod
+    def vllm_child(parent: VllmSequence, child_id: int) -> VllmSequence:
+        """The copy of ``parent`` vLLM's ``Sequence.fork`` makes."""
+        return VllmSequence(
+            child_id,
+            list(parent.token_ids),
+            parent.status,
+            parent.lora_int_id,
+            SequenceData(parent.data.num_computed_tokens),
+        )
+
     # --- the scheduler's bookkeeping ---------------------------------------------------------
 
     def _seq(self, seq_id: object) -> VllmSequence:
@@ -198,10 +232,8 @@ class VllmV0Manager:
         key = check_extra_key(extra_key)
         tokens = check_tokens(prompt)
         encoder = None if encoder_prompt is None else check_tokens(encoder_prompt)
-        lora = key.lora_id or 0
-        seqs = [VllmSequence(s, self._engine_tokens(tokens, key), lora_int_id=lora) for s in ids]
-        encoder_seq = None if encoder is None else VllmSequence(-gid - 1, encoder)
-        group = SequenceGroup(str(gid), seqs, encoder_seq)
+        group = self.vllm_group(gid, ids, tokens, key, encoder)
+        seqs = group.seqs
         if self.switches.refuse_up_front:
             vllm_v0.call(self._vllm.can_allocate, group)  # its encoder-decoder refusal first
             needed = blocks_for(len(tokens), self._config.block_size)
@@ -260,13 +292,7 @@ class VllmV0Manager:
     def fork(self, parent_id: int, child_id: int) -> None:
         parent = self._seq(parent_id)
         child_seq_id = self._fresh_seq_id(child_id)
-        child = VllmSequence(
-            child_seq_id,
-            list(parent.token_ids),
-            parent.status,
-            parent.lora_int_id,
-            SequenceData(parent.data.num_computed_tokens),
-        )
+        child = self.vllm_child(parent, child_seq_id)
         vllm_v0.call(self._vllm.fork, parent, child)
         found = self._group_of_seq(parent)
         found.group.seqs.append(child)

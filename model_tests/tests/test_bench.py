@@ -151,6 +151,17 @@ def test_pagedkv_bench_writes_every_section(tmp_path: Path) -> None:
     assert "per operation" in out and "growth with the pool" in out and "block kernels" in out
     assert "request level" in out and document["requests"]["managers"]
     assert "GPU blocks, median [min, max] of 1 pass(es)" in out  # growth, with its spread
+    if sources.VLLM_V0.fetched:  # the manager level against vLLM 0.6.3 driven natively
+        assert document["native"] and "manager level per operation, CPU µs" in out
+
+
+def test_pagedkv_bench_no_native_leaves_the_native_section_out(tmp_path: Path) -> None:
+    json_out = tmp_path / "bench.json"
+    argv = ["bench", "--quick", "--no-native", "--no-requests", "--scaling", ""]
+    code, out, err = run_cli(*argv, "--json", str(json_out))
+    assert (code, err) == (0, ""), out
+    assert json.loads(json_out.read_text())["native"] == {}
+    assert "manager level per operation" not in out
 
 
 @pytest.mark.parametrize(
@@ -190,7 +201,9 @@ class LacksCachedTokens(OptimizedBlockSpaceManager):
 
 
 def bench_quietly(*targets: Target) -> dict[str, Section]:
-    options = Options(quick=True, targets=list(targets), scaling=(), requests=False)
+    options = Options(
+        quick=True, targets=list(targets), scaling=(), requests=False, native_sides=()
+    )
     return {section.name: section for section in runner.run(options, lambda _: None)}
 
 
