@@ -8,9 +8,9 @@ from typing import TypeAlias
 
 from pagedkv.specs.types import BlockId
 
-_Entry: TypeAlias = tuple[float, int, BlockId, int]
-"""(last_accessed, -num_hashed_tokens, block, stamp): the heap order is the reference's eviction
-order, the lowest id first among equals."""
+_Entry: TypeAlias = tuple[float, int, BlockId]
+"""(last_accessed, -num_hashed_tokens, block): the heap order is the reference's eviction order,
+the lowest id first among equals."""
 
 _SLACK = 32
 """Stale entries tolerated on top of 2x the live ones before the heap is rebuilt."""
@@ -22,18 +22,17 @@ class Evictor:
 
     Removing a block or changing its access time does not search the heap: the block's current
     entry is remembered in ``_live`` and any other entry for it is stale, skipped when it reaches
-    the top. Each entry carries a unique stamp so that two entries of one block never compare
-    alike. When stale entries outnumber live ones about 2 to 1, the heap is rebuilt from the live
-    ones, which keeps its size (and so every operation's cost) proportional to the evictable
-    blocks, amortised O(log n).
+    the top: the live entry is told from a stale one of equal value by identity. When stale
+    entries outnumber live ones about 2 to 1, the heap is rebuilt from the live ones, which keeps
+    its size (and so every operation's cost) proportional to the evictable blocks, amortised
+    O(log n).
     """
 
-    __slots__ = ("_heap", "_live", "_next_stamp")
+    __slots__ = ("_heap", "_live")
 
     def __init__(self) -> None:
         self._heap: list[_Entry] = []
         self._live: dict[BlockId, _Entry] = {}
-        self._next_stamp = 0
 
     def __len__(self) -> int:
         return len(self._live)
@@ -43,11 +42,20 @@ class Evictor:
 
     def add(self, block: BlockId, last_accessed: float, num_hashed_tokens: int) -> None:
         """Make ``block`` evictable, or re-rank it if it already is (its old entry goes stale)."""
-        entry = (last_accessed, -num_hashed_tokens, block, self._next_stamp)
-        self._next_stamp += 1
+        entry = (last_accessed, -num_hashed_tokens, block)
         self._live[block] = entry
         heapq.heappush(self._heap, entry)
         if len(self._heap) > 3 * len(self._live) + _SLACK:  # a call saved while none is due
+            self._compact_if_stale()
+
+    def add_all(self, entries: list[_Entry]) -> None:
+        """``add`` of each ``(last_accessed, -num_hashed_tokens, block)``: a sequence's blocks
+        given back together, a call for all of them."""
+        live, heap, push = self._live, self._heap, heapq.heappush
+        for entry in entries:
+            live[entry[2]] = entry
+            push(heap, entry)
+        if len(heap) > 3 * len(live) + _SLACK:
             self._compact_if_stale()
 
     def remove(self, block: BlockId) -> None:

@@ -146,6 +146,12 @@ class PoolMachineBase(LockstepMachine):
     def offers(self, method: str) -> bool:
         return method not in self.policy.unsupported
 
+    def batches(self, protocol: type) -> bool:
+        """Whether to draw a batch operation (``block_pool.md`` §5, batches): where the target
+        offers it (``PoolChainAllocation``, ``PoolBatchFree``), in exact mode; the oracle's
+        sessions (isomorphic, safety) take the single calls a batch stands for."""
+        return self.session is None and isinstance(self.target, protocol)
+
     def _model_view(self) -> PoolView | None:
         """The model's view, rendered once per state (``views.py``)."""
         return None if self.model is None else self.views.model()
