@@ -76,7 +76,8 @@ def test_an_offer_of_no_optional_operation_is_refused(tmp_path: Path) -> None:
 
 def test_a_pool_offers_its_batches_over_the_wire_and_they_fold() -> None:
     target = targets.load(peer("reference"), "pool")(PoolConfig(4, 2))
-    assert isinstance(target, PoolChainAllocation) and isinstance(target, PoolBatchFree)
+    offered = isinstance(target, PoolChainAllocation) and isinstance(target, PoolBatchFree)
+    assert offered
     blocks = target.allocate_immutable_chain(Prefix(), [[1, 2], [3, 4]])
     assert blocks == [0, 1] and target.num_free_blocks() == 2
     with pytest.raises(DoubleFreeError, match=r"blocks\[2\]"):

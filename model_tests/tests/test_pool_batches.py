@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import pytest
@@ -56,7 +57,7 @@ def prepared(config: PoolConfig, prompts: list[list[list[Token]]], frees: list[i
     """The reference and the optimized pool after the same prompts (a chain each) and frees."""
     pools: list[Any] = [ReferenceBlockPool(config), OptimizedBlockPool(config)]
     for chain in prompts:
-        results = {repr(outcome(lambda p=p, c=chain: singles_chain(p, Prefix(), c))) for p in pools}
+        results = {repr(outcome(partial(singles_chain, p, Prefix(), chain))) for p in pools}
         assert len(results) == 1, results
     for pick in frees:
         live = held_blocks(pools[0])
@@ -85,7 +86,7 @@ def agree(
     expected = outcome(lambda: singles(fold))
     problems = []
     for name, pool, was in zip(("reference", "optimized"), pools, before, strict=True):
-        got = outcome(lambda pool=pool: batch(pool))
+        got = outcome(partial(batch, pool))
         if got != expected:
             problems.append(f"{name}: {got} where the single calls give {expected}")
         elif expected[0] == "result" and pool.view() != fold.view():
@@ -162,7 +163,7 @@ def test_both_pools_offer_the_batches() -> None:
 
 def test_a_chain_that_runs_out_midway_changes_nothing() -> None:
     config = PoolConfig(num_blocks=2, block_size=1, enable_caching=True)
-    pools = [ReferenceBlockPool(config), OptimizedBlockPool(config)]
+    pools: list[Any] = [ReferenceBlockPool(config), OptimizedBlockPool(config)]
     for pool in pools:
         with pytest.raises(OutOfBlocksError, match=r"token_blocks\[2\]"):
             pool.allocate_immutable_chain(Prefix(), [[1], [2], [3]])
