@@ -135,7 +135,7 @@ class OptimizedBlockPool:
         recorded late (``touch``) loses to a later one already applied ("the last call wins")."""
         self._next_access_stamp = 1
         self._free = FreeList(config.block_ids)
-        self._evictor = Evictor()
+        self._evictor = Evictor(self._end_id)
         self._cached: dict[BlockHash, BlockId] = {}
         self.pending_cows: dict[BlockId, tuple[int, BlockId]] = {}
         """destination -> (stamp, source), in the order the copies were requested (stamps rise
@@ -422,7 +422,7 @@ class OptimizedBlockPool:
         hashes, tokens, computed = self._hashes, self._tokens, self._computed
         last_accessed, stamps, starts = self._last_accessed, self._access_stamps, self._starts
         free_heap, cows, size = self._free.heap, self.pending_cows, self._block_size
-        evictable: list[tuple[float, int, BlockId]] = []
+        evictable: list[tuple[BlockId, float, int]] = []
         freed = 0
         for block in blocks:
             index = block - first_id
@@ -440,7 +440,7 @@ class OptimizedBlockPool:
                 stamps[index] = 0
                 heappush(free_heap, block)
             else:  # a hashed block is full: its hashed tokens end at its start + a block
-                evictable.append((last_accessed[index], -starts[index] - size, block))
+                evictable.append((block, last_accessed[index], starts[index] + size))
         self.num_free += freed
         if evictable:
             self._evictor.add_all(evictable)
