@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from heapq import heappop, heappush
 from itertools import chain as concatenated
-from operator import countOf
+from operator import countOf, itemgetter
 
 from pagedkv.optimized.checked_prefixes import CheckedPrefixes
 from pagedkv.optimized.evictor import Evictor
@@ -195,18 +195,28 @@ class OptimizedBlockPool:
         if free_ids:
             block = heappop(free_ids)
         else:  # the free list is empty: evict
-            block = self._evictor.pop()
-            index = block - self._first_id
-            evicted_hash = self._hashes[index]
-            assert evicted_hash is not None
-            del self._cached[evicted_hash]
-            if self._events is not None:
-                self._events.append(BlockRemoved((evicted_hash,), 0))
-            if self.pending_cows:
-                self.pending_cows.pop(block, None)
-            self._blank(index)
+            block = self._evict()
+            self._blank(block - self._first_id)
         self._ref_counts[block - self._first_id] = 1
         self.num_free -= 1
+        return block
+
+    def _evict(self) -> BlockId:
+        """The evictor's choice, its hash dropped from the index (and published), a copy into
+        it dropped, and the fields a block keeps while evictable (its computed mark and access)
+        reset; the caller blanks or overwrites the rest."""
+        block = self._evictor.pop()
+        index = block - self._first_id
+        evicted_hash = self._hashes[index]
+        assert evicted_hash is not None
+        del self._cached[evicted_hash]
+        if self._events is not None:
+            self._events.append(BlockRemoved((evicted_hash,), 0))
+        if self.pending_cows:
+            self.pending_cows.pop(block, None)
+        self._computed[index] = False
+        self._last_accessed[index] = NEVER_ACCESSED
+        self._access_stamps[index] = 0
         return block
 
     def _acquire(self, block: BlockId) -> None:
@@ -329,17 +339,9 @@ class OptimizedBlockPool:
         self._check_room(hashes, len(blocks))
         if bad is not None:
             raise bad
-        key, start, size = prefix.extra_key, prefix.num_tokens, self._block_size
-        if hashes is None:
-            return [self.take_full((ROOT, 0, key), tokens, None) for tokens in blocks]
-        taken = []
-        parent = prefix.hash
-        take_full = self.take_full
-        for tokens, content_hash in zip(blocks, hashes, strict=True):
-            taken.append(take_full((parent, start, key), tokens, content_hash))
-            parent = content_hash
-            start += size
-        return taken
+        return self.take_full_blocks(
+            blocks, hashes, prefix.extra_key, prefix.hash, prefix.num_tokens
+        )
 
     def _checked_token_blocks(
         self, token_blocks: Sequence[Sequence[Token]]
@@ -410,13 +412,14 @@ class OptimizedBlockPool:
             return
         first_id, refs = self._first_id, self._ref_counts
         if not (
-            count > 0
+            count > 1
             and countOf(map(type, blocks), int) == count
             and first_id <= min(blocks)
             and max(blocks) < self._end_id
             and len(set(blocks)) == count
-            and all(map(refs.__getitem__, map(first_id.__rsub__, blocks)))
-        ):
+            and 0
+            not in itemgetter(*(blocks if not first_id else map(first_id.__rsub__, blocks)))(refs)
+        ):  # plain distinct held ids pass in C passes; anything else, one by one in order
             self._check_frees(blocks)
         # _release for each block, inlined: a sequence's blocks come back together
         hashes, tokens, computed = self._hashes, self._tokens, self._computed
@@ -651,29 +654,71 @@ class OptimizedBlockPool:
         blocks: Sequence[tuple[Token, ...]],
         hashes: Sequence[BlockHash] | None,
         extra_key: ExtraKey,
+        parent: BlockHash = ROOT,
+        start: int = 0,
     ) -> list[BlockId]:
-        """``take_full`` for each of a sequence's leading full blocks in turn, their hashes (None
-        without caching) given by the caller: block ``i`` follows ``hashes[i - 1]`` (the root
-        first) and ``i * block_size`` tokens. One call for a whole prompt."""
+        """``take_full`` for each of a sequence's consecutive full blocks in turn, their hashes
+        (None without caching) given by the caller: block ``i`` follows ``hashes[i - 1]``
+        (``parent`` first) and ``start + i * block_size`` tokens. One call for a whole prompt,
+        so the loop is written out: a hit is a held block more, a miss takes the lowest free
+        block or evicts (fields the new contents overwrite are not blanked first)."""
         if hashes is None:
             taken = [self._take_block() for _ in blocks]
             for block, tokens in zip(taken, blocks, strict=True):
                 self._tokens[block - self._first_id] = tokens
             return taken
-        cached, size = self._cached, self._block_size
+        cached, refs, first_id, size = (
+            self._cached,
+            self._ref_counts,
+            self._first_id,
+            self._block_size,
+        )
+        all_tokens, all_hashes, parents, starts, keys = (
+            self._tokens,
+            self._hashes,
+            self._parents,
+            self._starts,
+            self._keys,
+        )
+        free_heap, events, evictor_remove = self._free.heap, self._events, self._evictor.remove
         taken = []
-        parent = ROOT
-        for index, (tokens, content_hash) in enumerate(zip(blocks, hashes, strict=True)):
+        hits = revived = 0
+        for tokens, content_hash in zip(blocks, hashes, strict=True):
             hit = cached.get(content_hash)
             if hit is not None:
-                self._hits += 1
-                self._acquire(hit)
+                hits += 1
+                holders = refs[hit - first_id]
+                if not holders:  # leaves the evictor before any later miss may evict
+                    evictor_remove(hit)
+                    revived += 1
+                refs[hit - first_id] = holders + 1
                 taken.append(hit)
             else:
-                block = self._take_block()
-                self._cache(block, (parent, index * size, extra_key), tokens, content_hash)
+                block = heappop(free_heap) if free_heap else self._evict()
+                index = block - first_id
+                refs[index] = 1
+                all_tokens[index] = tokens
+                all_hashes[index] = content_hash
+                parents[index] = parent
+                starts[index] = start
+                keys[index] = extra_key
+                cached[content_hash] = block
+                if events is not None:
+                    events.append(
+                        BlockStored(
+                            (content_hash,),
+                            None if start == 0 else parent,
+                            tokens,
+                            size,
+                            extra_key.lora_id,
+                            0,
+                        )
+                    )
                 taken.append(block)
             parent = content_hash
+            start += size
+        self.num_free -= len(taken) - hits + revived
+        self._hits += hits
         self._queries += len(taken)
         return taken
 

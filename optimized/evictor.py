@@ -89,8 +89,10 @@ class Evictor:
 
     def remove(self, block: BlockId) -> None:
         """``block`` is held again; its entry goes stale."""
-        del self._live[block]
-        self._compact_if_stale()
+        live = self._live
+        del live[block]
+        if self._entries > 3 * len(live) + _SLACK:  # a call saved while none is due
+            self._compact_if_stale()
 
     def pop(self) -> BlockId:
         """Take the block to evict (the first in the order)."""
