@@ -550,6 +550,10 @@ class OptimizedBlockPool:
             encoded = packed if packed is not None and not held else self._pack_block(*filled)
             content_hash = packed_block_hash(prefix.hash, encoded, key_bytes)
             remember_block_hash(prefix.hash, filled, prefix.extra_key, content_hash)
+            if self._ref_counts[index] == 1 and content_hash not in self._cached:
+                # the common fill: the caller's own block becomes the cached one (``fill``)
+                self._cache(block, parts(prefix), filled, content_hash)
+                return block
         return self.fill(block, parts(prefix), new_tokens, content_hash)
 
     def clear_copy_on_writes(self) -> list[CopyPair]:
