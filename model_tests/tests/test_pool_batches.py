@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pagedkv.model_tests.oracle.api import check
 from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs.content_hash import Prefix
@@ -205,3 +206,14 @@ def test_the_comparison_catches_a_batch_that_is_not_all_or_nothing() -> None:
         lambda pool: singles_free(pool, [1, 0, 0]),
     )
     assert problems == ["optimized: a failed batch changed the pool"], problems
+
+
+def test_the_oracle_sends_free_blocks_and_catches_one_that_is_not_all_or_nothing() -> None:
+    """``free_blocks`` is drawn in isomorphic mode too (``pool_base.batches``): the oracle
+    passes the optimized pool and fails the one that frees up to the bad item."""
+    assert check("optimized", "pool", seed=0, steps=2000).passed
+    failed = check(f"{__name__}:FreesUpToTheBadOne", "pool", seed=0, steps=3000)
+    assert not failed.passed
+    assert "free_blocks" in failed.message and "changed the target" in failed.message, (
+        failed.message
+    )
