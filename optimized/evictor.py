@@ -3,47 +3,69 @@ empty (``specs/block_pool.md`` §4)."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from heapq import heapify, heappop, heappush
 
 from pagedkv.specs.types import BlockId
 
 _SLACK = 32
-"""Stale entries tolerated on top of 2x the live ones before the heaps are rebuilt."""
+"""Stale entries tolerated on top of 2x the live ones before the heap is rebuilt."""
+
+_TIMES_KEPT = 4096
+"""Times whose bits are kept (then forgotten all at once)."""
+
+_DOUBLE = struct.Struct("<d").pack
+_LOW_63 = (1 << 63) - 1
+
+
+def time_bits(last_accessed: float) -> int:
+    """An int in the order of the times: a double's bits read as a signed int rise with the
+    value for positive doubles and fall for negative ones, so a negative one's value bits are
+    flipped (``-0.0`` is ``0.0`` first: the two times are equal). Times are never NaN."""
+    bits = int.from_bytes(_DOUBLE(last_accessed + 0.0), "little", signed=True)
+    return bits ^ _LOW_63 if bits < 0 else bits
 
 
 class Evictor:
-    """Min-heaps keyed like ``pagedkv.reference.allocation.eviction_rank`` and then by the id the
-    way ``own_eviction_pick`` picks among equals, so ``pop`` takes the same block as the
+    """A min-heap in the order of ``pagedkv.reference.allocation.eviction_rank`` and then of the
+    id, the way ``own_eviction_pick`` picks among equals, so ``pop`` takes the same block as the
     reference: the least recently accessed first, then the most hashed tokens, then the lowest
     id.
 
-    One heap per last-access time (the times in a heap of their own), each holding one int per
-    entry, ``-num_hashed_tokens`` and the id packed so that their order is the int's
-    (``-num_hashed_tokens << id_bits | block``): an int compares several times faster than a
-    tuple, and a serving engine's blocks share few access times, so a push or a pop costs a
-    few int comparisons.
+    Each entry is one int, the three packed so that the int's order is theirs: the time's bits
+    (``time_bits``), then ``hashed_cap - 1 - num_hashed_tokens``, then the id. An int compares
+    several times faster than a tuple and needs no object besides itself. A count of hashed
+    tokens that does not fit the field widens it (every key rebuilt), so any count is exact.
 
-    Removing a block or changing its access time does not search a heap: the block's current
-    entry (time, key) is remembered in ``_live`` and any other entry for it is stale, skipped
-    when it reaches the top (an equal stale entry stands at the live one's rank, so whichever
-    comes first is taken). When stale entries outnumber live ones about 2 to 1, the heaps are
-    rebuilt from the live ones, which keeps their size (and so every operation's cost)
-    proportional to the evictable blocks, amortised O(log n).
+    Removing a block or changing its access time does not search the heap: the block's current
+    key is remembered in ``_live`` and any other entry for it is stale, skipped when it reaches
+    the top. When stale entries outnumber live ones about 2 to 1, the heap is rebuilt from the
+    live ones, which keeps its size (and so every operation's cost) proportional to the
+    evictable blocks, amortised O(log n).
     """
 
-    __slots__ = ("_bits", "_entries", "_heaps", "_live", "_mask", "_times")
+    __slots__ = (
+        "_block_bits",
+        "_hashed_bits",
+        "_heap",
+        "_last",
+        "_live",
+        "_most_hashed",
+        "_time_bits",
+    )
 
     def __init__(self, id_limit: int = 2**32) -> None:
         """``id_limit``: every block id is below it."""
-        self._bits = max(1, (id_limit - 1).bit_length())
-        self._mask = (1 << self._bits) - 1
-        self._times: list[float] = []
-        """A heap of the times that have a heap in ``_heaps`` (an emptied one goes at ``pop``)."""
-        self._heaps: dict[float, list[int]] = {}
-        self._live: dict[BlockId, tuple[float, int]] = {}
-        self._entries = 0
-        """Entries in all the heaps, live and stale."""
+        self._block_bits = max(1, (id_limit - 1).bit_length())
+        self._hashed_bits = 40
+        self._most_hashed = (1 << 40) - 1
+        """The largest count the field holds (``2**hashed_bits - 1``)."""
+        self._heap: list[int] = []
+        self._live: dict[BlockId, int] = {}
+        self._last: tuple[float, int] = (0.0, 0)
+        self._time_bits: dict[float, int] = {}
+        """The times packed lately and their bits: the blocks of a step share its time."""
 
     def __len__(self) -> int:
         return len(self._live)
@@ -51,64 +73,69 @@ class Evictor:
     def __contains__(self, block: BlockId) -> bool:
         return block in self._live
 
+    def _bits_of(self, last_accessed: float) -> int:
+        """``time_bits``, remembered: the last time first (blocks given back together share
+        it), then the times seen lately (the blocks of a step share its time)."""
+        bits = self._time_bits.get(last_accessed)
+        if bits is None:
+            if len(self._time_bits) >= _TIMES_KEPT:
+                self._time_bits.clear()
+            bits = self._time_bits[last_accessed] = time_bits(last_accessed)
+        self._last = (last_accessed, bits)
+        return bits
+
+    def _key(self, block: BlockId, last_accessed: float, num_hashed_tokens: int) -> int:
+        last_time, bits = self._last
+        if last_accessed != last_time:
+            bits = self._bits_of(last_accessed)
+        if num_hashed_tokens > self._most_hashed:
+            self._widen(num_hashed_tokens)
+        return (
+            ((bits << self._hashed_bits) | (self._most_hashed - num_hashed_tokens))
+            << self._block_bits
+        ) | block
+
     def add(self, block: BlockId, last_accessed: float, num_hashed_tokens: int) -> None:
         """Make ``block`` evictable, or re-rank it if it already is (its old entry goes stale)."""
-        key = (-num_hashed_tokens << self._bits) | block
-        self._live[block] = (last_accessed, key)
-        heap = self._heaps.get(last_accessed)
-        if heap is None:
-            heap = self._heaps[last_accessed] = []
-            heappush(self._times, last_accessed)
-        heappush(heap, key)
-        self._entries += 1
-        if self._entries > 3 * len(self._live) + _SLACK:  # a call saved while none is due
+        last_time, bits = self._last
+        if last_accessed != last_time:
+            bits = self._bits_of(last_accessed)
+        if num_hashed_tokens > self._most_hashed:
+            self._widen(num_hashed_tokens)
+        key = (
+            ((bits << self._hashed_bits) | (self._most_hashed - num_hashed_tokens))
+            << self._block_bits
+        ) | block
+        self._live[block] = key
+        heappush(self._heap, key)
+        if len(self._heap) > 3 * len(self._live) + _SLACK:  # a call saved while none is due
             self._compact_if_stale()
 
     def add_all(self, entries: Iterable[tuple[BlockId, float, int]]) -> None:
         """``add`` of each ``(block, last_accessed, num_hashed_tokens)``: a sequence's blocks
         given back together, in one call."""
-        live, heaps, bits = self._live, self._heaps, self._bits
-        time: float | None = None
-        heap: list[int] = []
-        count = 0
+        live, heap, key_of = self._live, self._heap, self._key
         for block, last_accessed, num_hashed in entries:
-            key = (-num_hashed << bits) | block
-            live[block] = (last_accessed, key)
-            if last_accessed != time or time is None:
-                time = last_accessed
-                found = heaps.get(time)
-                if found is None:
-                    found = heaps[time] = []
-                    heappush(self._times, time)
-                heap = found
+            key = key_of(block, last_accessed, num_hashed)
+            live[block] = key
             heappush(heap, key)
-            count += 1
-        self._entries += count
-        if self._entries > 3 * len(live) + _SLACK:
+        if len(heap) > 3 * len(live) + _SLACK:
             self._compact_if_stale()
 
     def remove(self, block: BlockId) -> None:
         """``block`` is held again; its entry goes stale."""
         live = self._live
         del live[block]
-        if self._entries > 3 * len(live) + _SLACK:  # a call saved while none is due
+        if len(self._heap) > 3 * len(live) + _SLACK:  # a call saved while none is due
             self._compact_if_stale()
 
     def pop(self) -> BlockId:
         """Take the block to evict (the first in the order)."""
-        times, heaps, live, mask = self._times, self._heaps, self._live, self._mask
+        heap, live, mask = self._heap, self._live, (1 << self._block_bits) - 1
         while True:
-            time = times[0]
-            heap = heaps[time]
-            if not heap:
-                heappop(times)
-                del heaps[time]
-                continue
             key = heappop(heap)
-            self._entries -= 1
             block = key & mask
-            entry = live.get(block)
-            if entry is not None and entry[1] == key and entry[0] == time:
+            if live.get(block) == key:
                 del live[block]
                 return block
 
@@ -116,24 +143,29 @@ class Evictor:
         return frozenset(self._live)
 
     def clear(self) -> None:
-        self._times.clear()
-        self._heaps.clear()
+        self._heap.clear()
         self._live.clear()
-        self._entries = 0
 
     def _compact_if_stale(self) -> None:
         live = len(self._live)
-        if self._entries - live > 2 * live + _SLACK:
-            heaps: dict[float, list[int]] = {}
-            for time, key in self._live.values():
-                found = heaps.get(time)
-                if found is None:
-                    heaps[time] = [key]
-                else:
-                    found.append(key)
-            for heap in heaps.values():
-                heapify(heap)
-            self._heaps = heaps
-            self._times = list(heaps)
-            heapify(self._times)
-            self._entries = live
+        if len(self._heap) - live > 2 * live + _SLACK:
+            self._heap = list(self._live.values())
+            heapify(self._heap)
+
+    def _widen(self, num_hashed_tokens: int) -> None:
+        """Make room for ``num_hashed_tokens`` in the keys: each live key decoded and packed
+        again with the wider field (stale entries dropped)."""
+        old_bits, block_bits = self._hashed_bits, self._block_bits
+        new_bits = max(2 * old_bits, num_hashed_tokens.bit_length() + 1)
+        widened = {}
+        for block, key in self._live.items():
+            rank = key >> block_bits
+            num_hashed = (1 << old_bits) - 1 - (rank & ((1 << old_bits) - 1))
+            bits = rank >> old_bits
+            rank = (bits << new_bits) | ((1 << new_bits) - 1 - num_hashed)
+            widened[block] = (rank << block_bits) | block
+        self._hashed_bits = new_bits
+        self._most_hashed = (1 << new_bits) - 1
+        self._live = widened
+        self._heap = list(widened.values())
+        heapify(self._heap)

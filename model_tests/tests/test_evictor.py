@@ -6,9 +6,10 @@ mutate``, ``specs/mutation.md``)."""
 
 from __future__ import annotations
 
+import math
 import random
 
-from pagedkv.optimized.evictor import Evictor
+from pagedkv.optimized.evictor import Evictor, time_bits
 
 
 def test_the_evictor_pops_in_the_reference_order_across_rebuilds() -> None:
@@ -34,3 +35,38 @@ def test_the_evictor_pops_in_the_reference_order_across_rebuilds() -> None:
     assert len(evictor) == 0 and evictor.blocks() == frozenset()
     evictor.add(3, 1.0, 1)
     assert evictor.pop() == 3
+
+
+def test_time_bits_order_the_times_as_floats_do() -> None:
+    """The packed key's first field: equal times (``-0.0`` and ``0.0`` too) equal, the order
+    kept across signs, infinities and subnormals."""
+    rng = random.Random(1)
+    times = [-math.inf, math.inf, -0.0, 0.0, -1.0, 1e-300, -1e-300, 5e-324, -5e-324, 1.5, -2.5]
+    times += [rng.uniform(-1e6, 1e6) for _ in range(200)]
+    for a in times:
+        for b in times[:40]:
+            assert (time_bits(a) < time_bits(b)) == (a < b), (a, b)
+            assert (time_bits(a) == time_bits(b)) == (a == b), (a, b)
+
+
+def test_the_evictor_orders_any_count_of_hashed_tokens_and_any_time() -> None:
+    """Counts past the key's field widen it (every key packed again), times of any sign."""
+    rng = random.Random(2)
+    times = [-math.inf, math.inf, -0.0, 0.0, -1.0, 5e-324, 2.5, 1e308]
+    for _ in range(100):
+        evictor = Evictor(64)
+        ranks: dict[int, tuple[float, int]] = {}
+        for _ in range(200):
+            block = rng.randrange(64)
+            roll = rng.random()
+            if roll < 0.6:
+                now, hashed = rng.choice(times), rng.choice([1, 16, 2**45, 2**90 + 3])
+                ranks[block] = (now, -hashed)
+                evictor.add(block, now, hashed)
+            elif roll < 0.75 and block in ranks:
+                del ranks[block]
+                evictor.remove(block)
+            elif ranks:
+                expected = min(ranks, key=lambda b: (*ranks[b], b))
+                assert evictor.pop() == expected
+                del ranks[expected]
