@@ -84,17 +84,6 @@ class Evictor:
         self._last = (last_accessed, bits)
         return bits
 
-    def _key(self, block: BlockId, last_accessed: float, num_hashed_tokens: int) -> int:
-        last_time, bits = self._last
-        if last_accessed != last_time:
-            bits = self._bits_of(last_accessed)
-        if num_hashed_tokens > self._most_hashed:
-            self._widen(num_hashed_tokens)
-        return (
-            ((bits << self._hashed_bits) | (self._most_hashed - num_hashed_tokens))
-            << self._block_bits
-        ) | block
-
     def add(self, block: BlockId, last_accessed: float, num_hashed_tokens: int) -> None:
         """Make ``block`` evictable, or re-rank it if it already is (its old entry goes stale)."""
         last_time, bits = self._last
@@ -113,10 +102,18 @@ class Evictor:
 
     def add_all(self, entries: Iterable[tuple[BlockId, float, int]]) -> None:
         """``add`` of each ``(block, last_accessed, num_hashed_tokens)``: a sequence's blocks
-        given back together, in one call."""
-        live, heap, key_of = self._live, self._heap, self._key
+        given back together, in one call (``add``'s key written out in the loop)."""
+        live, heap = self._live, self._heap
+        last_time, bits = self._last
         for block, last_accessed, num_hashed in entries:
-            key = key_of(block, last_accessed, num_hashed)
+            if last_accessed != last_time:
+                bits, last_time = self._bits_of(last_accessed), last_accessed
+            if num_hashed > self._most_hashed:
+                self._widen(num_hashed)
+                live, heap = self._live, self._heap
+            key = (
+                ((bits << self._hashed_bits) | (self._most_hashed - num_hashed)) << self._block_bits
+            ) | block
             live[block] = key
             heappush(heap, key)
         if len(heap) > 3 * len(live) + _SLACK:
