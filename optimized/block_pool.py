@@ -27,16 +27,25 @@ from __future__ import annotations
 
 import struct
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from heapq import heappop, heappush
+from itertools import chain as concatenated
+from operator import countOf, itemgetter
 
 from pagedkv.optimized.checked_prefixes import CheckedPrefixes
 from pagedkv.optimized.evictor import Evictor
 from pagedkv.optimized.free_list import FreeList
 from pagedkv.optimized.tokens import packed_tokens
 from pagedkv.specs.compact_state import CompactPool, view_of_pool
-from pagedkv.specs.content_hash import ROOT, Prefix, packed_block_hash, remember_block_hash
-from pagedkv.specs.errors import DoubleFreeError, OutOfBlocksError
+from pagedkv.specs.content_hash import (
+    ROOT,
+    Prefix,
+    packed_block_hash,
+    packed_chain_hashes,
+    remember_block_hash,
+)
+from pagedkv.specs.errors import DoubleFreeError, OutOfBlocksError, PagedKVError
 from pagedkv.specs.pool_view import BlockView, PoolView
 from pagedkv.specs.request_types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from pagedkv.specs.types import (
@@ -53,6 +62,7 @@ from pagedkv.specs.validation import (
     BlockFacts,
     check_append,
     check_appendable,
+    check_batch,
     check_block_id,
     check_block_ids,
     check_chains,
@@ -62,7 +72,11 @@ from pagedkv.specs.validation import (
     check_live,
     check_pool_config,
     check_time,
+    in_batch,
 )
+
+_PLAIN_SEQUENCES = frozenset({tuple, list})
+_TUPLES = frozenset({tuple})
 
 PrefixParts = tuple[BlockHash, int, ExtraKey]
 """A ``Prefix``'s fields: (hash of the block before, tokens before the block, extra key)."""
@@ -121,7 +135,7 @@ class OptimizedBlockPool:
         recorded late (``touch``) loses to a later one already applied ("the last call wins")."""
         self._next_access_stamp = 1
         self._free = FreeList(config.block_ids)
-        self._evictor = Evictor()
+        self._evictor = Evictor(self._end_id)
         self._cached: dict[BlockHash, BlockId] = {}
         self.pending_cows: dict[BlockId, tuple[int, BlockId]] = {}
         """destination -> (stamp, source), in the order the copies were requested (stamps rise
@@ -181,18 +195,28 @@ class OptimizedBlockPool:
         if free_ids:
             block = heappop(free_ids)
         else:  # the free list is empty: evict
-            block = self._evictor.pop()
-            index = block - self._first_id
-            evicted_hash = self._hashes[index]
-            assert evicted_hash is not None
-            del self._cached[evicted_hash]
-            if self._events is not None:
-                self._events.append(BlockRemoved((evicted_hash,), 0))
-            if self.pending_cows:
-                self.pending_cows.pop(block, None)
-            self._blank(index)
+            block = self._evict()
+            self._blank(block - self._first_id)
         self._ref_counts[block - self._first_id] = 1
         self.num_free -= 1
+        return block
+
+    def _evict(self) -> BlockId:
+        """The evictor's choice, its hash dropped from the index (and published), a copy into
+        it dropped, and the fields a block keeps while evictable (its computed mark and access)
+        reset; the caller blanks or overwrites the rest."""
+        block = self._evictor.pop()
+        index = block - self._first_id
+        evicted_hash = self._hashes[index]
+        assert evicted_hash is not None
+        del self._cached[evicted_hash]
+        if self._events is not None:
+            self._events.append(BlockRemoved((evicted_hash,), 0))
+        if self.pending_cows:
+            self.pending_cows.pop(block, None)
+        self._computed[index] = False
+        self._last_accessed[index] = NEVER_ACCESSED
+        self._access_stamps[index] = 0
         return block
 
     def _acquire(self, block: BlockId) -> None:
@@ -285,6 +309,157 @@ class OptimizedBlockPool:
             (prefix.hash, prefix.num_tokens, prefix.extra_key), checked, content_hash
         )
 
+    # --- batches: a prompt's full blocks, a sequence's blocks given back ------------------------
+
+    def allocate_immutable_chain(
+        self, prefix: Prefix, token_blocks: Sequence[Sequence[Token]]
+    ) -> list[BlockId]:
+        """``allocate_immutable`` of each full block in turn, each after ``prefix`` extended by
+        the blocks before it, all or nothing. Every block is checked, hashed and counted against
+        the free blocks before the first is taken: a failure raises what the first failing
+        single call would, and changes nothing."""
+        blocks, packed, bad = self._checked_token_blocks(token_blocks)
+        if not blocks and bad is None:
+            return []
+        key_bytes = b""
+        if blocks:  # the prefix is the first block's, checked after its tokens
+            entry = self._checked_prefixes.get(id(prefix))
+            if entry is not None and entry[0] is prefix:
+                key_bytes = entry[1]
+            else:
+                try:
+                    key_bytes = self._prefixes.check(prefix)
+                except PagedKVError as error:
+                    raise in_batch(error, "token_blocks", 0) from None
+        hashes = (
+            packed_chain_hashes(prefix.hash, packed, self._block_size, key_bytes)
+            if self._caching
+            else None
+        )
+        self._check_room(hashes, len(blocks))
+        if bad is not None:
+            raise bad
+        return self.take_full_blocks(
+            blocks, hashes, prefix.extra_key, prefix.hash, prefix.num_tokens
+        )
+
+    def _checked_token_blocks(
+        self, token_blocks: Sequence[Sequence[Token]]
+    ) -> tuple[list[tuple[Token, ...]], bytes, PagedKVError | None]:
+        """The blocks as tuples and packed end to end, up to the first that a single
+        ``allocate_immutable`` would refuse, and that one's error (None if all pass). Lists or
+        tuples of plain int tokens, each a full block, pass in C passes; anything else goes
+        block by block through the shared checks."""
+        size = self._block_size
+        kind = type(token_blocks)
+        if (kind is list or kind is tuple) and token_blocks:
+            kinds = set(map(type, token_blocks))
+            if kinds <= _PLAIN_SEQUENCES and set(map(len, token_blocks)) == {size}:
+                packed = packed_tokens(list(concatenated.from_iterable(token_blocks)))
+                if packed is not None:
+                    if kinds == _TUPLES:
+                        return list(token_blocks), packed, None  # type: ignore[arg-type]
+                    return list(map(tuple, token_blocks)), packed, None
+        blocks: list[tuple[Token, ...]] = []
+        try:
+            items = check_batch("token_blocks", token_blocks)
+        except PagedKVError as error:
+            return blocks, b"", error
+        for index, tokens in enumerate(items):
+            try:
+                blocks.append(tuple(check_full_block(tokens, size)))
+            except PagedKVError as error:
+                return (
+                    blocks,
+                    b"".join(self._pack_block(*b) for b in blocks),
+                    in_batch(error, "token_blocks", index),
+                )
+        return blocks, b"".join(self._pack_block(*b) for b in blocks), None
+
+    def _check_room(self, hashes: list[BlockHash] | None, count: int) -> None:
+        """Raise what the first of ``count`` allocations to run out would: each takes a block
+        unless it hits a block already held (the same hash twice would also be a held hit by
+        then, but distinct parents make a chain's hashes distinct)."""
+        if count <= self.num_free:
+            return
+        failing = self.num_free if hashes is None else self._first_to_run_out(hashes)
+        if failing is None:
+            return
+        raise OutOfBlocksError(
+            f"token_blocks[{failing}]: no free or evictable block left"
+            f" (all {self._config.num_blocks} are in use)"
+        )
+
+    def _first_to_run_out(self, hashes: list[BlockHash]) -> int | None:
+        """The index of the first block that finds no block left to take, if any."""
+        cached, refs, first_id = self._cached, self._ref_counts, self._first_id
+        needed = 0
+        for index, content_hash in enumerate(hashes):
+            hit = cached.get(content_hash)
+            if hit is None or not refs[hit - first_id]:
+                needed += 1
+                if needed > self.num_free:
+                    return index
+        return None
+
+    def free_blocks(self, blocks: Sequence[BlockId]) -> None:
+        """``free`` of each block in the order given, all or nothing: every id is checked, and
+        counted against its holders (a block listed twice must be held twice), before the first
+        is freed."""
+        kind = type(blocks)
+        count = len(blocks) if kind is list or kind is tuple else -1
+        if not count:
+            return
+        first_id, refs = self._first_id, self._ref_counts
+        if not (
+            count > 1
+            and countOf(map(type, blocks), int) == count
+            and first_id <= min(blocks)
+            and max(blocks) < self._end_id
+            and len(set(blocks)) == count
+            and 0
+            not in itemgetter(*(blocks if not first_id else map(first_id.__rsub__, blocks)))(refs)
+        ):  # plain distinct held ids pass in C passes; anything else, one by one in order
+            self._check_frees(blocks)
+        # _release for each block, inlined: a sequence's blocks come back together
+        hashes, tokens, computed = self._hashes, self._tokens, self._computed
+        last_accessed, stamps, starts = self._last_accessed, self._access_stamps, self._starts
+        free_heap, cows, size = self._free.heap, self.pending_cows, self._block_size
+        evictable: list[tuple[BlockId, float, int]] = []
+        freed = 0
+        for block in blocks:
+            index = block - first_id
+            holders = refs[index] - 1
+            refs[index] = holders
+            if holders:
+                continue
+            freed += 1
+            if hashes[index] is None:
+                if cows:
+                    cows.pop(block, None)
+                tokens[index] = ()
+                computed[index] = False
+                last_accessed[index] = NEVER_ACCESSED
+                stamps[index] = 0
+                heappush(free_heap, block)
+            else:  # a hashed block is full: its hashed tokens end at its start + a block
+                evictable.append((block, last_accessed[index], starts[index] + size))
+        self.num_free += freed
+        if evictable:
+            self._evictor.add_all(evictable)
+
+    def _check_frees(self, blocks: Sequence[BlockId]) -> None:
+        """Raise what the first failing ``free`` of ``blocks`` in turn would raise."""
+        freed: Counter[BlockId] = Counter()
+        for index, block in enumerate(check_batch("blocks", blocks)):
+            try:
+                check_block_id(self._config, block)
+                freed[block] += 1
+                if freed[block] > self._ref_counts[block - self._first_id]:
+                    raise DoubleFreeError(f"block {block} is already free (ref count 0)")
+            except PagedKVError as error:
+                raise in_batch(error, "blocks", index) from None
+
     # --- appending, promotion and copy-on-write ------------------------------------------------
 
     def cow_if_not_appendable(self, block: BlockId) -> BlockId:
@@ -375,6 +550,10 @@ class OptimizedBlockPool:
             encoded = packed if packed is not None and not held else self._pack_block(*filled)
             content_hash = packed_block_hash(prefix.hash, encoded, key_bytes)
             remember_block_hash(prefix.hash, filled, prefix.extra_key, content_hash)
+            if self._ref_counts[index] == 1 and content_hash not in self._cached:
+                # the common fill: the caller's own block becomes the cached one (``fill``)
+                self._cache(block, parts(prefix), filled, content_hash)
+                return block
         return self.fill(block, parts(prefix), new_tokens, content_hash)
 
     def clear_copy_on_writes(self) -> list[CopyPair]:
@@ -479,29 +658,71 @@ class OptimizedBlockPool:
         blocks: Sequence[tuple[Token, ...]],
         hashes: Sequence[BlockHash] | None,
         extra_key: ExtraKey,
+        parent: BlockHash = ROOT,
+        start: int = 0,
     ) -> list[BlockId]:
-        """``take_full`` for each of a sequence's leading full blocks in turn, their hashes (None
-        without caching) given by the caller: block ``i`` follows ``hashes[i - 1]`` (the root
-        first) and ``i * block_size`` tokens. One call for a whole prompt."""
+        """``take_full`` for each of a sequence's consecutive full blocks in turn, their hashes
+        (None without caching) given by the caller: block ``i`` follows ``hashes[i - 1]``
+        (``parent`` first) and ``start + i * block_size`` tokens. One call for a whole prompt,
+        so the loop is written out: a hit is a held block more, a miss takes the lowest free
+        block or evicts (fields the new contents overwrite are not blanked first)."""
         if hashes is None:
             taken = [self._take_block() for _ in blocks]
             for block, tokens in zip(taken, blocks, strict=True):
                 self._tokens[block - self._first_id] = tokens
             return taken
-        cached, size = self._cached, self._block_size
+        cached, refs, first_id, size = (
+            self._cached,
+            self._ref_counts,
+            self._first_id,
+            self._block_size,
+        )
+        all_tokens, all_hashes, parents, starts, keys = (
+            self._tokens,
+            self._hashes,
+            self._parents,
+            self._starts,
+            self._keys,
+        )
+        free_heap, events, evictor_remove = self._free.heap, self._events, self._evictor.remove
         taken = []
-        parent = ROOT
-        for index, (tokens, content_hash) in enumerate(zip(blocks, hashes, strict=True)):
+        hits = revived = 0
+        for tokens, content_hash in zip(blocks, hashes, strict=True):
             hit = cached.get(content_hash)
             if hit is not None:
-                self._hits += 1
-                self._acquire(hit)
+                hits += 1
+                holders = refs[hit - first_id]
+                if not holders:  # leaves the evictor before any later miss may evict
+                    evictor_remove(hit)
+                    revived += 1
+                refs[hit - first_id] = holders + 1
                 taken.append(hit)
             else:
-                block = self._take_block()
-                self._cache(block, (parent, index * size, extra_key), tokens, content_hash)
+                block = heappop(free_heap) if free_heap else self._evict()
+                index = block - first_id
+                refs[index] = 1
+                all_tokens[index] = tokens
+                all_hashes[index] = content_hash
+                parents[index] = parent
+                starts[index] = start
+                keys[index] = extra_key
+                cached[content_hash] = block
+                if events is not None:
+                    events.append(
+                        BlockStored(
+                            (content_hash,),
+                            None if start == 0 else parent,
+                            tokens,
+                            size,
+                            extra_key.lora_id,
+                            0,
+                        )
+                    )
                 taken.append(block)
             parent = content_hash
+            start += size
+        self.num_free -= len(taken) - hits + revived
+        self._hits += hits
         self._queries += len(taken)
         return taken
 

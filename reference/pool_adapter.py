@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pagedkv.reference import block_pool as ops
+from pagedkv.reference import pool_batches
 from pagedkv.reference.offered import offered
 from pagedkv.reference.pool_events import cleared, index_events
 from pagedkv.reference.pool_state import PoolState, to_view
@@ -86,6 +87,25 @@ class ReferenceBlockPool:
     @offered
     def free(self, block: BlockId) -> None:
         self.state = ops.free(self.state, block)
+
+    @offered
+    def allocate_immutable_chain(
+        self, prefix: Prefix, token_blocks: Sequence[Sequence[Token]]
+    ) -> list[BlockId]:
+        """``allocate_immutable`` of each block in turn, all or nothing (``pool_batches.py``)."""
+        trail, blocks = pool_batches.allocate_immutable_chain(self.state, prefix, token_blocks)
+        self._follow(trail)
+        return blocks
+
+    @offered
+    def free_blocks(self, blocks: Sequence[BlockId]) -> None:
+        """``free`` of each block in the order given, all or nothing (``pool_batches.py``)."""
+        self._follow(pool_batches.free_blocks(self.state, blocks))
+
+    def _follow(self, trail: list[PoolState]) -> None:
+        """Keep a batch's states one after the other, each publishing its item's events."""
+        for state in trail:
+            self.state = state
 
     @offered
     def fork(self, chain: Sequence[BlockId]) -> list[BlockId]:

@@ -99,6 +99,23 @@ def packed_block_hash(parent: BlockHash, packed_tokens: bytes, key_bytes: bytes)
     ).digest()
 
 
+def packed_chain_hashes(
+    parent: BlockHash, packed_tokens: bytes, block_size: int, key_bytes: bytes
+) -> list[BlockHash]:
+    """``packed_block_hash`` of consecutive full blocks packed end to end (a prompt's blocks,
+    packed at once), each after the one before: every block's bytes read once, in place."""
+    stride = 8 * block_size
+    count = struct.pack("<I", block_size)
+    sha256, view = hashlib.sha256, memoryview(packed_tokens)
+    hashes: list[BlockHash] = []
+    for start in range(0, len(packed_tokens), stride):
+        parent = sha256(
+            b"".join((BLOCK_DOMAIN, parent, count, view[start : start + stride], key_bytes))
+        ).digest()
+        hashes.append(parent)
+    return hashes
+
+
 def block_hash(parent: BlockHash, tokens: Sequence[Token], extra_key: ExtraKey) -> BlockHash:
     """
     pre: len(parent) == 32 and encodable(extra_key)

@@ -85,6 +85,27 @@ class PoolEvents(Protocol):
     def take_events(self) -> list[KVEvent]: ...
 
 
+@runtime_checkable
+class PoolChainAllocation(Protocol):
+    """An optional member of a pool (``specs/block_pool.md`` §5, batches): a prompt's full blocks
+    in one call, as vLLM v1's pool takes them. Exactly ``allocate_immutable`` for each block in
+    turn, each after the prefix extended by the blocks before it, all or nothing. A pool without
+    it gets those single calls."""
+
+    def allocate_immutable_chain(
+        self, prefix: Prefix, token_blocks: Sequence[Sequence[Token]]
+    ) -> list[BlockId]: ...
+
+
+@runtime_checkable
+class PoolBatchFree(Protocol):
+    """An optional member of a pool (``specs/block_pool.md`` §5, batches): a sequence's blocks
+    given back in one call, as vLLM v1's ``free_blocks``. Exactly ``free`` of each block in the
+    order given, all or nothing. A pool without it gets those single calls."""
+
+    def free_blocks(self, blocks: Sequence[BlockId]) -> None: ...
+
+
 class BlockPoolFactory(Protocol):
     """What ``pagedkv check --level pool`` calls with each configuration it tries: a new, empty pool
     (or ``UnsupportedError`` for a configuration the target does not support)."""

@@ -18,6 +18,7 @@ Kinds (JSON in brackets, see ``specs/oracle.md`` §3):
 | ``blocks`` | block ids | list of integers |
 | ``seqs`` | sequence ids | list of integers |
 | ``tokens`` | token ids | list of integers |
+| ``token_blocks`` | full blocks of token ids, in sequence order | list of lists of integers |
 | ``chains`` | a list of block-id lists | list of lists |
 | ``pairs`` | ``(source, destination)`` block pairs | list of ``[s, d]`` |
 | ``float`` | a time or a rate | number, or ``{"float": "nan"}`` ... |
@@ -161,6 +162,14 @@ POOL_OPERATIONS: tuple[Operation, ...] = (
     _op("hit_rate", "float"),
     _op("reset_prefix_cache", "bool"),
     _op("take_events", "events", optional=True),
+    _op(
+        "allocate_immutable_chain",
+        "blocks",
+        "prefix:prefix",
+        "token_blocks:token_blocks",
+        optional=True,
+    ),
+    _op("free_blocks", "none", "blocks:blocks", optional=True),
 )
 
 REQUEST_OPERATIONS: tuple[Operation, ...] = (

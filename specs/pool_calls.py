@@ -9,7 +9,7 @@ from typing import Any, TypeVar, cast
 
 from pagedkv.specs.call import Call
 from pagedkv.specs.content_hash import Prefix
-from pagedkv.specs.interface import BlockPool, PoolEvents
+from pagedkv.specs.interface import BlockPool, PoolBatchFree, PoolChainAllocation, PoolEvents
 from pagedkv.specs.request_types import KVEvent
 from pagedkv.specs.types import BlockId, CopyPair, Token
 
@@ -74,6 +74,22 @@ def take_events() -> PoolCall[list[KVEvent]]:
     return Call("take_events", (), lambda side: cast(PoolEvents, side).take_events)
 
 
+def allocate_immutable_chain(
+    prefix: Prefix, token_blocks: Sequence[Sequence[Token]]
+) -> PoolCall[list[BlockId]]:
+    """An optional operation: made only on a pool that offers it (``PoolChainAllocation``)."""
+    return Call(
+        "allocate_immutable_chain",
+        (prefix, token_blocks),
+        lambda side: cast(PoolChainAllocation, side).allocate_immutable_chain,
+    )
+
+
+def free_blocks(blocks: Sequence[BlockId]) -> PoolCall[None]:
+    """An optional operation: made only on a pool that offers it (``PoolBatchFree``)."""
+    return Call("free_blocks", (blocks,), lambda side: cast(PoolBatchFree, side).free_blocks)
+
+
 POOL_CALLS: dict[str, Callable[..., PoolCall[Any]]] = {
     constructor.__name__: constructor
     for constructor in (
@@ -91,6 +107,8 @@ POOL_CALLS: dict[str, Callable[..., PoolCall[Any]]] = {
         hit_rate,
         reset_prefix_cache,
         take_events,
+        allocate_immutable_chain,
+        free_blocks,
     )
 }
 """Each constructor under its operation's name, in the table's order: where a call comes as

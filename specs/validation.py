@@ -45,6 +45,8 @@ from pagedkv.specs.types import (
 )
 
 _LARGEST_FLOAT = sys.float_info.max
+E = TypeVar("E", bound=Exception)
+Item = TypeVar("Item")
 
 
 def _is_int(value: object) -> bool:
@@ -150,6 +152,24 @@ def check_block_ids(config: PoolConfig, blocks: object) -> list[BlockId]:
     if not _is_sequence(blocks):
         raise InvalidArgumentError(f"expected a sequence of block ids, got {blocks!r}")
     return [check_block_id(config, block) for block in blocks]
+
+
+def check_batch(name: str, items: Sequence[Item]) -> list[Item]:
+    """The items of a batch operation (``block_pool.md`` §5, batches), each checked later by
+    the single operation it stands for.
+
+    raises: InvalidArgumentError
+    post: _ == list(items)
+    """
+    if not _is_sequence(items):
+        raise InvalidArgumentError(f"{name}: expected a sequence, got {items!r}")
+    return list(items)
+
+
+def in_batch(error: E, name: str, index: int) -> E:
+    """``error``, raised by a batch's ``index``-th single operation, as the batch raises it: the
+    same type, its message saying which item it was."""
+    return type(error)(f"{name}[{index}]: {error}")
 
 
 def check_tokens(tokens: object, *, allow_empty: bool = False) -> list[Token]:

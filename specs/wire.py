@@ -119,8 +119,9 @@ def op_spec(level: Level, op: object) -> Operation:
 
 _JSON_KIND = {"count": "int", "seq": "int", "group": "int", "block": "int"}
 _JSON_KIND |= {"seqs": "ids", "blocks": "ids", "group_blocks": "chains", "request_id": "str"}
+_JSON_KIND |= {"token_blocks": "chains"}
 """Kinds of the operation table that share a JSON form: ids and counts are integers, a request's
-blocks per group are lists of ids as chains are."""
+blocks per group are lists of ids as chains are, and so are a chain's blocks of tokens."""
 
 JSON_FORMS = frozenset(
     {"int", "bool", "float", "tokens", "ids", "chains", "pairs", "device", "status", "none"}

@@ -194,6 +194,11 @@ def measure(spec: WorkloadSpec, repetitions: int) -> Section:
         " is called only when the token needs a new block or fills one; the request keeps the"
         " tokens; the per-token row calls append_tokens for every token)"
     )
+    per_op.notes.append(
+        "prompt per block, free per block: the call of an event over the blocks it covers; the"
+        " headline row makes one allocate_immutable_chain and one free_blocks per event, as"
+        " vLLM's caller batches its pool calls; the per-token row one call per block"
+    )
     return Section("pool", [facts, end_to_end, per_op], data)
 
 

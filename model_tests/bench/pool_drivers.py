@@ -2,14 +2,17 @@
 sequences' tokens and block lists and drives one pool as its own engine would.
 
 - ``PagedkvPublic``: pagedkv's ``BlockPool`` protocol, every call validated, driven the way vLLM
-  v1's manager drives its pool: a prompt is one ``allocate_immutable`` per full block and an
-  ``append_tokens`` for its tail; a decode token takes an ``allocate_mutable`` when the last
-  block is full, and the sequence keeps its decode tokens until they fill the block, then hands
-  the pool their run in one ``append_tokens`` (which takes any run that fits): the same work as
-  v1's caller, which is called only then too. A free is one ``free`` per block, tail first. The
-  caller builds each block's ``Prefix`` as it goes.
-- ``PagedkvPerToken``: the same, with one ``append_tokens`` per decode token, as vLLM 0.6.3's
-  manager appends to its pool.
+  v1's manager drives its pool: a prompt's full blocks are one ``allocate_immutable_chain`` (as
+  v1 takes them in ``get_new_blocks`` and ``cache_full_blocks``) and its tail an
+  ``append_tokens``; a decode token takes an ``allocate_mutable`` when the last block is full,
+  and the sequence keeps its decode tokens until they fill the block, then hands the pool their
+  run in one ``append_tokens`` (which takes any run that fits): the same work as v1's caller,
+  which is called only then too. A free is one ``free_blocks``, tail first (v1's
+  ``free_blocks``). The caller builds each block's ``Prefix`` as it goes (after a prompt's
+  chain, from the last block's hash, which the pool computed).
+- ``PagedkvPerToken``: the single calls, one ``allocate_immutable`` per prompt block, one
+  ``append_tokens`` per decode token (as vLLM 0.6.3's manager appends to its pool) and one
+  ``free`` per block.
 - ``PagedkvCore``: the optimized pool's trusted core, the way the optimized manager drives it
   (hashes computed once by the caller, a prompt in one ``take_full_blocks``).
 
@@ -57,6 +60,53 @@ class PagedkvPublic:
         tokens, key = payload
         pool, size = self.pool, self.size
         prefix = Prefix(ROOT, 0, key)
+        full = len(tokens) // size * size
+        chunks = [tokens[start : start + size] for start in range(0, full, size)]
+        blocks = pool.allocate_immutable_chain(prefix, chunks)
+        if chunks:
+            last_hash = pool.block(blocks[-1]).content_hash
+            assert last_hash is not None
+            prefix = Prefix(last_hash, full, key)
+        if full < len(tokens):
+            blocks.append(pool.append_tokens(pool.allocate_mutable(), prefix, tokens[full:]))
+        self.seqs[seq] = _PagedkvSequence(blocks, list(tokens), prefix)
+
+    def decode(self, seq: int, token: Token) -> None:
+        """The pool is called when the token needs a new block, and when it fills one (the
+        block's run of decode tokens in one ``append_tokens``)."""
+        state = self.seqs[seq]
+        tokens, size = state.tokens, self.size
+        if len(tokens) % size == 0:
+            state.blocks.append(self.pool.allocate_mutable())
+        tokens.append(token)
+        if len(tokens) % size:
+            return
+        blocks, run = state.blocks, tokens[state.pooled :]
+        blocks[-1] = self.pool.append_tokens(blocks[-1], state.prefix, run)
+        state.pooled = len(tokens)
+        state.prefix = state.prefix.extend(tokens[-size:])
+
+    def free(self, seq: int, _: None) -> None:
+        self.pool.free_blocks(self.seqs.pop(seq).blocks[::-1])
+
+
+class PagedkvPerToken(PagedkvPublic):
+    def decode(self, seq: int, token: Token) -> None:
+        """Every token in its own ``append_tokens``."""
+        state = self.seqs[seq]
+        tokens, blocks, size = state.tokens, state.blocks, self.size
+        if len(tokens) % size == 0:
+            blocks.append(self.pool.allocate_mutable())
+        tokens.append(token)
+        blocks[-1] = self.pool.append_tokens(blocks[-1], state.prefix, (token,))
+        state.pooled = len(tokens)
+        if len(tokens) % size == 0:
+            state.prefix = state.prefix.extend(tokens[-size:])
+
+    def prompt(self, seq: int, payload: tuple[tuple[Token, ...], ExtraKey]) -> None:
+        tokens, key = payload
+        pool, size = self.pool, self.size
+        prefix = Prefix(ROOT, 0, key)
         blocks: list[BlockId] = []
         full = len(tokens) // size * size
         for start in range(0, full, size):
@@ -67,31 +117,10 @@ class PagedkvPublic:
             blocks.append(pool.append_tokens(pool.allocate_mutable(), prefix, tokens[full:]))
         self.seqs[seq] = _PagedkvSequence(blocks, list(tokens), prefix)
 
-    per_token = False
-    """Whether every decode token is appended in its own call, or a block's run in one call
-    when it fills the block (module docstring)."""
-
-    def decode(self, seq: int, token: Token) -> None:
-        state = self.seqs[seq]
-        tokens, blocks, size = state.tokens, state.blocks, self.size
-        if len(tokens) % size == 0:
-            blocks.append(self.pool.allocate_mutable())
-        tokens.append(token)
-        filled = len(tokens) % size == 0
-        if filled or self.per_token:
-            blocks[-1] = self.pool.append_tokens(blocks[-1], state.prefix, tokens[state.pooled :])
-            state.pooled = len(tokens)
-        if filled:
-            state.prefix = state.prefix.extend(tokens[-size:])
-
     def free(self, seq: int, _: None) -> None:
         free = self.pool.free
         for block in reversed(self.seqs.pop(seq).blocks):
             free(block)
-
-
-class PagedkvPerToken(PagedkvPublic):
-    per_token = True
 
 
 class _CoreSequence:

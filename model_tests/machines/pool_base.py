@@ -32,7 +32,7 @@ from pagedkv.model_tests.machines.pool_chains import (
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs import pool_calls as calls
 from pagedkv.specs.errors import PagedKVError
-from pagedkv.specs.interface import BlockPool, BlockPoolFactory
+from pagedkv.specs.interface import BlockPool, BlockPoolFactory, PoolBatchFree
 from pagedkv.specs.pool_calls import PoolCall
 from pagedkv.specs.pool_view import PoolView
 from pagedkv.specs.types import BlockId, ExtraKey, PoolConfig, Token
@@ -145,6 +145,16 @@ class PoolMachineBase(LockstepMachine):
 
     def offers(self, method: str) -> bool:
         return method not in self.policy.unsupported
+
+    def batches(self, protocol: type) -> bool:
+        """Whether to draw a batch operation (``block_pool.md`` §5, batches): where the target
+        offers it (``PoolChainAllocation``, ``PoolBatchFree``), in exact mode, and
+        ``free_blocks`` in isomorphic mode too (the isomorphic session adopts one allocation
+        choice per call, so a chain that allocates several is left to exact mode); the safety
+        tier takes the single calls a batch stands for."""
+        if not isinstance(self.target, protocol):
+            return False
+        return self.session is None or (protocol is PoolBatchFree and self.mode == "isomorphic")
 
     def _model_view(self) -> PoolView | None:
         """The model's view, rendered once per state (``views.py``)."""

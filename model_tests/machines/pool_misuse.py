@@ -18,6 +18,7 @@ from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs import pool_calls as calls
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.interface import PoolBatchFree, PoolChainAllocation
 from pagedkv.specs.pool_calls import PoolCall
 from pagedkv.specs.types import BlockId, PoolConfig
 
@@ -31,7 +32,7 @@ class PoolMisuse(PoolMachineBase):
     @rule(
         chain=CHAINS,
         data=st.data(),
-        kind=st.sampled_from(["unheld block", "too many tokens", "bad argument"]),
+        kind=st.sampled_from(["unheld block", "too many tokens", "bad argument", "bad batch"]),
     )
     def misuse(self, chain: Chain, data: st.DataObject, kind: str) -> None:
         """A call that must fail, and leave both pools exactly as they were."""
@@ -43,6 +44,8 @@ class PoolMisuse(PoolMachineBase):
             call = calls.append_tokens(
                 chain.blocks[-1], chain.prefix_of_last(), [0] * (room + extra)
             )
+        elif kind == "bad batch":
+            call = self._bad_batch_call(chain, data)
         else:
             call = self._bad_argument_call(chain, data)
         if call is None:
@@ -81,6 +84,31 @@ class PoolMisuse(PoolMachineBase):
             calls.mark_accessed(list(chain.blocks), -1.0),
             calls.common_computed_prefix(not_chains),
         ]
+        return data.draw(st.sampled_from(bad), label="call")
+
+    def _bad_batch_call(self, chain: Chain, data: st.DataObject) -> PoolCall[object] | None:
+        """A batch whose bad item comes after good ones: the good ones must not stay done
+        (``block_pool.md`` §5, batches: all or nothing)."""
+        size = self.block_size
+        bad: list[PoolCall[object]] = []
+        if self.batches(PoolChainAllocation):
+            good = [[(start + i) % 7 for i in range(size)] for start in range(2)]
+            wrong = data.draw(
+                st.sampled_from([[-1] * size, [0] * (size + 1), [0] * max(1, size - 1)]),
+                label="bad block",
+            )
+            if len(wrong) != size or wrong[0] < 0:
+                bad.append(calls.allocate_immutable_chain(Prefix(), [*good, wrong, *good]))
+        if self.batches(PoolBatchFree) and chain.blocks:
+            unheld = [b for b in self.config.block_ids if b not in self._held()]
+            twice = [chain.blocks[-1]] * (self._held()[chain.blocks[-1]] + 1)
+            bad.append(calls.free_blocks([*chain.blocks[:-1], *twice]))
+            if unheld:
+                bad.append(calls.free_blocks([*chain.blocks, unheld[0]]))
+            bad.append(calls.free_blocks([*chain.blocks, self.config.first_id - 1]))
+        if not bad:
+            return None
+        event("outcome: a bad batch refused")
         return data.draw(st.sampled_from(bad), label="call")
 
     @precondition(lambda self: self.mode != "safety")

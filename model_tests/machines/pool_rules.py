@@ -13,7 +13,9 @@ from pagedkv.model_tests.machines.draws import SAMPLE
 from pagedkv.model_tests.machines.pool_base import PoolMachineBase
 from pagedkv.model_tests.machines.pool_chains import CHAINS, EXTRA_KEYS, TEMPLATE, Chain
 from pagedkv.specs import pool_calls as calls
+from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
+from pagedkv.specs.interface import PoolBatchFree, PoolChainAllocation
 from pagedkv.specs.pool_calls import PoolCall
 from pagedkv.specs.types import BlockId, ExtraKey
 
@@ -54,13 +56,34 @@ class PoolRules(PoolMachineBase):
                 self.both(calls.mark_accessed(list(chain.blocks), self.clock))
         self.both(calls.clear_copy_on_writes())
 
-    @rule(target=CHAINS, key=st.sampled_from(EXTRA_KEYS), blocks=st.integers(1, 3))
-    def admit(self, key: ExtraKey, blocks: int) -> Chain:
+    @rule(
+        target=CHAINS,
+        key=st.sampled_from(EXTRA_KEYS),
+        blocks=st.integers(1, 3),
+        batched=st.booleans(),
+    )
+    def admit(self, key: ExtraKey, blocks: int, batched: bool) -> Chain:
         """A new request whose prompt follows the template for whole blocks: each one a lookup
         (a hit on what others cached, evictable or held, or a new block), then the scheduler's
-        question of what it may skip computing."""
+        question of what it may skip computing. ``batched``: the blocks in one
+        ``allocate_immutable_chain`` where it is drawn (``batches``)."""
         chain = Chain(key if self.on("extra keys") else ExtraKey())
         self.live.append(chain)
+        if batched and self.batches(PoolChainAllocation):
+            size = self.block_size
+            contents = [
+                tuple(TEMPLATE[(start + i) % len(TEMPLATE)] for i in range(size))
+                for start in range(0, blocks * size, size)
+            ]
+            taken = self.both(
+                calls.allocate_immutable_chain(Prefix(extra_key=chain.extra_key), contents)
+            )
+            if not isinstance(taken, PagedKVError):  # all or nothing
+                chain.blocks.extend(taken)
+                chain.contents.extend(contents)
+                event(f"outcome: a chain of {len(taken)} allocated in one call")
+            self.both(calls.common_computed_prefix([list(chain.blocks)]))
+            return chain
         for _ in range(blocks):
             start = chain.num_tokens
             tokens = [TEMPLATE[(start + i) % len(TEMPLATE)] for i in range(self.block_size)]
@@ -134,9 +157,15 @@ class PoolRules(PoolMachineBase):
         self.live.append(child)
         return child
 
-    @rule(chain=consumes(CHAINS))
-    def free_chain(self, chain: Chain) -> None:
+    @rule(chain=consumes(CHAINS), batched=st.booleans())
+    def free_chain(self, chain: Chain, batched: bool = False) -> None:
+        """The chain's blocks given back, head first; ``batched``: tail first in one
+        ``free_blocks`` where it is drawn (``batches``), as vLLM v1's manager frees."""
         self.live.remove(chain)
+        if batched and self.batches(PoolBatchFree):
+            result = self.both(calls.free_blocks(chain.blocks[::-1]))
+            assert not isinstance(result, PagedKVError) or self.ended, result
+            return
         for block in chain.blocks:
             result = self.both(calls.free(block))
             assert not isinstance(result, PagedKVError) or self.ended, result

@@ -6,21 +6,30 @@ mutate``, ``specs/mutation.md``)."""
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Callable
 
-from pagedkv.optimized.evictor import Evictor
+from pagedkv.optimized.evictor import Evictor, time_bits
 
 
-def test_the_evictor_pops_in_the_reference_order_across_rebuilds() -> None:
-    rng = random.Random(0)
-    evictor = Evictor()
+def drive(
+    evictor: Evictor,
+    rng: random.Random,
+    steps: int,
+    num_blocks: int,
+    ranks_drawn: Callable[[], tuple[float, int]],
+) -> None:
+    """Random adds (re-ranks), removes and pops, each pop held to the rule; ``ranks_drawn``
+    gives (time, hashed tokens)."""
     ranks: dict[int, tuple[float, int]] = {}
-    for _ in range(3000):
-        block = rng.randrange(12)
+    for _ in range(steps):
+        block = rng.randrange(num_blocks)
         roll = rng.random()
         if roll < 0.7:
-            ranks[block] = (float(rng.randrange(5)), -rng.randrange(1, 4))
-            evictor.add(block, ranks[block][0], -ranks[block][1])
+            now, hashed = ranks_drawn()
+            ranks[block] = (now, -hashed)
+            evictor.add(block, now, hashed)
         elif roll < 0.85 and block in ranks:
             del ranks[block]
             evictor.remove(block)
@@ -30,7 +39,34 @@ def test_the_evictor_pops_in_the_reference_order_across_rebuilds() -> None:
             del ranks[expected]
         assert len(evictor) == len(ranks) and evictor.blocks() == frozenset(ranks)
         assert (block in evictor) == (block in ranks)
+
+
+def test_the_evictor_pops_in_the_reference_order_across_rebuilds() -> None:
+    rng = random.Random(0)
+    evictor = Evictor()
+    drive(evictor, rng, 3000, 12, lambda: (float(rng.randrange(5)), rng.randrange(1, 4)))
     evictor.clear()
     assert len(evictor) == 0 and evictor.blocks() == frozenset()
     evictor.add(3, 1.0, 1)
     assert evictor.pop() == 3
+
+
+def test_time_bits_order_the_times_as_floats_do() -> None:
+    """The packed key's first field: equal times (``-0.0`` and ``0.0`` too) equal, the order
+    kept across signs, infinities and subnormals."""
+    rng = random.Random(1)
+    times = [-math.inf, math.inf, -0.0, 0.0, -1.0, 1e-300, -1e-300, 5e-324, -5e-324, 1.5, -2.5]
+    times += [rng.uniform(-1e6, 1e6) for _ in range(200)]
+    for a in times:
+        for b in times[:40]:
+            assert (time_bits(a) < time_bits(b)) == (a < b), (a, b)
+            assert (time_bits(a) == time_bits(b)) == (a == b), (a, b)
+
+
+def test_the_evictor_orders_any_count_of_hashed_tokens_and_any_time() -> None:
+    """Counts past the key's field widen it (every key packed again), times of any sign."""
+    rng = random.Random(2)
+    times = [-math.inf, math.inf, -0.0, 0.0, -1.0, 5e-324, 2.5, 1e308]
+    counts = [1, 16, 2**45, 2**90 + 3]
+    for _ in range(100):
+        drive(Evictor(64), rng, 200, 64, lambda: (rng.choice(times), rng.choice(counts)))

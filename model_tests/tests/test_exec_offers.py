@@ -14,7 +14,9 @@ from pagedkv.model_tests.lockstep.pool_event_ledger import events_hook
 from pagedkv.model_tests.oracle import targets
 from pagedkv.model_tests.oracle.api import check
 from pagedkv.model_tests.oracle.exec_target import PeerError
-from pagedkv.specs.interface import RequestPreemption
+from pagedkv.specs.content_hash import Prefix
+from pagedkv.specs.errors import DoubleFreeError
+from pagedkv.specs.interface import PoolBatchFree, PoolChainAllocation, RequestPreemption
 from pagedkv.specs.request_types import RequestConfig
 from pagedkv.specs.types import PoolConfig
 
@@ -70,3 +72,17 @@ def test_an_offer_of_no_optional_operation_is_refused(tmp_path: Path) -> None:
     factory = targets.load(f"exec:{sys.executable} {program}", "pool")
     with pytest.raises(PeerError, match="naming optional pool operations"):
         factory(PoolConfig(4, 2))
+
+
+def test_a_pool_offers_its_batches_over_the_wire_and_they_fold() -> None:
+    target = targets.load(peer("reference"), "pool")(PoolConfig(4, 2))
+    offered = isinstance(target, PoolChainAllocation) and isinstance(target, PoolBatchFree)
+    assert offered
+    blocks = target.allocate_immutable_chain(Prefix(), [[1, 2], [3, 4]])
+    assert blocks == [0, 1] and target.num_free_blocks() == 2
+    with pytest.raises(DoubleFreeError, match=r"blocks\[2\]"):
+        target.free_blocks([1, 0, 0])
+    assert target.num_free_blocks() == 2  # all or nothing, over the wire too
+    target.free_blocks([1, 0])
+    assert target.num_free_blocks() == 4
+    target.close()

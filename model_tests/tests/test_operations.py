@@ -37,6 +37,8 @@ PROTOCOL_CLASSES = {interface.BlockSpaceManager, interface.BlockPool, interface.
 OPTIONAL_PROTOCOLS: dict[tuple[operations.Level, str], type[Any]] = {
     ("request", "preempt"): interface.RequestPreemption,
     ("pool", "take_events"): interface.PoolEvents,
+    ("pool", "allocate_immutable_chain"): interface.PoolChainAllocation,
+    ("pool", "free_blocks"): interface.PoolBatchFree,
 }
 """Where each optional operation is declared: a Protocol of its own, which a target may lack."""
 EXTRA_PARAMETERS = {"choice"}
