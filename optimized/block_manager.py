@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pagedkv.optimized.block_pool import OptimizedBlockPool, common_length
-from pagedkv.optimized.block_table import BlockTable, SequenceGroup
+from pagedkv.optimized.block_table import TOKEN_BYTES, BlockTable, SequenceGroup, unpacked
 from pagedkv.optimized.checked_prompts import CheckedPrompts
 from pagedkv.specs.accounting import (
     alloc_status,
@@ -248,7 +248,7 @@ class OptimizedBlockSpaceManager:
         needed = 0
         for table in members.values():
             needed += blocks_touched_by_append(
-                len(table.tokens), len(table.blocks), size, num_new, lookahead
+                table.num_tokens(), len(table.blocks), size, num_new, lookahead
             )
         return needed <= free
 
@@ -414,7 +414,7 @@ class OptimizedBlockSpaceManager:
             return
         size = self._block_size
         for table in found.members.values():
-            num_full = len(table.tokens) // size
+            num_full = len(table.tokens) // TOKEN_BYTES // size
             if num_full > table.marked:  # else nothing filled since the last mark
                 table.mark_computed(self._pool(found.device), num_full)
 
@@ -537,7 +537,7 @@ class OptimizedBlockSpaceManager:
             self._gpu.compact(on_gpu),
             self._cpu.compact(on_cpu),
             {
-                seq_id: (table.group.group_id, tuple(table.tokens), table.blocks)
+                seq_id: (table.group.group_id, unpacked(table.tokens), table.blocks)
                 for seq_id, table in self._tables.items()
             },
             {
