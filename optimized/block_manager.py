@@ -413,8 +413,9 @@ class OptimizedBlockSpaceManager:
         if not self._caching:
             return
         size = self._block_size
+        block_bytes = TOKEN_BYTES * size
         for table in found.members.values():
-            num_full = len(table.tokens) // TOKEN_BYTES // size
+            num_full = len(table.tokens) // block_bytes
             if num_full > table.marked:  # else nothing filled since the last mark
                 table.mark_computed(self._pool(found.device), num_full)
 

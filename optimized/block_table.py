@@ -58,7 +58,7 @@ _pack_one = struct.Struct("<Q").pack
 
 def packed(tokens: Sequence[Token]) -> bytes:
     """Tokens as ``BlockTable.tokens`` holds them (they are checked: each fits in 63 bits)."""
-    return _pack_one(tokens[0]) if len(tokens) == 1 else struct.pack(f"<{len(tokens)}Q", *tokens)
+    return struct.pack(f"<{len(tokens)}Q", *tokens)
 
 
 def unpacked(tokens: bytes | bytearray) -> tuple[Token, ...]:
@@ -191,11 +191,11 @@ class BlockTable:
         """Append ``new_tokens`` block by block (the pool copies shared blocks and dedups filled
         ones), then make sure ``lookahead`` empty slots follow them. The caller has checked the
         worst case (``blocks_touched_by_append``) against the free blocks."""
-        blocks = self.blocks
+        tokens, blocks = self.tokens, self.blocks
         size = pool.block_size
-        position = len(self.tokens) // TOKEN_BYTES
-        if new_tokens:
-            self.tokens += packed(new_tokens)
+        position = len(tokens) // TOKEN_BYTES
+        # a decode step's one token packs with a prepared Struct (as fast as array.extend)
+        tokens += _pack_one(new_tokens[0]) if len(new_tokens) == 1 else packed(new_tokens)
         end = position + len(new_tokens)
         if position < end:
             index = position // size
