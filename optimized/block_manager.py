@@ -89,6 +89,8 @@ class OptimizedBlockSpaceManager:
         check_manager_config(config)
         self._config = config
         self._block_size = config.block_size
+        self._block_bytes = TOKEN_BYTES * config.block_size
+        """A full block's bytes in a table's packed tokens."""
         self._caching = config.enable_caching
         self._gpu = OptimizedBlockPool(config.pool_config(Device.GPU), publish_events=False)
         self._cpu = OptimizedBlockPool(config.pool_config(Device.CPU), publish_events=False)
@@ -412,8 +414,7 @@ class OptimizedBlockSpaceManager:
             found = self._group(group_id)
         if not self._caching:
             return
-        size = self._block_size
-        block_bytes = TOKEN_BYTES * size
+        block_bytes = self._block_bytes
         for table in found.members.values():
             num_full = len(table.tokens) // block_bytes
             if num_full > table.marked:  # else nothing filled since the last mark
