@@ -55,11 +55,14 @@ class BlockPrefixes:
         self._free_slots = [slot for slot, key in enumerate(self._table) if key is None]
 
     def set(self, index: int, parent: BlockHash, key: ExtraKey) -> None:
-        """Give block ``index`` (which has no prefix) its parent hash and extra key."""
+        """Give block ``index`` its parent hash and extra key (replacing any it had: a caller
+        may reuse an evicted block without clearing it first)."""
         slot = self._slot_of.get(id(key))
         if slot is None:
             slot = self._new_slot(key)
         self._uses[slot] += 1
+        if self._keys[index] != NO_PREFIX:
+            self.clear(index)
         self._keys[index] = slot
         start = index * HASH_SIZE
         self._parents[start : start + HASH_SIZE] = parent

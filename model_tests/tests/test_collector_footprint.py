@@ -83,6 +83,8 @@ def test_block_prefixes_round_trip_and_reuse_key_slots() -> None:
     assert all(key is None for key in prefixes._table)
     prefixes.set(3, b"d" * 32, salted)
     assert len(prefixes._table) == 2 and prefixes.get(3) == (b"d" * 32, salted)
+    prefixes.set(3, b"e" * 32, lora)  # overwritten without a clear: salted's slot is freed
+    assert prefixes.get(3) == (b"e" * 32, lora) and salted not in prefixes._table
 
 
 def test_a_copied_block_prefixes_finds_its_own_keys() -> None:
