@@ -27,7 +27,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pagedkv.optimized.block_pool import OptimizedBlockPool, common_length
-from pagedkv.optimized.block_table import BlockTable, SequenceGroup
+from pagedkv.optimized.block_table import (
+    TOKEN_BYTES,
+    BlockTable,
+    SequenceGroup,
+    token_array,
+)
 from pagedkv.optimized.checked_prompts import CheckedPrompts
 from pagedkv.specs.accounting import (
     alloc_status,
@@ -89,6 +94,8 @@ class OptimizedBlockSpaceManager:
         check_manager_config(config)
         self._config = config
         self._block_size = config.block_size
+        self._block_bytes = TOKEN_BYTES * config.block_size
+        """A full block's bytes in a table's packed tokens."""
         self._caching = config.enable_caching
         self._gpu = OptimizedBlockPool(config.pool_config(Device.GPU), publish_events=False)
         self._cpu = OptimizedBlockPool(config.pool_config(Device.CPU), publish_events=False)
@@ -248,7 +255,7 @@ class OptimizedBlockSpaceManager:
         needed = 0
         for table in members.values():
             needed += blocks_touched_by_append(
-                len(table.tokens), len(table.blocks), size, num_new, lookahead
+                table.num_tokens(), len(table.blocks), size, num_new, lookahead
             )
         return needed <= free
 
@@ -412,9 +419,9 @@ class OptimizedBlockSpaceManager:
             found = self._group(group_id)
         if not self._caching:
             return
-        size = self._block_size
+        block_bytes = self._block_bytes
         for table in found.members.values():
-            num_full = len(table.tokens) // size
+            num_full = len(table.tokens) // block_bytes
             if num_full > table.marked:  # else nothing filled since the last mark
                 table.mark_computed(self._pool(found.device), num_full)
 
@@ -538,7 +545,7 @@ class OptimizedBlockSpaceManager:
             self._gpu.compact(on_gpu),
             self._cpu.compact(on_cpu),
             {
-                seq_id: (table.group.group_id, table.tokens, table.blocks)
+                seq_id: (table.group.group_id, token_array(table.tokens), table.blocks)
                 for seq_id, table in self._tables.items()
             },
             {

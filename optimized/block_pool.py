@@ -33,6 +33,7 @@ from heapq import heappop, heappush
 from itertools import chain as concatenated
 from operator import countOf, itemgetter
 
+from pagedkv.optimized.block_prefixes import BlockPrefixes
 from pagedkv.optimized.checked_prefixes import CheckedPrefixes
 from pagedkv.optimized.evictor import Evictor
 from pagedkv.optimized.free_list import FreeList
@@ -122,13 +123,14 @@ class OptimizedBlockPool:
         self._ref_counts = array("q", [0]) * num_blocks
         self._tokens: list[tuple[Token, ...]] = [()] * num_blocks
         self._hashes: list[BlockHash | None] = [None] * num_blocks
-        self._parents: list[BlockHash | None] = [None] * num_blocks
         self._starts = array("q", [0]) * num_blocks
-        self._keys: list[ExtraKey | None] = [None] * num_blocks
-        """A hashed block's ``Prefix`` as three fields (the hash of the block before it, the
-        tokens before it, its extra key): a tuple per block would be an object per block for
-        the garbage collector to walk at every full collection."""
-        self._computed: list[bool] = [False] * num_blocks
+        self._prefixes_of = BlockPrefixes(num_blocks)
+        """A hashed block's ``Prefix`` as ``_starts`` (the tokens before it) and, here, the hash
+        of the block before it and its extra key: a tuple per block would be an object per block
+        for the garbage collector to walk at every full collection, a list per field a million
+        entries."""
+        self._computed = bytearray(num_blocks)
+        """1 for a computed block: a ``bytearray``, which the collector does not track."""
         self._last_accessed = array("d", [NEVER_ACCESSED]) * num_blocks
         self._access_stamps = array("q", [0]) * num_blocks
         """Which access set ``_last_accessed``: stamps rise with every access, so that an access
@@ -177,10 +179,9 @@ class OptimizedBlockPool:
         """Forget a block's contents, as it is when it sits on the free list."""
         self._tokens[index] = ()
         self._hashes[index] = None
-        self._parents[index] = None
+        self._prefixes_of.clear(index)
         self._starts[index] = 0
-        self._keys[index] = None
-        self._computed[index] = False
+        self._computed[index] = 0
         self._last_accessed[index] = NEVER_ACCESSED
         self._access_stamps[index] = 0
 
@@ -242,7 +243,7 @@ class OptimizedBlockPool:
                 self.pending_cows.pop(block, None)
             # _blank, less the fields only a hash sets (_cache sets them, _blank clears them)
             self._tokens[index] = ()
-            self._computed[index] = False
+            self._computed[index] = 0
             self._last_accessed[index] = NEVER_ACCESSED
             self._access_stamps[index] = 0
             heappush(self._free.heap, block)
@@ -261,10 +262,11 @@ class OptimizedBlockPool:
         index = block - self._first_id
         self._tokens[index] = tokens
         self._hashes[index] = content_hash
-        self._parents[index], self._starts[index], self._keys[index] = prefix
+        parent, start, key = prefix
+        self._prefixes_of.set(index, parent, key)
+        self._starts[index] = start
         self._cached[content_hash] = block
         if self._events is not None:
-            parent, start, key = prefix
             self._events.append(
                 BlockStored(
                     (content_hash,),
@@ -677,12 +679,11 @@ class OptimizedBlockPool:
             self._first_id,
             self._block_size,
         )
-        all_tokens, all_hashes, parents, starts, keys = (
+        all_tokens, all_hashes, starts, set_prefix = (
             self._tokens,
             self._hashes,
-            self._parents,
             self._starts,
-            self._keys,
+            self._prefixes_of.set,
         )
         free_heap, events, evictor_remove = self._free.heap, self._events, self._evictor.remove
         taken = []
@@ -703,9 +704,8 @@ class OptimizedBlockPool:
                 refs[index] = 1
                 all_tokens[index] = tokens
                 all_hashes[index] = content_hash
-                parents[index] = parent
+                set_prefix(index, parent, extra_key)
                 starts[index] = start
-                keys[index] = extra_key
                 cached[content_hash] = block
                 if events is not None:
                     events.append(
@@ -794,10 +794,10 @@ class OptimizedBlockPool:
         """Mark full blocks of a caching pool computed (the caller knows they are full)."""
         computed, first_id = self._computed, self._first_id
         for block in blocks:
-            computed[block - first_id] = True
+            computed[block - first_id] = 1
 
     def is_computed(self, block: BlockId) -> bool:
-        return self._computed[block - self._first_id]
+        return self._computed[block - self._first_id] == 1
 
     def computed_run(self, blocks: Sequence[BlockId], start: int, end: int) -> int:
         """The first index in ``start .. end`` whose block is not computed (``end`` if all are),
@@ -815,10 +815,10 @@ class OptimizedBlockPool:
 
     def prefix_of(self, block: BlockId) -> PrefixParts | None:
         index = block - self._first_id
-        parent, key = self._parents[index], self._keys[index]
-        if parent is None or key is None:
+        found = self._prefixes_of.get(index)
+        if found is None:
             return None
-        return (parent, self._starts[index], key)
+        return (found[0], self._starts[index], found[1])
 
     # --- counts, hit rate and reset ------------------------------------------------------------
 
@@ -864,15 +864,13 @@ class OptimizedBlockPool:
     # --- the observable state ------------------------------------------------------------------
 
     def _render(self, index: int) -> BlockView:
-        parent, key = self._parents[index], self._keys[index]
+        found = self._prefixes_of.get(index)
         return BlockView(
             ref_count=self._ref_counts[index],
             tokens=self._tokens[index],
             content_hash=self._hashes[index],
-            prefix=None
-            if parent is None or key is None
-            else Prefix(parent, self._starts[index], key),
-            computed=self._computed[index],
+            prefix=None if found is None else Prefix(found[0], self._starts[index], found[1]),
+            computed=self._computed[index] == 1,
             last_accessed=self._last_accessed[index],
         )
 
@@ -891,8 +889,9 @@ class OptimizedBlockPool:
 
     def compact(self, untouched: Mapping[BlockId, tuple[int, float]] | None = None) -> CompactPool:
         """The whole observable state as columns (``specs/compact_state.py``): this pool's own
-        lists, to be compared at once, never kept or changed; the columns kept in arrays (for
-        the collector) are copied into lists, as the compact state holds them."""
+        lists, to be compared at once, never kept or changed; the columns kept out of the
+        collector's sight (arrays, ``BlockPrefixes``) are copied into lists, as the compact state
+        holds them."""
         last_accessed = self._last_accessed.tolist()
         if untouched:
             first_id, stamps = self._first_id, self._access_stamps
@@ -900,15 +899,16 @@ class OptimizedBlockPool:
                 if stamp > stamps[block - first_id]:
                     last_accessed[block - first_id] = now
         cows = self.pending_cows
+        parents, keys = self._prefixes_of.columns()
         return CompactPool(
             self._config,
             self._ref_counts.tolist(),
             self._tokens,
             self._hashes,
-            self._parents,
+            parents,
             self._starts.tolist(),
-            self._keys,
-            self._computed,
+            keys,
+            [mark == 1 for mark in self._computed],
             last_accessed,
             self._free.blocks(),
             self._evictor.blocks(),

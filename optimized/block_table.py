@@ -12,8 +12,9 @@ three questions a scheduler asks of every running sequence at every step cost O(
   of the blocks before it are never needed again (the pool keeps each block's own).
 - what the garbage collector walks: a full collection visits every reference of every live
   container, and with a million blocks per-sequence lists of ids and hashes made its pauses grow
-  faster with the pool than the work itself. ``tokens`` is an ``array('q')``, one object with no
-  references; ``blocks`` a tuple, replaced whenever an entry changes (at a block boundary, a
+  faster with the pool than the work itself. ``tokens`` is a ``bytearray`` of packed tokens,
+  which the collector does not track at all (an ``array`` is one more object for it to walk per
+  sequence); ``blocks`` a tuple, replaced whenever an entry changes (at a block boundary, a
   swap or a window release, never for a token that fits its block), which the collector stops
   tracking once it has seen that it holds only ints, and which a caller gets a list of at the
   cost of copying references (an array would make an int object per entry for each answer).
@@ -38,6 +39,8 @@ three questions a scheduler asks of every running sequence at every step cost O(
 
 from __future__ import annotations
 
+import struct
+import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,6 +50,31 @@ from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.specs.accounting import blocks_touched_by_append
 from pagedkv.specs.content_hash import ROOT, BlockHasher
 from pagedkv.specs.types import BlockHash, BlockId, Device, ExtraKey, Token
+
+TOKEN_BYTES = 8
+"""A token's size in ``BlockTable.tokens``: u64 little-endian, the content hash's encoding, so a
+full block's bytes are hashed as they are."""
+
+_pack_one = struct.Struct("<Q").pack
+
+
+def packed(tokens: Sequence[Token]) -> bytes:
+    """Tokens as ``BlockTable.tokens`` holds them (they are checked: each fits in 63 bits)."""
+    return struct.pack(f"<{len(tokens)}Q", *tokens)
+
+
+def unpacked(tokens: bytes | bytearray) -> tuple[Token, ...]:
+    return struct.unpack(f"<{len(tokens) // TOKEN_BYTES}Q", tokens)
+
+
+def token_array(tokens: bytes | bytearray) -> array[Token]:
+    """The packed tokens as the compact state holds them (``array('q')``): one copy of the
+    bytes, no object per token. Tokens fit in 63 bits, so ``Q`` and ``q`` agree."""
+    found = array("q")
+    found.frombytes(tokens)
+    if sys.byteorder == "big":  # packed little-endian, the content hash's encoding
+        found.byteswap()
+    return found
 
 
 def num_out_of_window(num_tokens: int, window: int, block_size: int, num_blocks: int) -> int:
@@ -61,8 +89,8 @@ class BlockTable:
     and the bookkeeping above."""
 
     group: SequenceGroup
-    tokens: array[Token]
-    """The sequence's tokens, packed (``array('q')``: every token fits in 63 bits)."""
+    tokens: bytearray
+    """The sequence's tokens, packed (``packed``: ``TOKEN_BYTES`` each)."""
     blocks: tuple[BlockId, ...]
     last_hash: BlockHash
     """With caching: the content hash of block ``len(tokens) // block_size - 1`` (``ROOT`` while
@@ -92,14 +120,14 @@ class BlockTable:
         blocks = pool.take_full_blocks(chunks, hashes, group.extra_key)
         if num_full < len(prompt):
             blocks.append(pool.fill(pool.take(), None, prompt[num_full:], None))
-        return cls(group, array("q", prompt), tuple(blocks), hashes[-1] if hashes else ROOT)
+        return cls(group, bytearray(packed(prompt)), tuple(blocks), hashes[-1] if hashes else ROOT)
 
     def fork(self) -> BlockTable:
         """A child's table: the same entries (the caller raises their ref counts). The parent's
         pending access stays the parent's; it reaches the shared blocks all the same."""
         return BlockTable(
             self.group,
-            array("q", self.tokens),
+            bytearray(self.tokens),
             self.blocks,
             self.last_hash,
             self.num_released,
@@ -114,8 +142,11 @@ class BlockTable:
 
     def blocks_touched_by_append(self, block_size: int, num_new: int, lookahead: int) -> int:
         return blocks_touched_by_append(
-            len(self.tokens), len(self.blocks), block_size, num_new, lookahead
+            self.num_tokens(), len(self.blocks), block_size, num_new, lookahead
         )
+
+    def num_tokens(self) -> int:
+        return len(self.tokens) // TOKEN_BYTES
 
     # --- the pending access ---------------------------------------------------------------------
 
@@ -154,7 +185,7 @@ class BlockTable:
         """Before appending: release every block whose tokens all precede the oldest position the
         new tokens attend to (``len(tokens) - window + 1``) and point its entry at the null
         block. Only the blocks not released before are looked at."""
-        num_out = num_out_of_window(len(self.tokens), window, pool.block_size, len(self.blocks))
+        num_out = num_out_of_window(self.num_tokens(), window, pool.block_size, len(self.blocks))
         if num_out <= self.num_released:
             return
         blocks = self.blocks
@@ -174,9 +205,10 @@ class BlockTable:
         worst case (``blocks_touched_by_append``) against the free blocks."""
         tokens, blocks = self.tokens, self.blocks
         size = pool.block_size
-        position = len(tokens)
-        tokens.extend(new_tokens)
-        end = len(tokens)
+        position = len(tokens) // TOKEN_BYTES
+        # a decode step's one token packs with a prepared Struct (as fast as array.extend)
+        tokens += _pack_one(new_tokens[0]) if len(new_tokens) == 1 else packed(new_tokens)
+        end = position + len(new_tokens)
         if position < end:
             index = position // size
             # The common case: the tokens go into the block that holds the last ones, which is
@@ -188,16 +220,21 @@ class BlockTable:
             ):
                 if self.access_end > index:
                     self.settle(pool, index)  # the block receiving tokens may be replaced
-                self._fill_blocks(pool, position, end)
+                self._fill_blocks(pool, new_tokens, position)
         if len(self.blocks) * size < end + lookahead:  # lookahead slots past the last block
             missing = -((end + lookahead) // -size) - len(self.blocks)
             self.blocks += tuple(pool.take() for _ in range(missing))
 
-    def _fill_blocks(self, pool: OptimizedBlockPool, position: int, end: int) -> None:
-        """Hand tokens ``position .. end`` (already in ``tokens``) to their blocks, one block at a
-        time, taking new blocks past the table's end; a block that fills is hashed, once."""
+    def _fill_blocks(
+        self, pool: OptimizedBlockPool, new_tokens: tuple[Token, ...], position: int
+    ) -> None:
+        """Hand ``new_tokens`` (already in ``tokens``, from ``position`` on) to their blocks, one
+        block at a time, taking new blocks past the table's end; a block that fills is hashed,
+        once, from its bytes in ``tokens``."""
         size = pool.block_size
         tokens = self.tokens
+        base = position
+        end = position + len(new_tokens)
         first = position // size
         kept = self.blocks[first:]  # the entries that may change, from the first one
         blocks = list(kept)
@@ -207,13 +244,15 @@ class BlockTable:
                 blocks.append(pool.take())
             block_end = (index + first + 1) * size
             if end < block_end:  # the last tokens, which do not fill their block
-                blocks[index] = pool.fill(blocks[index], None, tuple(tokens[position:end]), None)
+                blocks[index] = pool.fill(blocks[index], None, new_tokens[position - base :], None)
                 break
-            chunk = tuple(tokens[position:block_end])
+            chunk = new_tokens[position - base : block_end - base]
             if pool.caching:
                 start = block_end - size
                 parent = self.last_hash  # the block before's: the blocks fill in order
-                content_hash = self.last_hash = self.group.hasher(parent, tokens[start:block_end])
+                content_hash = self.last_hash = self.group.hasher.of_packed(
+                    parent, tokens[start * TOKEN_BYTES : block_end * TOKEN_BYTES]
+                )
                 prefix = (parent, start, self.group.extra_key)
                 blocks[index] = pool.fill(blocks[index], prefix, chunk, content_hash)
             else:

@@ -89,7 +89,9 @@ def encode_block(parent: BlockHash, tokens: Sequence[Token], extra_key: ExtraKey
     )
 
 
-def packed_block_hash(parent: BlockHash, packed_tokens: bytes, key_bytes: bytes) -> BlockHash:
+def packed_block_hash(
+    parent: BlockHash, packed_tokens: bytes | bytearray, key_bytes: bytes
+) -> BlockHash:
     """``block_hash`` of tokens already packed (u64 little-endian each) under a key already
     encoded (``encode_extra_key``): for a caller that has the bytes at hand, so that a block's
     content is encoded once. The bytes hashed are exactly ``encode_block``'s."""
@@ -144,6 +146,10 @@ class BlockHasher:
         count = len(tokens)
         body = _count_and_tokens(count).pack(count, *tokens)
         return hashlib.sha256(b"".join((BLOCK_DOMAIN, parent, body, self._key_bytes))).digest()
+
+    def of_packed(self, parent: BlockHash, packed_tokens: bytes | bytearray) -> BlockHash:
+        """The same hash of tokens already packed (u64 little-endian each)."""
+        return packed_block_hash(parent, packed_tokens, self._key_bytes)
 
     def chain(self, parent: BlockHash, blocks: Sequence[Sequence[Token]]) -> list[BlockHash]:
         """The hashes of consecutive full blocks (all of one length) after ``parent``: a

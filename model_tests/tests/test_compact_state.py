@@ -156,6 +156,23 @@ def _column(name: str, at: Callable[[Manager], int], change: Callable[[Any], Any
     return plant
 
 
+def _prefix(change_parent: bool) -> Plant:
+    """A hashed block's parent hash or extra key (``optimized/block_prefixes.py``), changed."""
+
+    def plant(m: Manager) -> None:
+        prefixes, index = m._gpu._prefixes_of, _hashed(m)
+        found = prefixes.get(index)
+        assert found is not None
+        parent, key = found
+        if change_parent:
+            parent = bytes(32) if parent != bytes(32) else b"\x01" * 32
+        else:
+            key = ExtraKey(lora_id=99)
+        prefixes.set(index, parent, key)
+
+    return plant
+
+
 def _field(of: Callable[[Manager], Any], name: str, change: Callable[[Any], Any]) -> Plant:
     def plant(m: Manager) -> None:
         found = of(m)
@@ -193,9 +210,9 @@ CORRUPTIONS: dict[str, Plant] = {
     "ref_counts": _column("_ref_counts", _used, lambda count: count + 1),
     "tokens": _column("_tokens", _used, lambda tokens: (*tokens[:-1], tokens[-1] + 1)),
     "hashes": _column("_hashes", _hashed, lambda _: None),
-    "parents": _column("_parents", _hashed, lambda _: None),
+    "parents": _prefix(change_parent=True),
     "starts": _column("_starts", _hashed, lambda start: start + 1),
-    "keys": _column("_keys", _hashed, lambda _: ExtraKey(lora_id=99)),
+    "keys": _prefix(change_parent=False),
     "computed": _column("_computed", _used, lambda computed: not computed),
     "last_accessed": _column("_last_accessed", _free, lambda time: time + 1.0),
     "free": lambda m: m._gpu._free.push(m._gpu._first_id + _used(m)),

@@ -1,0 +1,104 @@
+"""What the optimized manager leaves for the garbage collector to walk, and ``BlockPrefixes``, which
+keeps each hashed block's parent hash and extra key out of its sight.
+
+A full collection visits every tracked object and every reference it holds; on a pool of a
+million blocks the pool's per-block lists and a few objects per sequence made its pauses grow
+faster with the pool than the calls between them (``pagedkv bench``'s growth section). These tests
+pin the footprint down: a single-sequence group costs three tracked objects (its table, its group
+and the group's member dict), and the pool's computed marks, parent hashes and extra keys are in
+untracked storage, whatever the pool's size.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import pickle
+
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.optimized.block_prefixes import BlockPrefixes
+from pagedkv.specs.content_hash import ROOT, Prefix
+from pagedkv.specs.types import ExtraKey, ManagerConfig, PoolConfig
+
+TRACKED_PER_GROUP = 3
+"""A single-sequence group's tracked objects: its ``BlockTable``, its ``SequenceGroup`` and the
+group's member dict (its tokens are a ``bytearray``, its blocks a tuple of ints)."""
+
+
+def _tracked() -> int:
+    gc.collect()  # untracks the tuples and dicts that hold only untracked objects
+    return len(gc.get_objects())
+
+
+def test_a_single_sequence_group_leaves_three_tracked_objects() -> None:
+    config = ManagerConfig(block_size=4, num_gpu_blocks=4096, num_cpu_blocks=64)
+    manager = OptimizedBlockSpaceManager(config)
+    groups = 200
+    for group in range(groups):  # each group decodes across a block boundary: tables grow
+        manager.allocate(group, [group], [group * 7 + i for i in range(10)])
+        for token in range(4):
+            manager.append_slots(group, [token])
+        manager.mark_blocks_as_computed(group)
+    before = _tracked()
+    for group in range(groups, 2 * groups):
+        manager.allocate(group, [group], [group * 7 + i for i in range(10)])
+        for token in range(4):
+            manager.append_slots(group, [token])
+        manager.mark_blocks_as_computed(group)
+        manager.get_common_computed_block_ids([group])
+    added = _tracked() - before
+    assert added <= TRACKED_PER_GROUP * groups + 20, f"{added / groups:.2f} tracked per group"
+
+
+def test_the_pool_keeps_per_block_marks_and_prefixes_untracked() -> None:
+    pool = OptimizedBlockPool(PoolConfig(num_blocks=64, block_size=2))
+    prefix = Prefix(ROOT, 0, ExtraKey())
+    block = pool.allocate_immutable(prefix, (1, 2))
+    pool.mark_computed([block])
+    assert not gc.is_tracked(pool._computed)
+    storage = pool._prefixes_of
+    walked = [  # an array is one object to the collector, a list an object per entry
+        column
+        for column in gc.get_referents(storage)
+        if isinstance(column, list | tuple | dict) and len(column) >= 64
+    ]
+    assert walked == [], "a per-block column the collector walks"
+    assert pool.prefix_of(block) == (ROOT, 0, ExtraKey())
+    assert pool.is_computed(block) is True
+
+
+def test_block_prefixes_round_trip_and_reuse_key_slots() -> None:
+    prefixes = BlockPrefixes(4)
+    lora, salted = ExtraKey(lora_id=1), ExtraKey(cache_salt="s")
+    prefixes.set(0, b"a" * 32, lora)
+    prefixes.set(1, b"b" * 32, salted)
+    prefixes.set(2, b"c" * 32, lora)
+    assert prefixes.get(1) == (b"b" * 32, salted) and prefixes.get(3) is None
+    prefixes.clear(1)
+    prefixes.clear(3)  # no prefix: nothing to clear
+    assert prefixes.columns() == ([b"a" * 32, None, b"c" * 32, None], [lora, None, lora, None])
+    prefixes.clear(0)
+    prefixes.clear(2)  # the last block naming lora: its slot is free, the key not kept alive
+    assert all(key is None for key in prefixes._table)
+    prefixes.set(3, b"d" * 32, salted)
+    assert len(prefixes._table) == 2 and prefixes.get(3) == (b"d" * 32, salted)
+    prefixes.set(3, b"e" * 32, lora)  # overwritten without a clear: salted's slot is freed
+    assert prefixes.get(3) == (b"e" * 32, lora) and salted not in prefixes._table
+
+
+def test_a_copied_block_prefixes_finds_its_own_keys() -> None:
+    """A copy's keys are new objects: the identities it looks them up by are rebuilt, so
+    clearing the last block naming a key frees its slot (a stale identity would raise or
+    confuse two keys)."""
+    prefixes = BlockPrefixes(3)
+    prefixes.set(0, b"a" * 32, ExtraKey(lora_id=1))
+    prefixes.set(1, b"b" * 32, ExtraKey(lora_id=2))
+    for copied in (copy.deepcopy(prefixes), pickle.loads(pickle.dumps(prefixes))):
+        key = copied.get(1)
+        assert key is not None and key[1] == ExtraKey(lora_id=2)
+        copied.set(2, b"c" * 32, key[1])  # the copy's own key object: its slot, not a new one
+        assert len(copied._table) == 2
+        for index in range(3):
+            copied.clear(index)
+        assert copied._table == [None, None] and sorted(copied._free_slots) == [0, 1]
