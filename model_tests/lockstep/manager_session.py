@@ -40,6 +40,9 @@ from pagedkv.specs.pool_view import PoolView
 from pagedkv.specs.types import NO_EXTRA_KEY, BlockHash, BlockId, CopyPair, Device, ExtraKey
 
 T = TypeVar("T")
+DEVICES = tuple(Device)
+"""The devices, as a tuple: every call walks them several times, and iterating an enum class
+costs several times as much as iterating a tuple."""
 
 
 class ManagerSession(Protocol):
@@ -102,6 +105,7 @@ class IsomorphicManagerSession:
         self.their_null_block = hook if callable(hook) else None
         self._viewed: tuple[object, ManagerView] = (self.model.state, self.model.view())
         self.seen = self.observe(self.model_view())
+        self._placed: tuple[object, Observation | None, list[Slot]] = (None, None, [])
 
     def model_view(self) -> ManagerView:
         """The model's view, drawn once per state: the reference's states are frozen, so a
@@ -127,7 +131,7 @@ class IsomorphicManagerSession:
         target_result, target_error = run_call(self.target, call)
         target_result = self.answers.take(call, shown, target_result, target_error is not None)
         prefer: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
-        previous = self._positions(before, self.seen)
+        previous = self._placed_before(before)
         held_before = self._holders(previous)
         for _ in range(MAX_ATTEMPTS):
             self.model.state = saved
@@ -147,9 +151,9 @@ class IsomorphicManagerSession:
             for device, evicted in self._evicted_by_both(before, after, slots).items():
                 released[device] |= evicted
             wanted = self._align(before, slots, previous, released, bind=False)
-            if all(wanted[d] <= prefer[d] for d in Device):
+            if all(wanted[d] <= prefer[d] for d in DEVICES):
                 break
-            for device in Device:
+            for device in DEVICES:
                 prefer[device] |= wanted[device]
         self._align(before, slots, previous, released, bind=True)
         self._compare_result(method, args, before, model_result, target_result)
@@ -157,6 +161,7 @@ class IsomorphicManagerSession:
         self.answers.recheck(READ_AGAIN)
         self._forget_freed(after)
         self.seen = observed
+        self._placed = (self.model.state, observed, slots)
         self.ledger.record(method, args)
         self.steps.append(Step(method, args, model_result))
         return cast(T, model_result)
@@ -240,6 +245,15 @@ class IsomorphicManagerSession:
         return ""
 
     # --- agreeing on ids -----------------------------------------------------------------------
+
+    def _placed_before(self, before: ManagerView) -> list[Slot]:
+        """The slots of the model's state and the target's tables as last seen: those the last
+        call ended with when neither has changed since (the model's states are frozen, and an
+        observation is replaced, never changed), else placed again."""
+        state, seen, slots = self._placed
+        if state is self.model.state and seen is self.seen:
+            return slots
+        return self._positions(before, self.seen)
 
     def _positions(self, view: ManagerView, observed: Observation) -> list[Slot]:
         """Every (where, device, model id, target id) the two sides' tables put side by side."""
@@ -340,7 +354,7 @@ class IsomorphicManagerSession:
         here, as it would have at the end of the call."""
         now = {where: (mine, theirs) for where, _, mine, theirs in slots}
         released: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
-        for device in Device:
+        for device in DEVICES:
             cached = after.pool(device).evictable
             for mine, theirs in self.maps[device].to_target.items():
                 was_mine = held.get((device, mine, 0), set())
@@ -364,7 +378,7 @@ class IsomorphicManagerSession:
         pair's does. A swap-in evicting two tied blocks in the other order than the reference is
         no divergence; a block only one side evicted still is."""
         evicted: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
-        for device in Device:
+        for device in DEVICES:
             old, new = before.pool(device), after.pool(device)
             if not old.evictable:
                 continue  # nothing cached to evict: most calls (this runs on every one)
@@ -383,7 +397,7 @@ class IsomorphicManagerSession:
 
     def _forget_freed(self, after: ManagerView) -> None:
         """Free blocks are interchangeable: their correspondence ends when they are freed."""
-        for device in Device:
+        for device in DEVICES:
             for block in after.pool(device).free:
                 self.maps[device].unbind_model(block)
 
@@ -441,7 +455,7 @@ class IsomorphicManagerSession:
     def _compare_counts(
         self, method: str, args: tuple[Any, ...], after: ManagerView, observed: Observation
     ) -> None:
-        for device in Device:
+        for device in DEVICES:
             pool = after.pool(device)
             mine = len(pool.free) + len(pool.evictable)
             if observed.free[device] != mine:

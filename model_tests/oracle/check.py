@@ -46,6 +46,7 @@ from pagedkv.model_tests.machines.pool_machine import PoolLockstep, lockstep_cas
 from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.codec import Level
+from pagedkv.model_tests.oracle.collector import fewer_collections
 from pagedkv.model_tests.oracle.exec_target import close_target
 from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.model_tests.oracle.known import (
@@ -234,7 +235,7 @@ def run_check(
 
     case.on_run_end = staticmethod(leaving_when(search.go_on))
     case.on_declined = staticmethod(declined)
-    with shrinking_for(SHRINK_SECONDS):
+    with shrinking_for(SHRINK_SECONDS), fewer_collections():
         if stored is not None:
             _replay_stored(case, stored, seed, per_run, search, result)
         for epoch in itertools.count() if result.failure is None else ():
