@@ -387,10 +387,11 @@ class OptimizedBlockPool:
         failing = self.num_free if hashes is None else self._first_to_run_out(hashes)
         if failing is None:
             return
-        raise OutOfBlocksError(
+        message = (
             f"token_blocks[{failing}]: no free or evictable block left"
             f" (all {self._config.num_blocks} are in use)"
         )
+        raise OutOfBlocksError(message)
 
     def _first_to_run_out(self, hashes: list[BlockHash]) -> int | None:
         """The index of the first block that finds no block left to take, if any."""

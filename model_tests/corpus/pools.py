@@ -85,6 +85,18 @@ class PoolFreeDropsTwoReferences(ReferenceBlockPool):
             super().free(block)
 
 
+class PoolFreeBlocksKeepsTheLast(ReferenceBlockPool):
+    """``free_blocks`` gives back every block of the list but the last: a sequence's tail block
+    is held by nobody and freed by nobody."""
+
+    def free_blocks(self, blocks: Sequence[BlockId]) -> None:
+        before = self.state
+        super().free_blocks(blocks)  # the checks, and the errors, are the spec's
+        self.state = before
+        for block in blocks[:-1]:
+            self.free(block)
+
+
 class PoolForkForgetsLastBlock(ReferenceBlockPool):
     """``fork`` shares every block of the chain but the last with the child."""
 

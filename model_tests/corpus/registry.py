@@ -93,6 +93,10 @@ def _clauses() -> dict[str, str]:
 CLAUSES: dict[str, str] = _clauses()
 
 OUT_OF_REACH = {
+    "pool allocate_immutable_chain": "the isomorphic session that `pagedkv check --level pool`"
+    " runs adopts one allocation choice per call and a chain makes several, so check sends a"
+    " chain's blocks as single `allocate_immutable` calls; the exact-mode pool machine holds"
+    " both of pagedkv's pools to it (model_tests/tests/test_pool_batches.py)",
     **{
         f"policy {name}": "a request-level option: no check drives the request level until"
         " `pagedkv check --level request` exists; model_tests/tests/test_policy.py holds the"
@@ -174,6 +178,7 @@ def _variants() -> tuple[Variant, ...]:
         _fixture(p.PoolCowKeepsSource, ("pool cow_if_not_appendable",), level="pool"),
         _fixture(p.PoolClearKeepsPairs, ("pool clear_copy_on_writes",), level="pool"),
         _fixture(p.PoolFreeDropsTwoReferences, ("pool free",), level="pool"),
+        _fixture(p.PoolFreeBlocksKeepsTheLast, ("pool free_blocks",), level="pool"),
         _fixture(p.PoolForkForgetsLastBlock, ("pool fork",), level="pool"),
         _fixture(p.PoolMarkAccessedSkipsCached, ("pool mark_accessed",), level="pool"),
         _fixture(p.PoolMarkComputedSkipsCached, ("pool mark_computed",), level="pool"),

@@ -8,14 +8,11 @@ a gap until it is read again. Each entry was read and argued by hand from a surv
 
 from __future__ import annotations
 
-_STAMPS = "stamps need only differ and rise; `pop` tells entries apart by identity"
 _COMPACTION = (
     "when the evictor's heap is rebuilt bounds its memory only: the live entries, and so the"
     " eviction order, stay the same"
 )
 EQUIVALENT: dict[tuple[str, str, str], str] = {
-    ("optimized/evictor.py", "self._next_stamp += 1", "1 -> 2"): _STAMPS,
-    ("optimized/evictor.py", "self._next_stamp += 1", "delete the augmented assignment"): _STAMPS,
     ("optimized/evictor.py", "self._compact_if_stale()", "delete the call"): _COMPACTION,
     (
         "optimized/evictor.py",
@@ -54,11 +51,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("reference/defragmenter.py", "break", "break -> continue"): (
         "once the condition holds it holds for every later pair (used ids fall, free ids rise;"
         " pairs no longer grows), so the loop appends nothing more either way"
-    ),
-    ("optimized/evictor.py", "self._next_stamp = 0", "0 -> 1"): _STAMPS,
-    ("optimized/evictor.py", "self._next_stamp += 1", "Add= -> Sub="): (
-        "falling stamps are still unique, and entries that share everything before the stamp are"
-        " one block's stale and live entries, which `pop` tells apart by identity"
     ),
     ("optimized/evictor.py", "if len(self._heap) - live > 2 * live + _SLACK:", "Sub -> Add"): (
         _COMPACTION
@@ -391,14 +383,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ): "taken is built with one block per entry of blocks: zip's strict check can never fire",
     (
         "optimized/block_pool.py",
-        "for index, (tokens, content_hash) in enumerate(zip(blocks, hashes, strict=True)):",
-        "True -> False",
-    ): (
-        "the only caller (BlockTable.for_prompt) passes hasher.chain of the same chunks, one"
-        " hash per block: zip's strict check can never fire"
-    ),
-    (
-        "optimized/block_pool.py",
         "if self._ref_counts[block - self._first_id] > 1:",
         "Gt -> GtE",
     ): "at ref count 1 _copy_if_shared returns the block itself",
@@ -407,13 +391,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         " not copy a pending access; a pending stamp is never 0): an equal stamp is the same"
         " access with the same time, so applying it again writes (or shows) what is there"
     ),
-    **{
-        ("optimized/block_pool.py", source, "Or -> And"): (
-            "_cache sets a block's parent and key together (a BlockHash and an ExtraKey, never"
-            " None) and _blank clears them together: both are None or neither is"
-        )
-        for source in ("if parent is None or key is None:", "if parent is None or key is None")
-    },
     # --- optimized/kernels.py ---
     ("optimized/kernels.py", "MAX_RUNS = 4", "4 -> 5"): (
         "MAX_RUNS only picks how the runs are moved: a copy_ per run and tensor, or (more runs)"
