@@ -55,6 +55,8 @@ class RunRecord:
 RunHook = Callable[[RunRecord], None]
 ReleaseHook = Callable[[Any], None]
 DeclineHook = Callable[[Any, str], None]
+UncheckedHook = Callable[[str, str], None]
+"""Hears of an operation the target offers that the run does not send, and why."""
 """Told of each configuration a target declined (its factory raised ``UnsupportedError``)."""
 
 
@@ -69,6 +71,14 @@ def build_target(machine: Any, config: Any) -> Any:
         if hook is not None:
             hook(config, str(error))
         reject()
+
+
+def report_unchecked(machine: Any, operation: str, why: str) -> None:
+    """Tell the machine class's ``on_unchecked`` hook that the target offers ``operation`` and
+    the run does not send it: a verdict must not vouch for it."""
+    hook: UncheckedHook | None = getattr(type(machine), "on_unchecked", None)
+    if hook is not None:
+        hook(operation, why)
 
 
 def _failure() -> BaseException | None:

@@ -20,6 +20,7 @@ class LockstepMachine(RuleBasedStateMachine):
     last_run: ClassVar[capture.RunRecord | None] = None
     on_run_end: ClassVar[capture.RunHook | None] = None
     on_declined: ClassVar[capture.DeclineHook | None] = None
+    on_unchecked: ClassVar[capture.UncheckedHook | None] = None
     release_target: ClassVar[capture.ReleaseHook | None] = None
 
     def __init__(self) -> None:

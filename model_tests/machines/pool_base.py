@@ -32,7 +32,12 @@ from pagedkv.model_tests.machines.pool_chains import (
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs import pool_calls as calls
 from pagedkv.specs.errors import PagedKVError
-from pagedkv.specs.interface import BlockPool, BlockPoolFactory, PoolBatchFree
+from pagedkv.specs.interface import (
+    BlockPool,
+    BlockPoolFactory,
+    PoolBatchFree,
+    PoolChainAllocation,
+)
 from pagedkv.specs.pool_calls import PoolCall
 from pagedkv.specs.pool_view import PoolView
 from pagedkv.specs.types import BlockId, ExtraKey, PoolConfig, Token
@@ -88,6 +93,7 @@ class PoolMachineBase(LockstepMachine):
             if self.mode == "isomorphic":
                 self.session = IsomorphicPoolSession(self.model, self.target)
         self.views = Views(self.model, self.target)
+        self._report_unchecked_batches()
         self.passed_invariants: tuple[object, Counter[BlockId]] | None = None
         """The model's state and the holders the invariants last passed on."""
         event(f"config: caching={config.enable_caching}")
@@ -155,6 +161,22 @@ class PoolMachineBase(LockstepMachine):
         if not isinstance(self.target, protocol):
             return False
         return self.session is None or (protocol is PoolBatchFree and self.mode == "isomorphic")
+
+    def _report_unchecked_batches(self) -> None:
+        """A batch the target offers that this mode does not send (``batches``) is named to the
+        check, whose verdict then says so."""
+        why = (
+            "the safety tier sends the single calls a batch stands for"
+            if self.mode == "safety"
+            else "the isomorphic session adopts one allocation choice per call, so a chain's"
+            " single allocate_immutable calls are sent instead"
+        )
+        for protocol, name in (
+            (PoolChainAllocation, "allocate_immutable_chain"),
+            (PoolBatchFree, "free_blocks"),
+        ):
+            if isinstance(self.target, protocol) and not self.batches(protocol):
+                capture.report_unchecked(self, name, why)
 
     def _model_view(self) -> PoolView | None:
         """The model's view, rendered once per state (``views.py``)."""

@@ -155,6 +155,9 @@ class CheckResult:
     replayed: Verdict | None = None
     declined: dict[str, str] = field(default_factory=dict)
     """Configurations the target declined (``UnsupportedError`` from its factory), with why."""
+    unchecked: dict[str, str] = field(default_factory=dict)
+    """Optional operations the target offers that the search did not send, with why: the
+    verdict does not vouch for them."""
     shrunk_from: int | None = None
     """Steps in Hypothesis's shrunk run, when deleting steps made it shorter."""
     notes: list[str] = field(default_factory=list)
@@ -233,8 +236,12 @@ def run_check(
     def declined(config: Any, why: str) -> None:
         result.declined.setdefault(show_config(config), why)
 
+    def unchecked(operation: str, why: str) -> None:
+        result.unchecked.setdefault(operation, why)
+
     case.on_run_end = staticmethod(leaving_when(search.go_on))
     case.on_declined = staticmethod(declined)
+    case.on_unchecked = staticmethod(unchecked)
     with shrinking_for(SHRINK_SECONDS), fewer_collections():
         if stored is not None:
             _replay_stored(case, stored, seed, per_run, search, result)
@@ -530,11 +537,14 @@ def check_report(
         f" {_seeds_text(result.all_seeds)}"
     )
     title = f"pagedkv check {target} ({where})"
-    declined = _declined_lines(result.declined)
+    declined = _declined_lines(result.declined) + [
+        f"not sent: {name}, which the target offers ({why}); the verdict says nothing of it"
+        for name, why in sorted(result.unchecked.items())
+    ]
     known = [] if result.stepped is None else result.stepped.lines()
     if result.passed:
         verdict = _pass_verdict(result)
-        if declined:
+        if result.declined:
             verdict += f" (and {len(result.declined)} configurations it declines)"
         return Report(True, title, verdict, notes=declined, known=known)
     record = result.record

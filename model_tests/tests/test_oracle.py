@@ -263,6 +263,27 @@ def test_record_then_replay_a_corpus(level: codec.Level, tmp_path: Path) -> None
     assert code == 0 and f"PASS: {len(loaded)} traces" in out, out + err
 
 
+@pytest.mark.parametrize(
+    ("profile", "unsent"),
+    [
+        ("pagedkv", ["allocate_immutable_chain"]),
+        ("safety", ["allocate_immutable_chain", "free_blocks"]),
+    ],
+)
+def test_a_pass_names_the_batches_the_target_offers_and_check_did_not_send(
+    profile: str, unsent: list[str]
+) -> None:
+    """The optimized pool offers both batches; the isomorphic session sends only
+    ``free_blocks``, the safety tier neither: a PASS must not seem to vouch for them."""
+    code, out, err = run_cli(
+        "check", "--level", "pool", "--target", "optimized", "--profile", profile,
+        "--steps", "150", "--seed", "1",
+    )  # fmt: skip
+    assert code == 0 and "PASS" in out, out + err
+    named = [line.split(",")[0] for line in out.splitlines() if line.startswith("not sent: ")]
+    assert named == [f"not sent: {name}" for name in unsent], out
+
+
 def test_a_stale_trace_says_what_the_reference_gives_now(tmp_path: Path) -> None:
     config = ManagerConfig(block_size=2, num_gpu_blocks=4, num_cpu_blocks=2)
     recorded = trace.trace_of_calls("manager", config, [("can_allocate", ([1, 2, 3],))])
