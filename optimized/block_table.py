@@ -63,10 +63,6 @@ def packed(tokens: Sequence[Token]) -> bytes:
     return struct.pack(f"<{len(tokens)}Q", *tokens)
 
 
-def unpacked(tokens: bytes | bytearray) -> tuple[Token, ...]:
-    return struct.unpack(f"<{len(tokens) // TOKEN_BYTES}Q", tokens)
-
-
 def token_array(tokens: bytes | bytearray) -> array[Token]:
     """The packed tokens as the compact state holds them (``array('q')``): one copy of the
     bytes, no object per token. Tokens fit in 63 bits, so ``Q`` and ``q`` agree."""
