@@ -195,10 +195,15 @@ class OptimizedBlockPool:
         free_ids = self._free.heap
         if free_ids:
             block = heappop(free_ids)
-        else:  # the free list is empty: evict
+            self._ref_counts[block - self._first_id] = 1
+        else:  # the free list is empty: evict, and blank what _evict leaves (``_blank``)
             block = self._evict()
-            self._blank(block - self._first_id)
-        self._ref_counts[block - self._first_id] = 1
+            index = block - self._first_id
+            self._tokens[index] = ()
+            self._hashes[index] = None
+            self._prefixes_of.clear(index)
+            self._starts[index] = 0
+            self._ref_counts[index] = 1
         self.num_free -= 1
         return block
 
@@ -280,9 +285,8 @@ class OptimizedBlockPool:
 
     # --- allocation ----------------------------------------------------------------------------
 
-    def allocate_mutable(self) -> BlockId:
-        """An empty block the caller may append to."""
-        return self._take_block()
+    allocate_mutable = _take_block
+    """An empty block the caller may append to (``_take_block`` itself, a call fewer)."""
 
     def allocate_immutable(self, prefix: Prefix, tokens: Sequence[Token]) -> BlockId:
         """A full block of ``tokens`` after ``prefix``: the cached block when there is one (a hit),
@@ -428,16 +432,16 @@ class OptimizedBlockPool:
         hashes, tokens, computed = self._hashes, self._tokens, self._computed
         last_accessed, stamps, starts = self._last_accessed, self._access_stamps, self._starts
         free_heap, cows, size = self._free.heap, self.pending_cows, self._block_size
-        evictable: list[tuple[BlockId, float, int]] = []
-        freed = 0
+        evictable: list[BlockId] = []
+        blanked = 0
         for block in blocks:
             index = block - first_id
             holders = refs[index] - 1
             refs[index] = holders
             if holders:
                 continue
-            freed += 1
             if hashes[index] is None:
+                blanked += 1
                 if cows:
                     cows.pop(block, None)
                 tokens[index] = ()
@@ -445,11 +449,16 @@ class OptimizedBlockPool:
                 last_accessed[index] = NEVER_ACCESSED
                 stamps[index] = 0
                 heappush(free_heap, block)
-            else:  # a hashed block is full: its hashed tokens end at its start + a block
-                evictable.append((block, last_accessed[index], starts[index] + size))
-        self.num_free += freed
-        if evictable:
-            self._evictor.add_all(evictable)
+            else:
+                evictable.append(block)
+        self.num_free += blanked + len(evictable)
+        if len(evictable) > 1:  # their fields read in C passes
+            fields = itemgetter(*(map(first_id.__rsub__, evictable) if first_id else evictable))
+            # a hashed block is full: its hashed tokens end at its start + a block
+            self._evictor.add_all(evictable, fields(last_accessed), fields(starts), size)
+        elif evictable:
+            index = evictable[0] - first_id
+            self._evictor.add(evictable[0], last_accessed[index], starts[index] + size)
 
     def _check_frees(self, blocks: Sequence[BlockId]) -> None:
         """Raise what the first failing ``free`` of ``blocks`` in turn would raise."""
@@ -548,16 +557,33 @@ class OptimizedBlockPool:
                 return block
             return self.fill(block, None, new_tokens, None)  # a copy may raise, first thing
         content_hash = None
+        parent, start, key = prefix.hash, prefix.num_tokens, prefix.extra_key
         if self._caching:
-            filled = held + new_tokens
+            filled = held + new_tokens if held else new_tokens
             encoded = packed if packed is not None and not held else self._pack_block(*filled)
-            content_hash = packed_block_hash(prefix.hash, encoded, key_bytes)
-            remember_block_hash(prefix.hash, filled, prefix.extra_key, content_hash)
+            content_hash = packed_block_hash(parent, encoded, key_bytes)
+            remember_block_hash(parent, filled, key, content_hash)
             if self._ref_counts[index] == 1 and content_hash not in self._cached:
-                # the common fill: the caller's own block becomes the cached one (``fill``)
-                self._cache(block, parts(prefix), filled, content_hash)
+                # the common fill: the caller's own block becomes the cached one (``fill``;
+                # ``_cache`` written out)
+                self._tokens[index] = filled
+                self._hashes[index] = content_hash
+                self._prefixes_of.set(index, parent, key)
+                self._starts[index] = start
+                self._cached[content_hash] = block
+                if self._events is not None:
+                    self._events.append(
+                        BlockStored(
+                            (content_hash,),
+                            None if start == 0 else parent,
+                            filled,
+                            self._block_size,
+                            key.lora_id,
+                            0,
+                        )
+                    )
                 return block
-        return self.fill(block, parts(prefix), new_tokens, content_hash)
+        return self.fill(block, (parent, start, key), new_tokens, content_hash)
 
     def clear_copy_on_writes(self) -> list[CopyPair]:
         """The (source, destination) pairs the copy kernel must run, in order; the list empties."""
@@ -680,14 +706,13 @@ class OptimizedBlockPool:
             self._first_id,
             self._block_size,
         )
-        all_tokens, all_hashes, starts, set_prefix = (
-            self._tokens,
-            self._hashes,
-            self._starts,
-            self._prefixes_of.set,
-        )
+        all_tokens, all_hashes, starts = self._tokens, self._hashes, self._starts
         free_heap, events, evictor_remove = self._free.heap, self._events, self._evictor.remove
         taken = []
+        filled: list[int] = []
+        """The indices of the blocks taken, and below the hashes before them: their prefixes
+        are set together once the loop is done (they share the extra key)."""
+        parents: list[BlockHash] = []
         hits = revived = 0
         for tokens, content_hash in zip(blocks, hashes, strict=True):
             hit = cached.get(content_hash)
@@ -705,7 +730,8 @@ class OptimizedBlockPool:
                 refs[index] = 1
                 all_tokens[index] = tokens
                 all_hashes[index] = content_hash
-                set_prefix(index, parent, extra_key)
+                filled.append(index)
+                parents.append(parent)
                 starts[index] = start
                 cached[content_hash] = block
                 if events is not None:
@@ -722,6 +748,8 @@ class OptimizedBlockPool:
                 taken.append(block)
             parent = content_hash
             start += size
+        if filled:
+            self._prefixes_of.set_all(filled, parents, extra_key)
         self.num_free -= len(taken) - hits + revived
         self._hits += hits
         self._queries += len(taken)

@@ -67,6 +67,21 @@ class BlockPrefixes:
         start = index * HASH_SIZE
         self._parents[start : start + HASH_SIZE] = parent
 
+    def set_all(self, indices: list[int], parents: list[BlockHash], key: ExtraKey) -> None:
+        """``set`` of each block ``indices[i]`` with ``parents[i]``, all under ``key`` (a
+        prompt's blocks taken together): the key's slot found once."""
+        slot = self._slot_of.get(id(key))
+        if slot is None:
+            slot = self._new_slot(key)
+        self._uses[slot] += len(indices)  # before any clear: a clear may not free this slot
+        keys, view = self._keys, self._parents
+        for index, parent in zip(indices, parents, strict=True):
+            if keys[index] != NO_PREFIX:
+                self.clear(index)
+            keys[index] = slot
+            start = index * HASH_SIZE
+            view[start : start + HASH_SIZE] = parent
+
     def _new_slot(self, key: ExtraKey) -> int:
         if self._free_slots:
             slot = self._free_slots.pop()

@@ -4,7 +4,7 @@ empty (``specs/block_pool.md`` §4)."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
 
 from pagedkv.specs.types import BlockId
@@ -100,21 +100,39 @@ class Evictor:
         if len(self._heap) > 3 * len(self._live) + _SLACK:  # a call saved while none is due
             self._compact_if_stale()
 
-    def add_all(self, entries: Iterable[tuple[BlockId, float, int]]) -> None:
-        """``add`` of each ``(block, last_accessed, num_hashed_tokens)``: a sequence's blocks
-        given back together, in one call (``add``'s key written out in the loop)."""
-        live, heap = self._live, self._heap
+    def add_all(
+        self,
+        blocks: Sequence[BlockId],
+        times: Sequence[float],
+        nums_hashed: Sequence[int],
+        addend: int = 0,
+    ) -> None:
+        """``add`` of each block with its last access and count of hashed tokens
+        (``nums_hashed[i] + addend``: the pool gives its blocks' starts and the block size), a
+        sequence's blocks given back together, in one call. They share one access time in the
+        common case, whose bits are found once; each key is then a base for that time and the
+        addend, less the block's count, plus its id (``add``'s fields, written as a sum)."""
+        if not blocks:
+            return
+        most = max(nums_hashed) + addend
+        if most > self._most_hashed:
+            self._widen(most)
+        first_time = times[0]
+        if times.count(first_time) != len(times):  # several times: one at a time
+            for block, last_accessed, num_hashed in zip(blocks, times, nums_hashed, strict=True):
+                self.add(block, last_accessed, num_hashed + addend)
+            return
         last_time, bits = self._last
-        for block, last_accessed, num_hashed in entries:
-            if last_accessed != last_time:
-                bits, last_time = self._bits_of(last_accessed), last_accessed
-            if num_hashed > self._most_hashed:
-                self._widen(num_hashed)
-                live, heap = self._live, self._heap
-            key = (
-                ((bits << self._hashed_bits) | (self._most_hashed - num_hashed)) << self._block_bits
-            ) | block
-            live[block] = key
+        if first_time != last_time:
+            bits = self._bits_of(first_time)
+        live, heap, block_bits = self._live, self._heap, self._block_bits
+        base = (((bits << self._hashed_bits) | self._most_hashed) - addend) << block_bits
+        keys = [
+            base - (num << block_bits) + block
+            for block, num in zip(blocks, nums_hashed, strict=True)
+        ]
+        live.update(zip(blocks, keys, strict=True))
+        for key in keys:
             heappush(heap, key)
         if len(heap) > 3 * len(live) + _SLACK:
             self._compact_if_stale()

@@ -70,3 +70,26 @@ def test_the_evictor_orders_any_count_of_hashed_tokens_and_any_time() -> None:
     counts = [1, 16, 2**45, 2**90 + 3]
     for _ in range(100):
         drive(Evictor(64), rng, 200, 64, lambda: (rng.choice(times), rng.choice(counts)))
+
+
+def test_a_batch_of_blocks_given_back_ranks_as_the_single_adds_would() -> None:
+    """``add_all`` (a sequence's blocks freed together, their keys computed from one base) pops
+    in the order ``add`` gives the same blocks: one access time or several, counts past the
+    key's field, blocks already evictable re-ranked."""
+    rng = random.Random(3)
+    times = [-1.0, 0.0, 2.5]
+    for _ in range(200):
+        batched, single = Evictor(64), Evictor(64)
+        for _ in range(rng.randrange(1, 5)):
+            blocks = rng.sample(range(64), rng.randrange(1, 12))
+            shared = rng.random() < 0.7
+            now = rng.choice(times)
+            stamps = [now if shared else rng.choice(times) for _ in blocks]
+            starts = [rng.choice([0, 16, 32, 2**41]) for _ in blocks]
+            addend = rng.choice([0, 16])
+            batched.add_all(blocks, stamps, starts, addend)
+            for block, stamp, start in zip(blocks, stamps, starts, strict=True):
+                single.add(block, stamp, start + addend)
+        assert batched.blocks() == single.blocks()
+        popped = [batched.pop() for _ in range(len(batched))]
+        assert popped == [single.pop() for _ in range(len(single))]

@@ -157,6 +157,32 @@ def test_free_blocks_is_the_fold_of_free(
     assert not problems, problems
 
 
+def drained(pool: Any) -> list[BlockId]:
+    """Every block an allocation could take, in the order taken: the free list, then the
+    evictor's order (which ``view`` does not show)."""
+    return [pool.allocate_mutable() for _ in range(pool.num_free_blocks())]
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_free_blocks_leaves_the_eviction_order_of_the_single_frees(data: st.DataObject) -> None:
+    """A batch's blocks ranked for eviction as each ``free`` would rank them (the optimized
+    pool ranks a batch's hashed blocks together): caching on, the prompts' blocks held, some
+    of them given back in one batch, then every block taken."""
+    size = data.draw(st.integers(1, 2), label="block size")
+    config = PoolConfig(num_blocks=8, block_size=size, enable_caching=True)
+    block = st.lists(TOKENS, min_size=size, max_size=size)
+    prompts = data.draw(st.lists(st.lists(block, min_size=1, max_size=4), min_size=1, max_size=3))
+    frees = data.draw(st.lists(st.integers(0, 20), max_size=2), label="frees")
+    reference, optimized = prepared(config, prompts, frees)
+    held = held_blocks(reference)
+    blocks = data.draw(st.lists(st.sampled_from(held), unique=True) if held else st.just([]))
+    fold = copy.deepcopy(reference)
+    singles_free(fold, blocks)
+    optimized.free_blocks(blocks)
+    assert drained(optimized) == drained(fold)
+
+
 def test_both_pools_offer_the_batches() -> None:
     for pool in (ReferenceBlockPool(PoolConfig(2, 1)), OptimizedBlockPool(PoolConfig(2, 1))):
         assert isinstance(pool, PoolChainAllocation) and isinstance(pool, PoolBatchFree)
