@@ -523,14 +523,16 @@ class OptimizedBlockPool:
                 )
                 is not None
             ):  # the block and the tokens pass: the prefix is checked next
+                held = self._tokens[index]
+                room = self._block_size - len(held)
                 entry = self._checked_prefixes.get(id(prefix))
                 if entry is not None and entry[0] is prefix:
                     key_bytes = entry[1]
-                else:
+                elif count < room:  # the caller may append under this prefix again: remember it
                     key_bytes = self._prefixes.admit(prefix)
+                else:  # a block filled (or too many tokens) takes no more under this prefix
+                    key_bytes = self._prefixes.check(prefix)
                 new_tokens = tokens if type(tokens) is tuple else tuple(tokens)
-                held = self._tokens[index]
-                room = self._block_size - len(held)
                 if count < room and holders == 1:  # the caller's own block, not filled: in place
                     self._tokens[index] = held + new_tokens
                     return block
