@@ -710,6 +710,8 @@ class OptimizedBlockPool:
         )
         all_tokens, all_hashes, starts = self._tokens, self._hashes, self._starts
         free_heap, events, evictor_remove = self._free.heap, self._events, self._evictor.remove
+        evictor_pop, cows = self._evictor.pop, self.pending_cows
+        computed, last_accessed, stamps = self._computed, self._last_accessed, self._access_stamps
         taken = []
         filled: list[int] = []
         """The indices of the blocks taken, and below the hashes before them: their prefixes
@@ -727,8 +729,22 @@ class OptimizedBlockPool:
                 refs[hit - first_id] = holders + 1
                 taken.append(hit)
             else:
-                block = heappop(free_heap) if free_heap else self._evict()
-                index = block - first_id
+                if free_heap:
+                    block = heappop(free_heap)
+                    index = block - first_id
+                else:  # ``_evict`` written out
+                    block = evictor_pop()
+                    index = block - first_id
+                    evicted_hash = all_hashes[index]
+                    assert evicted_hash is not None
+                    del cached[evicted_hash]
+                    if events is not None:
+                        events.append(BlockRemoved((evicted_hash,), 0))
+                    if cows:
+                        cows.pop(block, None)
+                    computed[index] = 0
+                    last_accessed[index] = NEVER_ACCESSED
+                    stamps[index] = 0
                 refs[index] = 1
                 all_tokens[index] = tokens
                 all_hashes[index] = content_hash
