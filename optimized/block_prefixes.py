@@ -73,14 +73,20 @@ class BlockPrefixes:
         slot = self._slot_of.get(id(key))
         if slot is None:
             slot = self._new_slot(key)
-        self._uses[slot] += len(indices)  # before any clear: a clear may not free this slot
         keys, view = self._keys, self._parents
+        kept = 0  # blocks that named this slot already (evicted ones of the key): their use stays
+        self._uses[slot] += len(indices)  # before any clear: a clear may not free this slot
         for index, parent in zip(indices, parents, strict=True):
-            if keys[index] != NO_PREFIX:
-                self.clear(index)
-            keys[index] = slot
+            old = keys[index]
+            if old == slot:
+                kept += 1
+            else:
+                if old != NO_PREFIX:
+                    self.clear(index)
+                keys[index] = slot
             start = index * HASH_SIZE
             view[start : start + HASH_SIZE] = parent
+        self._uses[slot] -= kept
 
     def _new_slot(self, key: ExtraKey) -> int:
         if self._free_slots:

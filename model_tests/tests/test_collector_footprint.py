@@ -102,3 +102,24 @@ def test_a_copied_block_prefixes_finds_its_own_keys() -> None:
         for index in range(3):
             copied.clear(index)
         assert copied._table == [None, None] and sorted(copied._free_slots) == [0, 1]
+
+
+def test_set_all_counts_each_block_once() -> None:
+    """``set_all`` (a chain's blocks, evicted ones among them) keeps the uses of each key slot
+    exact: a block that named the same key keeps its one use, one that named another key gives
+    that one up; clearing every block then frees every slot."""
+    prefixes = BlockPrefixes(5)
+    lora, salted = ExtraKey(lora_id=1), ExtraKey(cache_salt="s")
+    prefixes.set(0, b"a" * 32, lora)
+    prefixes.set(1, b"b" * 32, salted)
+    prefixes.set_all([0, 1, 2], [b"c" * 32, b"d" * 32, b"e" * 32], lora)
+    assert prefixes.columns() == (
+        [b"c" * 32, b"d" * 32, b"e" * 32, None, None],
+        [lora, lora, lora, None, None],
+    )
+    assert salted not in prefixes._table  # its last block went to lora
+    for index in (0, 1):
+        prefixes.clear(index)
+    assert lora in prefixes._table  # block 2 still names it
+    prefixes.clear(2)
+    assert all(key is None for key in prefixes._table)
