@@ -713,9 +713,9 @@ class OptimizedBlockPool:
         evictor_pop, cows = self._evictor.pop, self.pending_cows
         computed, last_accessed, stamps = self._computed, self._last_accessed, self._access_stamps
         taken = []
+        # the indices of the blocks taken and the hashes before them: their prefixes are set
+        # together once the loop is done (they share the extra key)
         filled: list[int] = []
-        """The indices of the blocks taken, and below the hashes before them: their prefixes
-        are set together once the loop is done (they share the extra key)."""
         parents: list[BlockHash] = []
         hits = revived = 0
         for tokens, content_hash in zip(blocks, hashes, strict=True):
