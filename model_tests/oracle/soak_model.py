@@ -22,6 +22,7 @@ from weakref import WeakKeyDictionary
 from immutables import Map
 
 from pagedkv.model_tests.oracle.guard import unguarded
+from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_state import PoolState, to_view
@@ -65,12 +66,15 @@ class WalkState(Protocol):
 @dataclass(frozen=True)
 class Model:
     """A kind of model: how to build one, how to read its live state, and its whole state,
-    compact (``specs/compact_state.py``)."""
+    compact (``specs/compact_state.py``): ``compact`` after every call, which may keep parts
+    between calls, and ``fresh``, built anew with nothing kept, at every checkpoint (None:
+    ``compact`` keeps nothing)."""
 
     name: str
     build: Callable[[ManagerConfig], Any]
     state: Callable[[Any], WalkState]
     compact: Callable[[Any], CompactManager]
+    fresh: Callable[[Any], CompactManager] | None = None
 
 
 def _reference_state(model: ReferenceBlockSpaceManager) -> WalkState:
@@ -145,31 +149,57 @@ _FROZEN_COMPACTS: WeakKeyDictionary[ReferenceBlockSpaceManager, FrozenCompact]
 _FROZEN_COMPACTS = WeakKeyDictionary()
 
 
-REFERENCE = Model("reference", ReferenceBlockSpaceManager, _reference_state, _reference_compact)
+def _reference_fresh(model: ReferenceBlockSpaceManager) -> CompactManager:
+    return compact_manager(model.view())
+
+
+def _optimized_compact(model: OptimizedBlockSpaceManager) -> CompactManager:
+    """The optimized manager's compact state, from the reader its manager keeps
+    (``IncrementalCompact``)."""
+    read = _INCREMENTAL_COMPACTS.get(model)
+    if read is None:
+        read = _INCREMENTAL_COMPACTS[model] = IncrementalCompact(model)
+    return read()
+
+
+_INCREMENTAL_COMPACTS: WeakKeyDictionary[OptimizedBlockSpaceManager, IncrementalCompact]
+_INCREMENTAL_COMPACTS = WeakKeyDictionary()
+
+
+REFERENCE = Model(
+    "reference", ReferenceBlockSpaceManager, _reference_state, _reference_compact, _reference_fresh
+)
 OPTIMIZED = Model(
     "optimized",
     OptimizedBlockSpaceManager,
     _optimized_state,
+    _optimized_compact,
     OptimizedBlockSpaceManager.compact,
 )
 
 
-def compact_reader(target: Any) -> Callable[[], CompactManager]:
-    """How to read a target's whole state, compact: its own ``compact`` where that is the
-    optimized manager's, over the optimized manager's ``view`` (which renders it, so the two
-    cannot disagree); for any other target ``compact_manager`` of its ``view``, which loses
-    nothing of it. ``target`` may be guarded (``guard.py``): its class is looked at through
-    the guard, its methods are called through it."""
+Reader = Callable[[], CompactManager]
+
+
+def compact_reader(target: Any) -> tuple[Reader, Reader | None]:
+    """How to read a target's whole state, compact, after every call, and fresh at a checkpoint
+    (None: the first keeps nothing between calls). Where the target's ``compact`` and ``view``
+    are the optimized manager's: its compact state kept between calls (``IncrementalCompact``,
+    over the manager's own structures), and fresh its own ``compact``, over which its ``view``
+    is rendered (so the two cannot disagree). For any other target ``compact_manager`` of its
+    ``view``, which loses nothing of it and keeps nothing. ``target`` may be guarded
+    (``guard.py``): its class is looked at through the guard, its methods are called through
+    it."""
     found = type(unguarded(target))
     if (
         issubclass(found, OptimizedBlockSpaceManager)
         and found.compact is OptimizedBlockSpaceManager.compact
         and found.view is OptimizedBlockSpaceManager.view
     ):
-        compact: Callable[[], CompactManager] = target.compact
-        return compact
+        fresh: Reader = target.compact
+        return IncrementalCompact(target), fresh
     view = target.view
-    return lambda: compact_manager(view())
+    return (lambda: compact_manager(view())), None
 
 
 def choose(sample: object) -> Model:
