@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
 from immutables import Map
 
-from pagedkv.model_tests.oracle.guard import unguarded
+from pagedkv.model_tests.oracle.guard import as_its_call, unguarded
 from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
@@ -185,11 +186,12 @@ def compact_reader(target: Any) -> tuple[Reader, Reader | None]:
     """How to read a target's whole state, compact, after every call, and fresh at a checkpoint
     (None: the first keeps nothing between calls). Where the target's ``compact`` and ``view``
     are the optimized manager's: its compact state kept between calls (``IncrementalCompact``,
-    over the manager's own structures), and fresh its own ``compact``, over which its ``view``
-    is rendered (so the two cannot disagree). For any other target ``compact_manager`` of its
-    ``view``, which loses nothing of it and keeps nothing. ``target`` may be guarded
-    (``guard.py``): its class is looked at through the guard, its methods are called through
-    it."""
+    over the manager's own structures, each read run as one of the target's calls: under its
+    guard's timeout, as its own ``compact`` would be), and fresh its own ``compact``, over which
+    its ``view`` is rendered (so the two cannot disagree). For any other target
+    ``compact_manager`` of its ``view``, which loses nothing of it and keeps nothing.
+    ``target`` may be guarded (``guard.py``): its class is looked at through the guard, its
+    methods are called through it."""
     found = type(unguarded(target))
     if (
         issubclass(found, OptimizedBlockSpaceManager)
@@ -197,7 +199,10 @@ def compact_reader(target: Any) -> tuple[Reader, Reader | None]:
         and found.view is OptimizedBlockSpaceManager.view
     ):
         fresh: Reader = target.compact
-        return IncrementalCompact(target), fresh
+        kept = as_its_call(target, "compact", IncrementalCompact, unguarded(target))
+        if unguarded(target) is not target:
+            return partial(as_its_call, target, "compact", kept), fresh
+        return kept, fresh
     view = target.view
     return (lambda: compact_manager(view())), None
 

@@ -9,10 +9,13 @@ misses it, the checkpoint does not."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from pagedkv.model_tests.lockstep.calls import Divergence
 from pagedkv.model_tests.oracle import soak
+from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.model_tests.oracle.soak import Lockstep, StaleCache, diverges
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED, REFERENCE
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
@@ -146,3 +149,20 @@ def test_a_correct_target_is_never_stale() -> None:
     for model in (OPTIMIZED, REFERENCE):
         result = soak.soak(OptimizedBlockSpaceManager, 3000, 2, exact=True, model=model)
         assert result.passed and not result.stale, (result.failure, result.stale)
+
+
+class HangsWhenItsPoolsAreRead(OptimizedBlockSpaceManager):
+    """A target whose own code, run by the kept compact state's reader, never returns."""
+
+    def pools(self) -> tuple[OptimizedBlockPool, OptimizedBlockPool]:
+        time.sleep(30)
+        return super().pools()
+
+
+def test_the_kept_state_is_read_under_the_targets_timeout() -> None:
+    """The reader runs the target's code (its ``pools``, its structures' methods), so it is
+    one of the target's calls: a hang there is the target's, reported as one."""
+    factory = guard(HangsWhenItsPoolsAreRead, timeout=0.5)
+    result = soak.soak(factory, 100, 1, exact=True, model=OPTIMIZED)
+    assert not result.passed and result.hung, result.failure
+    assert "compact" in (result.failure or ""), result.failure
