@@ -903,8 +903,8 @@ class OptimizedBlockPool:
             bytes(self._computed),
             self._last_accessed.tobytes(),
             self._access_stamps.tobytes(),
-            self._free.blocks(),
-            self._evictor.blocks(),
+            self._free.heap.copy(),  # the same list is the same set (a copy, not a set: cheaper)
+            self._evictor.fingerprint(),
             self._cached.copy(),
             self.pending_cows.copy(),
             self._hits,

@@ -134,7 +134,7 @@ class Lockstep:
     ) -> None:
         self.model = model.build(config)
         self.read_state = model.state
-        self.read_compact = model.compact
+        self.read_compact = model.read(self.model)
         self.fresh_compact = model.fresh
         self.target = factory(config)
         self.exact = exact
@@ -193,7 +193,7 @@ class Lockstep:
         when the views are. Only when they differ are the views built, to say where."""
         assert self.target_compact is not None
         self.compared += 1
-        mine, theirs = self.read_compact(self.model), self.target_compact()
+        mine, theirs = self.read_compact(), self.target_compact()
         if same_parts(mine, theirs, self.agreed):
             self.agreed = (mine, theirs)
         else:
@@ -226,7 +226,7 @@ class Lockstep:
             return
         stale = []
         fresh = self.fresh_compact
-        if fresh is not None and self.read_compact(self.model) != fresh(self.model):
+        if fresh is not None and self.read_compact() != fresh(self.model):
             stale.append("the model's")
         if self.target_fresh is not None and self.target_compact() != self.target_fresh():
             stale.append("the target's")

@@ -76,6 +76,13 @@ class Model:
     state: Callable[[Any], WalkState]
     compact: Callable[[Any], CompactManager]
     fresh: Callable[[Any], CompactManager] | None = None
+    reader: Callable[[Any], Callable[[], CompactManager]] | None = None
+    """``compact`` of one model, bound once (None: ``compact`` with the model): what the soak
+    calls after every call, without looking up the model's kept parts each time."""
+
+    def read(self, model: Any) -> Callable[[], CompactManager]:
+        """The model's ``compact``, bound."""
+        return partial(self.compact, model) if self.reader is None else self.reader(model)
 
 
 def _reference_state(model: ReferenceBlockSpaceManager) -> WalkState:
@@ -139,11 +146,7 @@ class FrozenCompact:
 
 
 def _reference_compact(model: ReferenceBlockSpaceManager) -> CompactManager:
-    """The reference's compact state, from the rebuilder its manager keeps (``FrozenCompact``)."""
-    rebuild = _FROZEN_COMPACTS.get(model)
-    if rebuild is None:
-        rebuild = _FROZEN_COMPACTS[model] = FrozenCompact()
-    return rebuild(model)
+    return _reference_reader(model)()
 
 
 _FROZEN_COMPACTS: WeakKeyDictionary[ReferenceBlockSpaceManager, FrozenCompact]
@@ -155,20 +158,37 @@ def _reference_fresh(model: ReferenceBlockSpaceManager) -> CompactManager:
 
 
 def _optimized_compact(model: OptimizedBlockSpaceManager) -> CompactManager:
-    """The optimized manager's compact state, from the reader its manager keeps
-    (``IncrementalCompact``)."""
-    read = _INCREMENTAL_COMPACTS.get(model)
-    if read is None:
-        read = _INCREMENTAL_COMPACTS[model] = IncrementalCompact(model)
-    return read()
+    return _optimized_reader(model)()
 
 
 _INCREMENTAL_COMPACTS: WeakKeyDictionary[OptimizedBlockSpaceManager, IncrementalCompact]
 _INCREMENTAL_COMPACTS = WeakKeyDictionary()
 
 
+def _reference_reader(model: ReferenceBlockSpaceManager) -> Callable[[], CompactManager]:
+    """The reference's compact state, from the rebuilder its manager keeps (``FrozenCompact``)."""
+    rebuild = _FROZEN_COMPACTS.get(model)
+    if rebuild is None:
+        rebuild = _FROZEN_COMPACTS[model] = FrozenCompact()
+    return partial(rebuild, model)
+
+
+def _optimized_reader(model: OptimizedBlockSpaceManager) -> Callable[[], CompactManager]:
+    """The optimized manager's compact state, from the reader its manager keeps
+    (``IncrementalCompact``)."""
+    read = _INCREMENTAL_COMPACTS.get(model)
+    if read is None:
+        read = _INCREMENTAL_COMPACTS[model] = IncrementalCompact(model)
+    return read
+
+
 REFERENCE = Model(
-    "reference", ReferenceBlockSpaceManager, _reference_state, _reference_compact, _reference_fresh
+    "reference",
+    ReferenceBlockSpaceManager,
+    _reference_state,
+    _reference_compact,
+    _reference_fresh,
+    _reference_reader,
 )
 OPTIMIZED = Model(
     "optimized",
@@ -176,6 +196,7 @@ OPTIMIZED = Model(
     _optimized_state,
     _optimized_compact,
     OptimizedBlockSpaceManager.compact,
+    _optimized_reader,
 )
 
 

@@ -136,7 +136,7 @@ def test_without_the_checkpoints_fresh_look_the_soak_would_pass(
 
     def kept_only(self: Lockstep, when: str) -> None:
         assert self.target_compact is not None
-        if self.read_compact(self.model) != self.target_compact():
+        if self.read_compact() != self.target_compact():
             raise Divergence(when)
 
     monkeypatch.setattr(Lockstep, "check_state", kept_only)
