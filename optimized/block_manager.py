@@ -31,7 +31,6 @@ from pagedkv.optimized.block_table import (
     TOKEN_BYTES,
     BlockTable,
     SequenceGroup,
-    token_array,
 )
 from pagedkv.optimized.checked_prompts import CheckedPrompts
 from pagedkv.specs.accounting import (
@@ -525,6 +524,12 @@ class OptimizedBlockSpaceManager:
         manager as its model), in O(1) where ``view`` copies everything."""
         return self._live
 
+    def pools(self) -> tuple[OptimizedBlockPool, OptimizedBlockPool]:
+        """The GPU and the CPU pool, never to be changed by the reader: for a reader that keeps
+        the compact state between calls and rebuilds a pool's only when its ``fingerprint``
+        changed (``pagedkv soak``, ``model_tests/oracle/incremental_compact.py``)."""
+        return self._gpu, self._cpu
+
     def view(self) -> ManagerView:
         """Accesses the tables keep aside show as if every one had been written at once.
         Rendered from ``compact``, so the two never say different things."""
@@ -532,9 +537,9 @@ class OptimizedBlockSpaceManager:
 
     def compact(self) -> CompactManager:
         """The whole observable state, compact (``specs/compact_state.py``): what ``pagedkv
-        soak`` compares after every call. It holds the pools' lists and the tables' own token
-        arrays, to be compared at once, never kept or changed (a tuple of each sequence's
-        tokens, rebuilt at every call, cost a third of it)."""
+        soak`` compares after every call. It holds the pools' lists and the tables' own packed
+        tokens (their ``bytearray``), to be compared at once, never kept or changed (a tuple of
+        each sequence's tokens, rebuilt at every call, cost a third of it)."""
         on_gpu: dict[BlockId, tuple[int, float]] = {}
         on_cpu: dict[BlockId, tuple[int, float]] = {}
         for table in self._tables.values():
@@ -545,7 +550,7 @@ class OptimizedBlockSpaceManager:
             self._gpu.compact(on_gpu),
             self._cpu.compact(on_cpu),
             {
-                seq_id: (table.group.group_id, token_array(table.tokens), table.blocks)
+                seq_id: (table.group.group_id, table.tokens, table.blocks)
                 for seq_id, table in self._tables.items()
             },
             {

@@ -934,6 +934,29 @@ class OptimizedBlockPool:
         the two never say different things."""
         return view_of_pool(self.compact(untouched))
 
+    def fingerprint(self) -> tuple[object, ...]:
+        """Everything ``compact`` reads of this pool, copied at C speed (bytes of the arrays,
+        shallow copies of the lists and dicts, whose items are immutable): equal fingerprints
+        mean an equal ``compact`` for the same ``untouched``. A reader that keeps the compact
+        state between calls compares these to know whether its copy still holds
+        (``model_tests/oracle/incremental_compact.py``), at a quarter of ``compact``'s cost."""
+        return (
+            self._ref_counts.tobytes(),
+            self._tokens.copy(),
+            self._hashes.copy(),
+            self._starts.tobytes(),
+            self._prefixes_of.fingerprint(),
+            bytes(self._computed),
+            self._last_accessed.tobytes(),
+            self._access_stamps.tobytes(),
+            self._free.heap.copy(),  # the same list is the same set (a copy, not a set: cheaper)
+            self._evictor.fingerprint(),
+            self._cached.copy(),
+            self.pending_cows.copy(),
+            self._hits,
+            self._queries,
+        )
+
     def compact(self, untouched: Mapping[BlockId, tuple[int, float]] | None = None) -> CompactPool:
         """The whole observable state as columns (``specs/compact_state.py``): this pool's own
         lists, to be compared at once, never kept or changed; the columns kept out of the

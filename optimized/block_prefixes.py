@@ -122,6 +122,10 @@ class BlockPrefixes:
         start = index * HASH_SIZE
         return bytes(self._parents[start : start + HASH_SIZE]), key
 
+    def fingerprint(self) -> tuple[bytes, bytes, list[ExtraKey | None]]:
+        """What ``columns`` reads, copied at C speed (``OptimizedBlockPool.fingerprint``)."""
+        return bytes(self._parents), self._keys.tobytes(), self._table.copy()
+
     def columns(self) -> tuple[list[BlockHash | None], list[ExtraKey | None]]:
         """Every block's parent hash and extra key (None and None without a prefix), as lists."""
         parents: list[BlockHash | None] = [None] * len(self._keys)

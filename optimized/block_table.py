@@ -40,8 +40,6 @@ three questions a scheduler asks of every running sequence at every step cost O(
 from __future__ import annotations
 
 import struct
-import sys
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -61,16 +59,6 @@ _pack_one = struct.Struct("<Q").pack
 def packed(tokens: Sequence[Token]) -> bytes:
     """Tokens as ``BlockTable.tokens`` holds them (they are checked: each fits in 63 bits)."""
     return struct.pack(f"<{len(tokens)}Q", *tokens)
-
-
-def token_array(tokens: bytes | bytearray) -> array[Token]:
-    """The packed tokens as the compact state holds them (``array('q')``): one copy of the
-    bytes, no object per token. Tokens fit in 63 bits, so ``Q`` and ``q`` agree."""
-    found = array("q")
-    found.frombytes(tokens)
-    if sys.byteorder == "big":  # packed little-endian, the content hash's encoding
-        found.byteswap()
-    return found
 
 
 def num_out_of_window(num_tokens: int, window: int, block_size: int, num_blocks: int) -> int:

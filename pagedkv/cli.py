@@ -642,8 +642,15 @@ def _soak_report(
             f" ({cpu_rate:,.0f} per CPU second, load average {os.getloadavg()[0]:.1f}); "
             + (
                 f"results and the whole state compared at every step (compact,"
-                f" {result.states_compared} times), the views and the invariants every"
-                f" {CHECKPOINT} steps ({result.checkpoints} times)"
+                f" {result.states_compared} times), the views, the invariants and the"
+                f" compact states built fresh every {CHECKPOINT} steps"
+                f" ({result.checkpoints} times)"
+                + (
+                    f"; {len(result.stale)} kept compact states found stale, their episodes"
+                    f" replayed comparing fresh states after every call, with no divergence"
+                    if result.stale
+                    else ""
+                )
                 if result.states_compared
                 else f"results compared at every step, the whole state and the invariants every"
                 f" {CHECKPOINT} steps ({result.checkpoints} times)"

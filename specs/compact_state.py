@@ -13,7 +13,7 @@ a few ``==`` on lists in C, and each sequence and group as a plain tuple of its 
 ``config``             ``config``
 ``gpu``, ``cpu``       ``compact_pool`` of each (below)
 ``seqs[s]``            ``seqs[s] == (group_id, tokens, blocks)``, the tokens packed
-                       (``array('q')``, below)
+                       (8 bytes each, little-endian, below)
 ``groups[g]``          ``groups[g] == (seq_ids, device, extra_key, encoder_tokens,
                        cross_blocks, cross_device)``
 ``null_block``         ``null_block``
@@ -26,11 +26,15 @@ a few ``==`` on lists in C, and each sequence and group as a plain tuple of its 
                        ``pending_cows``, ``hits``, ``queries``, as they are
 =====================  ==============================================================
 
-A sequence's tokens are an ``array('q')`` (every token fits: ``MAX_TOKEN``), so that an
-implementation that keeps them packed (the optimized block table) hands its own array over, and
-two of them compare in C, where a tuple would make an int object per token at every call. A view
-whose tokens do not pack (a target's bad value) keeps them as a tuple: its compact state then
-differs from any packed one, and the views, compared next, say whether the states do.
+A sequence's tokens are packed, 8 bytes each, little-endian and signed (every token fits:
+``MAX_TOKEN``; the content hash's encoding, ``packed_tokens``), as ``bytes`` or ``bytearray``,
+which compare equal exactly when their bytes are: an implementation that keeps them packed (the
+optimized block table) hands its own ``bytearray`` over with no copy, and two of them compare in
+C, where a tuple would make an int object per token at every call. A view whose tokens do not
+pack (a target's bad value) keeps them as a tuple, which no bytes equal: its compact state then
+differs from any packed one, and the views, compared next, say whether the states do. (Never a
+column type that compares unequal to another holding the same values, as a ``list`` to an
+``array``: every column has one type, or, for the tokens, types that compare by content.)
 
 ``compact_manager`` is that mapping, and ``view_of_compact`` undoes it: every field of the view
 is in the compact state, so two compact states are equal exactly when the views they come from
@@ -39,10 +43,14 @@ v`` on random walks). An implementation may build its compact state straight fro
 structures (``OptimizedBlockSpaceManager.compact``) if it equals ``compact_manager(self.view())``
 in every state; the same test holds the optimized manager to that at every step of its walks.
 The view stays the comparison the spec states; this is only a faster way to the same answer.
+A reader may keep parts of a compact state between calls (the soak's, of the optimized manager:
+``model_tests/oracle/incremental_compact.py``) only if a fresh one, nothing kept, is built and
+held equal to it at every checkpoint (``specs/oracle.md`` §6).
 """
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -83,7 +91,7 @@ class CompactPool(NamedTuple):
     queries: int
 
 
-SeqFields = tuple[int, "array[int] | tuple[Token, ...]", tuple[BlockId, ...]]
+SeqFields = tuple[int, "bytes | bytearray | tuple[Token, ...]", tuple[BlockId, ...]]
 """A ``SeqView``'s fields, in order, the tokens packed (``packed_tokens``)."""
 
 GroupFields = tuple[
@@ -131,13 +139,28 @@ def compact_pool(view: PoolView) -> CompactPool:
     )
 
 
-def packed_tokens(tokens: Sequence[Token]) -> array[int] | tuple[Token, ...]:
-    """A sequence's tokens as the compact state holds them: an ``array('q')``, or where they
-    do not all pack (a value that is not an int of 64 bits) a tuple, which no array equals."""
+def packed_tokens(tokens: Sequence[Token]) -> bytes | tuple[Token, ...]:
+    """A sequence's tokens as the compact state holds them: 8 bytes each, little-endian, or
+    where they do not all pack (a value that is not an int of 64 bits) a tuple, which no bytes
+    equal."""
     try:
-        return array("q", tokens)
+        packed = array("q", tokens)
     except (TypeError, OverflowError):
         return tuple(tokens)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpacked_tokens(tokens: bytes | bytearray | tuple[Token, ...]) -> tuple[Token, ...]:
+    """The tokens ``packed_tokens`` packed."""
+    if isinstance(tokens, tuple):
+        return tokens
+    found = array("q")
+    found.frombytes(tokens)
+    if sys.byteorder == "big":
+        found.byteswap()
+    return tuple(found)
 
 
 def compact_manager(view: ManagerView) -> CompactManager:
@@ -215,7 +238,7 @@ def view_of_compact(compact: CompactManager) -> ManagerView:
         view_of_pool(compact.gpu),
         view_of_pool(compact.cpu),
         {
-            seq_id: SeqView(group_id, tuple(tokens), blocks)
+            seq_id: SeqView(group_id, unpacked_tokens(tokens), blocks)
             for seq_id, (group_id, tokens, blocks) in compact.seqs.items()
         },
         {group_id: GroupView(*fields) for group_id, fields in compact.groups.items()},

@@ -200,6 +200,15 @@ class GuardedTarget:
         return forward
 
 
+def as_its_call(target: Any, what: str, function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` run as one of ``target``'s calls: under its guard's timeout where it
+    is guarded, for a reader of the target's own structures, which may run the target's code
+    (``soak_model.compact_reader``); else called as it is."""
+    if isinstance(target, GuardedTarget):
+        return target._guard.call(lambda _: what, function, *args)
+    return function(*args)
+
+
 def unguarded(target: Any) -> Any:
     """What a guarded target wraps (anything else as it is), to look at, never to call."""
     return target._target if isinstance(target, GuardedTarget) else target

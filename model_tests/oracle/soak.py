@@ -49,11 +49,18 @@ from pagedkv.model_tests.oracle.request_soak import (
     RequestWalk,
     random_request_config,
 )
-from pagedkv.model_tests.oracle.soak_model import REFERENCE, Model, WalkState, compact_reader
+from pagedkv.model_tests.oracle.soak_model import (
+    REFERENCE,
+    Model,
+    Reader,
+    WalkState,
+    compact_reader,
+)
 from pagedkv.model_tests.oracle.watchdog import watched
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import invariants
 from pagedkv.specs import manager_calls as calls
+from pagedkv.specs.compact_state import CompactManager
 from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.manager_calls import ManagerCall
 from pagedkv.specs.manager_view import ManagerView
@@ -101,6 +108,9 @@ class SoakResult:
     ``trace`` are that disagreement, shrunk; ``pagedkv replay --target optimized`` shows it."""
     confirmed: bool = False
     """A stand-in model's divergence was put to the reference, which confirmed it."""
+    stale: list[str] = field(default_factory=list)
+    """Checkpoints where a compact state kept between calls was stale (``StaleCache``): each
+    ended its episode, whose calls were replayed comparing fresh states after every call."""
 
     @property
     def passed(self) -> bool:
@@ -124,12 +134,20 @@ class Lockstep:
     ) -> None:
         self.model = model.build(config)
         self.read_state = model.state
-        self.read_compact = model.compact
+        self.read_compact = model.read(self.model)
+        self.fresh_compact = model.fresh
         self.target = factory(config)
         self.exact = exact
-        self.target_compact = compact_reader(self.target) if exact and every_call else None
+        self.target_compact: Reader | None = None
         """Exact mode with ``every_call``: the whole states are compared (compact) after every
         call, not only at ``check_state``."""
+        self.target_fresh: Reader | None = None
+        """The target's compact state built with nothing kept, where ``target_compact`` keeps
+        parts between calls."""
+        if exact and every_call:
+            self.target_compact, self.target_fresh = compact_reader(self.target)
+        self.agreed: tuple[CompactManager, CompactManager] | None = None
+        """The last two compact states found equal (``same_parts``)."""
         self.compared = 0
         self.session: IsomorphicManagerSession | None = None
         self.calls: list[RecordedCall] = []
@@ -175,7 +193,11 @@ class Lockstep:
         when the views are. Only when they differ are the views built, to say where."""
         assert self.target_compact is not None
         self.compared += 1
-        if self.read_compact(self.model) != self.target_compact():
+        mine, theirs = self.read_compact(), self.target_compact()
+        if same_parts(mine, theirs, self.agreed):
+            self.agreed = (mine, theirs)
+        else:
+            self.agreed = None
             self.same_views(f"after {show_call(call.name, call.args)}")
 
     def same_views(self, when: str) -> ManagerView:
@@ -188,11 +210,58 @@ class Lockstep:
         return view
 
     def check_state(self, when: str) -> None:
-        """The whole state (exact mode) and invariants I1-I4 of the model's."""
+        """The whole state (exact mode) and invariants I1-I4 of the model's. Where the compact
+        states compared after every call keep parts between calls, each is first held equal to
+        one built fresh: else ``StaleCache``."""
+        self.fresh_check(when)
         view = self.same_views(when)
         problems = state_problems(view)
         if problems:
             raise Divergence(f"{when}: invariants: " + "; ".join(problems))
+
+    def fresh_check(self, when: str) -> None:
+        """Each side's kept compact state equals the one built fresh, with nothing kept: the
+        comparisons after every call since the last checkpoint saw the whole state."""
+        if self.target_compact is None:
+            return
+        stale = []
+        fresh = self.fresh_compact
+        if fresh is not None and self.read_compact() != fresh(self.model):
+            stale.append("the model's")
+        if self.target_fresh is not None and self.target_compact() != self.target_fresh():
+            stale.append("the target's")
+        if stale:
+            raise StaleCache(f"{when}: {' and '.join(stale)} kept compact state is stale")
+
+
+class StaleCache(Exception):
+    """A compact state kept between calls differs from the one built fresh: the comparisons
+    after every call may have missed a change, so the episode is replayed comparing fresh
+    states after every call (``soak``)."""
+
+
+def same_parts(
+    mine: CompactManager,
+    theirs: CompactManager,
+    agreed: tuple[CompactManager, CompactManager] | None,
+) -> bool:
+    """``mine == theirs``, where a part (a pool, the sequences) that is on each side the very
+    object it was in the last pair found equal, ``agreed``, is equal without a look: a compact
+    state's parts are never changed once returned, so that part is as it was then."""
+    if agreed is None:
+        return mine == theirs
+    was_mine, was_theirs = agreed
+    return (
+        ((mine.gpu is was_mine.gpu and theirs.gpu is was_theirs.gpu) or mine.gpu == theirs.gpu)
+        and ((mine.cpu is was_mine.cpu and theirs.cpu is was_theirs.cpu) or mine.cpu == theirs.cpu)
+        and (
+            (mine.seqs is was_mine.seqs and theirs.seqs is was_theirs.seqs)
+            or mine.seqs == theirs.seqs
+        )
+        and mine.groups == theirs.groups
+        and (mine.config is theirs.config or mine.config == theirs.config)
+        and mine.null_block == theirs.null_block
+    )
 
 
 def difference(mine: ManagerView, theirs: ManagerView) -> str:
@@ -461,6 +530,11 @@ def soak(
                     result.checkpoints += 1
                     next_check += CHECKPOINT
             side.check_state("at the end of the episode")
+        except StaleCache as stale:
+            result.stale.append(str(stale))  # the episode ends here, replayed fresh
+            found = diverges(factory, config, side.calls, exact, level)
+            if found is not None:
+                result.failure, result.config, result.calls = found, config, list(side.calls)
         except Divergence as failure:
             result.failure = str(failure)
             result.config = config

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
 from immutables import Map
 
-from pagedkv.model_tests.oracle.guard import unguarded
+from pagedkv.model_tests.oracle.guard import as_its_call, unguarded
+from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_state import PoolState, to_view
@@ -65,12 +67,22 @@ class WalkState(Protocol):
 @dataclass(frozen=True)
 class Model:
     """A kind of model: how to build one, how to read its live state, and its whole state,
-    compact (``specs/compact_state.py``)."""
+    compact (``specs/compact_state.py``): ``compact`` after every call, which may keep parts
+    between calls, and ``fresh``, built anew with nothing kept, at every checkpoint (None:
+    ``compact`` keeps nothing)."""
 
     name: str
     build: Callable[[ManagerConfig], Any]
     state: Callable[[Any], WalkState]
     compact: Callable[[Any], CompactManager]
+    fresh: Callable[[Any], CompactManager] | None = None
+    reader: Callable[[Any], Callable[[], CompactManager]] | None = None
+    """``compact`` of one model, bound once (None: ``compact`` with the model): what the soak
+    calls after every call, without looking up the model's kept parts each time."""
+
+    def read(self, model: Any) -> Callable[[], CompactManager]:
+        """The model's ``compact``, bound."""
+        return partial(self.compact, model) if self.reader is None else self.reader(model)
 
 
 def _reference_state(model: ReferenceBlockSpaceManager) -> WalkState:
@@ -134,42 +146,86 @@ class FrozenCompact:
 
 
 def _reference_compact(model: ReferenceBlockSpaceManager) -> CompactManager:
-    """The reference's compact state, from the rebuilder its manager keeps (``FrozenCompact``)."""
-    rebuild = _FROZEN_COMPACTS.get(model)
-    if rebuild is None:
-        rebuild = _FROZEN_COMPACTS[model] = FrozenCompact()
-    return rebuild(model)
+    return _reference_reader(model)()
 
 
 _FROZEN_COMPACTS: WeakKeyDictionary[ReferenceBlockSpaceManager, FrozenCompact]
 _FROZEN_COMPACTS = WeakKeyDictionary()
 
 
-REFERENCE = Model("reference", ReferenceBlockSpaceManager, _reference_state, _reference_compact)
+def _reference_fresh(model: ReferenceBlockSpaceManager) -> CompactManager:
+    return compact_manager(model.view())
+
+
+def _optimized_compact(model: OptimizedBlockSpaceManager) -> CompactManager:
+    return _optimized_reader(model)()
+
+
+_INCREMENTAL_COMPACTS: WeakKeyDictionary[OptimizedBlockSpaceManager, IncrementalCompact]
+_INCREMENTAL_COMPACTS = WeakKeyDictionary()
+
+
+def _reference_reader(model: ReferenceBlockSpaceManager) -> Callable[[], CompactManager]:
+    """The reference's compact state, from the rebuilder its manager keeps (``FrozenCompact``)."""
+    rebuild = _FROZEN_COMPACTS.get(model)
+    if rebuild is None:
+        rebuild = _FROZEN_COMPACTS[model] = FrozenCompact()
+    return partial(rebuild, model)
+
+
+def _optimized_reader(model: OptimizedBlockSpaceManager) -> Callable[[], CompactManager]:
+    """The optimized manager's compact state, from the reader its manager keeps
+    (``IncrementalCompact``)."""
+    read = _INCREMENTAL_COMPACTS.get(model)
+    if read is None:
+        read = _INCREMENTAL_COMPACTS[model] = IncrementalCompact(model)
+    return read
+
+
+REFERENCE = Model(
+    "reference",
+    ReferenceBlockSpaceManager,
+    _reference_state,
+    _reference_compact,
+    _reference_fresh,
+    _reference_reader,
+)
 OPTIMIZED = Model(
     "optimized",
     OptimizedBlockSpaceManager,
     _optimized_state,
+    _optimized_compact,
     OptimizedBlockSpaceManager.compact,
+    _optimized_reader,
 )
 
 
-def compact_reader(target: Any) -> Callable[[], CompactManager]:
-    """How to read a target's whole state, compact: its own ``compact`` where that is the
-    optimized manager's, over the optimized manager's ``view`` (which renders it, so the two
-    cannot disagree); for any other target ``compact_manager`` of its ``view``, which loses
-    nothing of it. ``target`` may be guarded (``guard.py``): its class is looked at through
-    the guard, its methods are called through it."""
+Reader = Callable[[], CompactManager]
+
+
+def compact_reader(target: Any) -> tuple[Reader, Reader | None]:
+    """How to read a target's whole state, compact, after every call, and fresh at a checkpoint
+    (None: the first keeps nothing between calls). Where the target's ``compact`` and ``view``
+    are the optimized manager's: its compact state kept between calls (``IncrementalCompact``,
+    over the manager's own structures, each read run as one of the target's calls: under its
+    guard's timeout, as its own ``compact`` would be), and fresh its own ``compact``, over which
+    its ``view`` is rendered (so the two cannot disagree). For any other target
+    ``compact_manager`` of its ``view``, which loses nothing of it and keeps nothing.
+    ``target`` may be guarded (``guard.py``): its class is looked at through the guard, its
+    methods are called through it."""
     found = type(unguarded(target))
     if (
         issubclass(found, OptimizedBlockSpaceManager)
         and found.compact is OptimizedBlockSpaceManager.compact
         and found.view is OptimizedBlockSpaceManager.view
     ):
-        compact: Callable[[], CompactManager] = target.compact
-        return compact
+        fresh: Reader = target.compact
+        kept = as_its_call(target, "compact", IncrementalCompact, unguarded(target))
+        if unguarded(target) is not target:
+            return partial(as_its_call, target, "compact", kept), fresh
+        return kept, fresh
     view = target.view
-    return lambda: compact_manager(view())
+    return (lambda: compact_manager(view())), None
 
 
 def choose(sample: object) -> Model:

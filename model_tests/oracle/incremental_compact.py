@@ -1,0 +1,84 @@
+"""The optimized manager's compact state, its pools' parts kept between calls: what ``pagedkv
+soak`` reads after every call of an optimized model or target (``specs/oracle.md`` §6, "The
+whole state at every step").
+
+``OptimizedBlockSpaceManager.compact`` rebuilds each pool's columns at every call (lists out of
+its arrays, a prefix per block), most of what it costs, though most calls change one pool or
+none. Here a pool's compact form is kept with the pool's ``fingerprint`` (everything ``compact``
+reads of it, copied at C speed, no Python loop over blocks) and the accesses still pending on it,
+and built again only when either differs. The sequences (their tables' own packed tokens, no
+copy) and the groups are read at every call: nothing of them is kept. A pool that did not change
+is the same object as at the last call, so the soak compares it with a glance
+(``soak.same_parts``).
+
+A kept part can go stale: a fingerprint that missed something ``compact`` reads would keep the
+old columns while the pool changed. So it is never the last word: at every checkpoint the soak
+builds the compact state fresh on both sides (``OptimizedBlockSpaceManager.compact``, nothing
+kept) and holds the kept one equal to it; a stale one sends the episode to a replay that
+compares fresh whole states after every call (``soak.Lockstep.fresh_check``).
+"""
+
+from __future__ import annotations
+
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.specs.compact_state import CompactManager, CompactPool, SeqFields
+from pagedkv.specs.types import BlockId, Device
+
+Untouched = dict[BlockId, tuple[int, float]]
+
+
+class IncrementalCompact:
+    """``manager.compact()``, each pool's part kept while its fingerprint and pending accesses
+    stay the same (the module's docstring). A kept pool is never changed afterwards; the rest
+    is the manager's own, to be compared at once, as ``compact``'s."""
+
+    def __init__(self, manager: OptimizedBlockSpaceManager) -> None:
+        self.manager = manager
+        self.live = manager.live()
+        self.gpu, self.cpu = manager.pools()
+        self.pools: dict[Device, tuple[tuple[object, ...], Untouched, CompactPool]] = {}
+
+    def __call__(self) -> CompactManager:
+        on_gpu: Untouched = {}
+        on_cpu: Untouched = {}
+        live = self.live
+        seqs: dict[int, SeqFields] = {}
+        for seq_id, table in live.seqs.items():
+            group = table.group
+            if table.access_end > table.num_released:
+                table.untouched(on_gpu if group.device is Device.GPU else on_cpu)
+            seqs[seq_id] = (group.group_id, table.tokens, table.blocks)
+        manager = self.manager
+        return CompactManager(
+            manager.config,
+            self.pool(Device.GPU, self.gpu, on_gpu),
+            self.pool(Device.CPU, self.cpu, on_cpu),
+            seqs,
+            {
+                group_id: (
+                    tuple(group.members),
+                    group.device,
+                    group.extra_key,
+                    group.encoder_tokens,
+                    group.cross_blocks,
+                    group.device,
+                )
+                for group_id, group in live.groups.items()
+            },
+            manager.get_null_block(),
+        )
+
+    def pool(self, device: Device, pool: OptimizedBlockPool, untouched: Untouched) -> CompactPool:
+        """The pool's compact form: the one kept, if it was built from the same fingerprint and
+        pending accesses; else built, its pool's own lists and dict copied, and kept."""
+        fingerprint = pool.fingerprint()
+        known = self.pools.get(device)
+        if known is not None and known[1] == untouched and known[0] == fingerprint:
+            return known[2]
+        built = pool.compact(untouched)
+        built = built._replace(
+            tokens=list(built.tokens), hashes=list(built.hashes), cached=dict(built.cached)
+        )
+        self.pools[device] = (fingerprint, untouched, built)
+        return built

@@ -1,0 +1,168 @@
+"""The soak keeps parts of the optimized manager's compact state between calls
+(``model_tests/oracle/incremental_compact.py``: a pool's, while its fingerprint stays the same),
+so a change the fingerprint missed would leave the comparison after each call looking at old
+columns. The checkpoint is what makes that safe: it builds both compact states fresh and holds
+the kept ones equal to them, and an episode whose kept state was stale is replayed comparing
+fresh states after every call. Each test plants a staleness (a fingerprint that leaves the ref
+counts out) under a target whose query corrupts a ref count: the comparison after the call
+misses it, the checkpoint does not."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pagedkv.model_tests.lockstep.calls import Divergence
+from pagedkv.model_tests.oracle import soak
+from pagedkv.model_tests.oracle.guard import guard
+from pagedkv.model_tests.oracle.soak import Lockstep, StaleCache, diverges
+from pagedkv.model_tests.oracle.soak_model import OPTIMIZED, REFERENCE
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.specs import manager_calls as calls
+from pagedkv.specs.types import ManagerConfig
+
+STEPS = 20_000
+CONFIG = ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=4, enable_caching=True)
+
+
+class BumpsARefCount(OptimizedBlockSpaceManager):
+    """A state corruption that only the ref counts show, and only for one call: each
+    ``get_num_free_cpu_blocks`` (a query, which changes nothing) adds one to the ref count of
+    the first held GPU block, and the next call of any kind takes it back first."""
+
+    bumped: int | None = None
+
+    def restore(self) -> None:
+        if self.bumped is not None:
+            self._gpu._ref_counts[self.bumped] -= 1
+            self.bumped = None
+
+    def get_num_free_cpu_blocks(self) -> int:
+        self.restore()
+        counts = self._gpu._ref_counts
+        self.bumped = next((i for i, count in enumerate(counts) if count), None)
+        if self.bumped is not None:
+            counts[self.bumped] += 1
+        return super().get_num_free_cpu_blocks()
+
+
+def _restoring(name: str) -> None:
+    original = getattr(OptimizedBlockSpaceManager, name)
+
+    def restoring(self: BumpsARefCount, *args: object, **kwargs: object) -> object:
+        self.restore()
+        return original(self, *args, **kwargs)
+
+    setattr(BumpsARefCount, name, restoring)
+
+
+for _name in (
+    "can_allocate",
+    "allocate",
+    "can_append_slots",
+    "append_slots",
+    "fork",
+    "free",
+    "can_swap_out",
+    "can_swap_in",
+    "swap_out",
+    "swap_in",
+    "get_block_table",
+    "get_cross_block_table",
+    "get_num_free_gpu_blocks",
+    "access_all_blocks_in_seq",
+    "mark_blocks_as_computed",
+    "get_common_computed_block_ids",
+    "get_num_cached_tokens",
+    "get_prefix_cache_hit_rate",
+    "reset_prefix_cache",
+):
+    _restoring(_name)
+
+
+def blind_to_ref_counts(self: OptimizedBlockPool) -> tuple[object, ...]:
+    """A planted staleness: the fingerprint without the ref counts."""
+    return FINGERPRINT(self)[1:]
+
+
+FINGERPRINT = OptimizedBlockPool.fingerprint
+
+
+@pytest.fixture
+def stale_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(OptimizedBlockPool, "fingerprint", blind_to_ref_counts)
+
+
+def corrupted(model: object = OPTIMIZED) -> Lockstep:
+    """A lockstep of the corrupting target, a group allocated, the corrupting query made."""
+    side = Lockstep(BumpsARefCount, CONFIG, True, OPTIMIZED, every_call=True)
+    side.begin()
+    side.call(calls.allocate(1, [1], [1, 2, 3]))
+    side.call(calls.append_slots(1, [4]))
+    side.call(calls.get_num_free_cpu_blocks())
+    return side
+
+
+def test_the_kept_state_misses_it_and_the_checkpoint_does_not(stale_fingerprint: None) -> None:
+    side = corrupted()  # the comparison after each call saw nothing (no Divergence)
+    assert side.target.compact() != side.model.compact()  # though the states differ
+    with pytest.raises(StaleCache, match="the target's kept compact state is stale"):
+        side.check_state("at the checkpoint")
+
+
+def test_without_the_planted_staleness_the_call_itself_is_caught() -> None:
+    with pytest.raises(Divergence, match="ref_count"):
+        corrupted()
+
+
+def test_the_soak_replays_a_stale_episode_fresh_and_reports_the_divergence(
+    stale_fingerprint: None,
+) -> None:
+    result = soak.soak(BumpsARefCount, STEPS, 1, exact=True, model=OPTIMIZED)
+    assert not result.passed and result.confirmed, (result.failure, result.own_bug)
+    assert result.stale and "the target's kept compact state is stale" in result.stale[0]
+    assert result.calls[-1][0] == "get_num_free_cpu_blocks", result.calls
+    assert result.config is not None
+    assert diverges(BumpsARefCount, result.config, result.calls, True) is not None
+
+
+def test_without_the_checkpoints_fresh_look_the_soak_would_pass(
+    stale_fingerprint: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the checkpoint is for: with its fresh comparisons left out (the kept states
+    compared instead), the same soak sees nothing."""
+
+    def kept_only(self: Lockstep, when: str) -> None:
+        assert self.target_compact is not None
+        if self.read_compact() != self.target_compact():
+            raise Divergence(when)
+
+    monkeypatch.setattr(Lockstep, "check_state", kept_only)
+    corrupted().check_state("at the checkpoint")  # no Divergence: the corruption is not seen
+    result = soak.soak(BumpsARefCount, STEPS, 1, exact=True, model=OPTIMIZED)
+    assert result.passed, result.failure
+
+
+def test_a_correct_target_is_never_stale() -> None:
+    for model in (OPTIMIZED, REFERENCE):
+        result = soak.soak(OptimizedBlockSpaceManager, 3000, 2, exact=True, model=model)
+        assert result.passed and not result.stale, (result.failure, result.stale)
+
+
+class HangsWhenItsPoolsAreRead(OptimizedBlockSpaceManager):
+    """A target whose own code, run by the kept compact state's reader, never returns."""
+
+    def pools(self) -> tuple[OptimizedBlockPool, OptimizedBlockPool]:
+        time.sleep(30)
+        return super().pools()
+
+
+def test_the_kept_state_is_read_under_the_targets_timeout() -> None:
+    """The reader runs the target's code (its ``pools``, its structures' methods), so it is
+    one of the target's calls: a hang there is the target's, reported as one."""
+    factory = guard(HangsWhenItsPoolsAreRead, timeout=0.5)
+    result = soak.soak(factory, 100, 1, exact=True, model=OPTIMIZED)
+    assert not result.passed and result.hung, result.failure
+    assert "compact" in (result.failure or ""), result.failure
