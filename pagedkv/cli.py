@@ -645,12 +645,6 @@ def _soak_report(
                 f" {result.states_compared} times), the views, the invariants and the"
                 f" compact states built fresh every {CHECKPOINT} steps"
                 f" ({result.checkpoints} times)"
-                + (
-                    f"; {len(result.stale)} kept compact states found stale, their episodes"
-                    f" replayed comparing fresh states after every call, with no divergence"
-                    if result.stale
-                    else ""
-                )
                 if result.states_compared
                 else f"results compared at every step, the whole state and the invariants every"
                 f" {CHECKPOINT} steps ({result.checkpoints} times)"
@@ -668,6 +662,18 @@ def _soak_report(
             show_config(result.config),
             detail=f"expected an answer: {result.failure}",
             notes=["note: not shrunk or replayed: the target hung, and is not called again"],
+        ), None
+    if result.own_bug is not None and result.failure is None:  # a stale kept state (soak.py)
+        return Report(
+            False,
+            title,
+            f"ERROR after {result.steps} steps: a bug of pagedkv's, not the target's",
+            show_config(result.config),
+            detail=result.own_bug,
+            notes=[
+                "note: nothing to replay: the target agreed with the model at every call once"
+                " whole states were built fresh"
+            ],
         ), None
     if result.own_bug is not None:
         target = "optimized"  # the trace shows the optimized manager against the reference

@@ -110,7 +110,9 @@ class SoakResult:
     """A stand-in model's divergence was put to the reference, which confirmed it."""
     stale: list[str] = field(default_factory=list)
     """Checkpoints where a compact state kept between calls was stale (``StaleCache``): each
-    ended its episode, whose calls were replayed comparing fresh states after every call."""
+    ended its episode, whose calls were replayed comparing fresh states after every call. A
+    divergence there is the target's (``failure``); none at all makes the staleness a bug of
+    pagedkv's (``own_bug``), never a PASS: the comparisons after each call missed a change."""
 
     @property
     def passed(self) -> bool:
@@ -533,8 +535,14 @@ def soak(
         except StaleCache as stale:
             result.stale.append(str(stale))  # the episode ends here, replayed fresh
             found = diverges(factory, config, side.calls, exact, level)
+            result.config, result.calls = config, list(side.calls)
             if found is not None:
-                result.failure, result.config, result.calls = found, config, list(side.calls)
+                result.failure = found
+            else:  # every state agreed: what was stale is pagedkv's kept state, not the target
+                result.own_bug = (
+                    f"{stale}, and the episode's calls replayed comparing fresh states after"
+                    " every call show no divergence: pagedkv's kept compact state missed a change"
+                )
         except Divergence as failure:
             result.failure = str(failure)
             result.config = config

@@ -166,3 +166,15 @@ def test_the_kept_state_is_read_under_the_targets_timeout() -> None:
     result = soak.soak(factory, 100, 1, exact=True, model=OPTIMIZED)
     assert not result.passed and result.hung, result.failure
     assert "compact" in (result.failure or ""), result.failure
+
+
+def test_a_stale_kept_state_with_no_divergence_is_pagedkvs_bug_never_a_pass(
+    stale_fingerprint: None,
+) -> None:
+    """A correct target under the planted staleness: both sides' kept states miss the same
+    ref-count changes (a fork's), the fresh replay finds no divergence, and what is left is
+    pagedkv's own fault: an ERROR (exit 2 from the command line), not a PASS."""
+    result = soak.soak(OptimizedBlockSpaceManager, STEPS, 1, exact=True, model=OPTIMIZED)
+    assert result.stale, "the planted fingerprint went unnoticed"
+    assert result.failure is None and not result.passed
+    assert result.own_bug is not None and "missed a change" in result.own_bug
