@@ -132,7 +132,6 @@ class IsomorphicManagerSession:
         target_result = self.answers.take(call, shown, target_result, target_error is not None)
         prefer: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
         previous = self._placed_before(before)
-        held_before = self._holders(previous)
         for _ in range(MAX_ATTEMPTS):
             self.model.state = saved
             self.model.pick = self._picker(prefer)
@@ -147,7 +146,7 @@ class IsomorphicManagerSession:
             after = self.model_view()
             observed = self.observe(after)
             slots = self._positions(after, observed)
-            released = self._released(held_before, after, slots)
+            released = self._released(previous, after, slots)
             for device, evicted in self._evicted_by_both(before, after, slots).items():
                 released[device] |= evicted
             wanted = self._align(before, slots, previous, released, bind=False)
@@ -299,6 +298,10 @@ class IsomorphicManagerSession:
         model block, at a position where the model put another block, means the target evicted
         it: the model is asked to evict the same one (``wanted``)."""
         wanted: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
+        if not released[Device.GPU] and not released[Device.CPU]:
+            bound = self.maps
+            if all(bound[d].to_target.get(mine) == theirs for _, d, mine, theirs in slots):
+                return wanted  # every position already agrees (most calls): nothing to bind
         maps = {d: Bijection(dict(m.to_target), dict(m.to_model)) for d, m in self.maps.items()}
         for device, blocks in released.items():
             for block in blocks:
@@ -342,30 +345,40 @@ class IsomorphicManagerSession:
         return held
 
     def _released(
-        self,
-        held: dict[tuple[Device, BlockId, int], set[Place]],
-        after: ManagerView,
-        slots: list[Slot],
+        self, previous: list[Slot], after: ManagerView, slots: list[Slot]
     ) -> dict[Device, set[BlockId]]:
         """Pairs both sides released during this call: the model block and its target block each
         left every position it held, and the model block is not kept cached. Within one call a
         released block may be taken again (a window release then an append, a dedup then the
         next block), and which free block is taken is a free choice: their correspondence ends
-        here, as it would have at the end of the call."""
+        here, as it would have at the end of the call.
+
+        Only a model block that left one of its places (``previous``) can have left them all:
+        most calls move no block, and are done after one pass over the places."""
         now = {where: (mine, theirs) for where, _, mine, theirs in slots}
         released: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
-        for device in DEVICES:
-            cached = after.pool(device).evictable
-            for mine, theirs in self.maps[device].to_target.items():
-                was_mine = held.get((device, mine, 0), set())
-                was_theirs = held.get((device, theirs, 1), set())
-                if not was_mine or not was_theirs or mine in cached:
-                    continue
-                if any(now.get(w, (None, None))[0] == mine for w in was_mine):
-                    continue
-                if any(now.get(w, (None, None))[1] == theirs for w in was_theirs):
-                    continue
-                released[device].add(mine)
+        nowhere = (None, None)
+        left = {
+            (device, mine)
+            for where, device, mine, _ in previous
+            if now.get(where, nowhere)[0] != mine
+        }
+        if not left:
+            return released
+        held = self._holders(previous)
+        for device, mine in left:
+            theirs = self.maps[device].to_target.get(mine)
+            if theirs is None or mine in after.pool(device).evictable:
+                continue
+            was_mine = held[(device, mine, 0)]
+            was_theirs = held.get((device, theirs, 1), set())
+            if not was_theirs:
+                continue
+            if any(now.get(w, nowhere)[0] == mine for w in was_mine):
+                continue
+            if any(now.get(w, nowhere)[1] == theirs for w in was_theirs):
+                continue
+            released[device].add(mine)
         return released
 
     def _evicted_by_both(
