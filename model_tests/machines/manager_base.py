@@ -28,6 +28,7 @@ from pagedkv.model_tests.machines.draws import (
     sampled,
     small_tokens,
 )
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.kv_harness import AbstractKV, CachedPrefixes, KVSide, Writer
 from pagedkv.model_tests.machines.lockstep_machine import LockstepMachine
 from pagedkv.model_tests.machines.manager_draws import (
@@ -87,7 +88,7 @@ class ManagerMachineBase(LockstepMachine):
     def scheduler(self) -> bool:
         return self.contract == "scheduler"
 
-    @initialize(target=GROUPS, config=manager_configs, off=swarms, data=st.data())
+    @initialize(target=GROUPS, config=manager_configs, off=swarms, data=DATA)
     def create_managers(
         self, config: ManagerConfig, off: frozenset[str], data: st.DataObject
     ) -> Any:
