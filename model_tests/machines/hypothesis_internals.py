@@ -105,22 +105,27 @@ def shrinking_for(seconds: float) -> Iterator[None]:
 Drawn = TypeVar("Drawn")
 
 
-class _QuickDataObject(DataObject):
+class QuickDataObject(DataObject):
     """``st.data()``'s object, drawing straight from the run's choices (item 6)."""
+
+    def __init__(self, shared: DataObject) -> None:
+        super().__init__(shared.conjecture_data)
+        self.shared = shared
+        """The run's own ``st.data()`` object (Hypothesis's stateful runner draws one first):
+        it numbers the draws a report lists."""
 
     def draw(self, strategy: SearchStrategy[Drawn], label: Any = None) -> Drawn:
         if should_note():  # a report lists the draws: draw as st.data() does
-            return super().draw(strategy, label)
+            return self.shared.draw(strategy, label)
         return self.conjecture_data.draw(strategy)
 
 
 class _QuickDataStrategy(DataStrategy):
-    """``st.data()``, drawing a ``_QuickDataObject``; under ``st.data()``'s label (item 6)."""
+    """``st.data()``, drawing a ``QuickDataObject``; under ``st.data()``'s label (item 6)."""
 
     def do_draw(self, data: Any) -> DataObject:
-        if data._shared_data_strategy is None:
-            data._shared_data_strategy = _QuickDataObject(data)
-        return data._shared_data_strategy  # type: ignore[no-any-return]
+        shared: DataObject = super().do_draw(data)  # type: ignore[no-untyped-call]
+        return QuickDataObject(shared)
 
     def calc_label(self) -> int:
         return DataStrategy().label
