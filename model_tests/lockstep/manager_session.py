@@ -141,7 +141,7 @@ class IsomorphicManagerSession:
                 self.model.pick = lowest_ids
             if model_error is not None or target_error is not None:
                 return self._failed(
-                    method, args, (model_result, model_error), (target_result, target_error)
+                    method, args, shown, (model_result, model_error), (target_result, target_error)
                 )
             after = self.model_view()
             observed = self.observe(after)
@@ -179,9 +179,11 @@ class IsomorphicManagerSession:
         self,
         method: str,
         args: tuple[Any, ...],
+        shown: str,
         model: tuple[Any, BaseException | None],
         target: tuple[Any, BaseException | None],
     ) -> PagedKVError:
+        """A call one side or both refused (``shown``: the call in words, as ``show_call``)."""
         if not self.model.policy.atomic and isinstance(target[1], OutOfBlocksError):
             # The policy lets a call fail midway: the target ran out of blocks (before any check
             # the reference makes first, perhaps), and what is left, seen or not, is undefined.
@@ -189,7 +191,7 @@ class IsomorphicManagerSession:
             self.steps.append(Step(method, args, target[1]))
             return target[1]
         try:
-            model_error = shared_error(show_call(method, args), model, target)
+            model_error = shared_error(shown, model, target)
         except Divergence as divergence:
             reused = self._reused_across(method, args, model[1], target[1])
             if not reused:
@@ -199,7 +201,7 @@ class IsomorphicManagerSession:
         if now != self.seen:
             if self.model.policy.atomic:
                 raise Divergence(
-                    f"{show_call(method, args)} raised {model_error!r} but changed the target"
+                    f"{shown} raised {model_error!r} but changed the target"
                     " (a failed call must change nothing): "
                     + "; ".join(differences(self.seen, now)),
                     "atomicity",
@@ -266,8 +268,10 @@ class IsomorphicManagerSession:
                     f" the target's {len(theirs)} ({theirs})",
                     "table",
                 )
-            for index, (mine, their) in enumerate(zip(seq.blocks, theirs, strict=True)):
-                out.append((Place("sequence", seq_id, index), device, mine, their))
+            out += [
+                (Place("sequence", seq_id, index), device, mine, their)
+                for index, (mine, their) in enumerate(zip(seq.blocks, theirs, strict=True))
+            ]
         mine_null = view.null_block
         theirs_null = (
             self.their_null_block() if mine_null is not None and self.their_null_block else None

@@ -30,6 +30,8 @@ thread, the stdio client): a frame there is not where the target failed."""
 
 def show_value(value: object) -> str:
     """Compact, readable Python-ish rendering for reports."""
+    if type(value) is int:  # most values shown (every call is written out): first, at once
+        return repr(value)
     if isinstance(value, Device | AllocStatus):
         return value.name
     if isinstance(value, ExtraKey):
