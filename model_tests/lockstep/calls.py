@@ -163,11 +163,15 @@ def detached(value: Any) -> Any:
     """``value`` with every list, dict and set in it copied (tuples rebuilt around them): what
     a side is handed is its own. A target that changed a prompt it was passed in place would
     otherwise change what the reference is then given, and what the trace records, and the two
-    would agree on the wrong input."""
+    would agree on the wrong input. (An int, most items of all, is taken as it is at once:
+    every call's arguments are detached, for each side.)"""
     if isinstance(value, list):
-        return [detached(item) for item in value]
-    if isinstance(value, tuple) and any(isinstance(i, list | tuple | dict | set) for i in value):
-        return tuple(detached(item) for item in value)
+        return [item if type(item) is int else detached(item) for item in value]
+    if isinstance(value, tuple):
+        for item in value:
+            if isinstance(item, list | tuple | dict | set):
+                return tuple(detached(item) for item in value)
+        return value
     if isinstance(value, dict):
         return {key: detached(item) for key, item in value.items()}
     if isinstance(value, set):

@@ -115,7 +115,9 @@ class ManagerMachineBase(LockstepMachine):
         if self.defragmenting and self.model is not None:
             self.defrag = data.draw(defrag_configs(config.num_gpu_blocks), label="defragmenter")
         self.model_kv: KVSide = AbstractKV(config, self.defrag)
-        self.views = Views(self.model, self.target)
+        session = self.session
+        shared = session.model_view if isinstance(session, IsomorphicManagerSession) else None
+        self.views = Views(self.model, self.target, shared)  # the session's views of the model
         make_kv = type(self).target_kv
         self.target_side: KVSide | None = None if make_kv is None else make_kv(config, self.defrag)
         self.prefixes = CachedPrefixes()
