@@ -106,6 +106,9 @@ class IsomorphicManagerSession:
         self._viewed: tuple[object, ManagerView] = (self.model.state, self.model.view())
         self.seen = self.observe(self.model_view())
         self._placed: tuple[object, Observation | None, list[Slot]] = (None, None, [])
+        self._sequence_places: dict[int, list[Place]] = {}
+        """Each sequence's places, made once: every call places every block of both sides'
+        tables (a ``Place`` is a value; the same one serves every call)."""
 
     def model_view(self) -> ManagerView:
         """The model's view, drawn once per state: the reference's states are frozen, so a
@@ -268,10 +271,13 @@ class IsomorphicManagerSession:
                     f" the target's {len(theirs)} ({theirs})",
                     "table",
                 )
-            out += [
-                (Place("sequence", seq_id, index), device, mine, their)
-                for index, (mine, their) in enumerate(zip(seq.blocks, theirs, strict=True))
-            ]
+            places = self._sequence_places.get(seq_id, [])
+            if len(places) < len(theirs):
+                places = [Place("sequence", seq_id, i) for i in range(2 * len(theirs))]
+                self._sequence_places[seq_id] = places
+            # the places may run longer; the two tables' lengths are checked equal above
+            for where, mine, their in zip(places, seq.blocks, theirs, strict=False):
+                out.append((where, device, mine, their))
         mine_null = view.null_block
         theirs_null = (
             self.their_null_block() if mine_null is not None and self.their_null_block else None
