@@ -279,5 +279,8 @@ class ManagerMachineBase(LockstepMachine):
         return False
 
     def teardown(self) -> None:
-        self.hand_over_scores()
-        capture.finish(self, "manager")
+        try:
+            self.hand_over_scores()
+            capture.finish(self, "manager")
+        finally:
+            capture.let_go(self)
