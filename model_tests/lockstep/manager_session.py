@@ -152,12 +152,16 @@ class IsomorphicManagerSession:
             released = self._released(previous, after, slots)
             for device, evicted in self._evicted_by_both(before, after, slots).items():
                 released[device] |= evicted
+            agreed = self._agreed(slots, released)
+            if agreed:
+                break  # most calls: nothing to bind, nothing the target evicted otherwise
             wanted = self._align(before, slots, previous, released, bind=False)
             if all(wanted[d] <= prefer[d] for d in DEVICES):
                 break
             for device in DEVICES:
                 prefer[device] |= wanted[device]
-        self._align(before, slots, previous, released, bind=True)
+        if not agreed:
+            self._align(before, slots, previous, released, bind=True)
         self._compare_result(method, args, before, model_result, target_result)
         self._compare_counts(method, args, after, observed)
         self.answers.recheck(READ_AGAIN)
@@ -308,10 +312,6 @@ class IsomorphicManagerSession:
         model block, at a position where the model put another block, means the target evicted
         it: the model is asked to evict the same one (``wanted``)."""
         wanted: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
-        if not released[Device.GPU] and not released[Device.CPU]:
-            bound = self.maps
-            if all(bound[d].to_target.get(mine) == theirs for _, d, mine, theirs in slots):
-                return wanted  # every position already agrees (most calls): nothing to bind
         maps = {d: Bijection(dict(m.to_target), dict(m.to_model)) for d, m in self.maps.items()}
         for device, blocks in released.items():
             for block in blocks:
@@ -344,6 +344,14 @@ class IsomorphicManagerSession:
                     misplaced(self.model_view(), slots, previous, where, ids, mine, theirs), "table"
                 )
         return wanted
+
+    def _agreed(self, slots: list[Slot], released: dict[Device, set[BlockId]]) -> bool:
+        """Whether every position already holds a bound pair and no pair was released: then
+        ``_align`` would bind nothing and want nothing evicted (most calls)."""
+        if released[Device.GPU] or released[Device.CPU]:
+            return False
+        maps = self.maps
+        return all(maps[d].to_target.get(mine) == theirs for _, d, mine, theirs in slots)
 
     @staticmethod
     def _holders(slots: list[Slot]) -> dict[tuple[Device, BlockId, int], set[Place]]:
