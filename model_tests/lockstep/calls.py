@@ -12,7 +12,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast, get_args
 
 from hypothesis import currently_in_test_context, event
 
-from pagedkv.model_tests.lockstep.show import show_error, show_value
+from pagedkv.model_tests.lockstep.show import Shown, show_error, show_value, text
 from pagedkv.specs import wire
 from pagedkv.specs.call import Call
 from pagedkv.specs.errors import PagedKVError
@@ -85,16 +85,16 @@ def comparable(side: Viewable) -> object:
     return side.view().comparable()
 
 
-def exact_answer(level: Level, method: str, shown: str, answer: object) -> Any:
+def exact_answer(level: Level, method: str, shown: Shown, answer: object) -> Any:
     """A target's ``answer`` to ``method`` as the protocol's exact value (``specs/wire.py``: what
     an ``exec:`` target's answer would be, in builtin types, a copy of it); a value that only
     compares like one (a float, ``numpy.int64``, ``unittest.mock.ANY``, an ``int`` subclass) is a
     divergence of kind ``type`` that names its type. ``shown`` is the call as a report writes
-    it."""
+    it (or the way to write it, for a divergence only)."""
     try:
         return wire.exact_result(level, method, answer)
     except wire.NotExact as error:
-        raise Divergence(f"{shown}: the target returned {error.phrase}", "type") from None
+        raise Divergence(f"{text(shown)}: the target returned {error.phrase}", "type") from None
 
 
 def call_both(
@@ -136,23 +136,24 @@ def call_both(
 
 
 def shared_error(
-    method: str,
+    method: Shown,
     model: tuple[Any, BaseException | None],
     target: tuple[Any, BaseException | None],
     target_name: str = "target",
 ) -> PagedKVError:
-    """When either side raised: both must have raised the same typed error; return it."""
+    """When either side raised: both must have raised the same typed error; return it
+    (``method``: the call as a report writes it, written only for a divergence)."""
     (model_result, model_error), (target_result, target_error) = model, target
     untyped = target_error is not None and not isinstance(target_error, PagedKVError)
     if type(model_error) is not type(target_error):
         raise Divergence(
-            f"{method}: model {_describe(model_result, model_error)},"
+            f"{text(method)}: model {_describe(model_result, model_error)},"
             f" {target_name} {_describe(target_result, target_error)}",
             "untyped" if untyped else "error",
         )
     if not isinstance(model_error, PagedKVError):
         raise Divergence(
-            f"{method}: both raised an untyped error: model {_describe(None, model_error)},"
+            f"{text(method)}: both raised an untyped error: model {_describe(None, model_error)},"
             f" {target_name} {_describe(None, target_error)}",
             "untyped",
         )

@@ -11,6 +11,7 @@ checked that the choice was allowed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
@@ -128,7 +129,10 @@ class IsomorphicManagerSession:
 
     def call(self, call: ManagerCall[T]) -> T | PagedKVError:
         method, args = call.name, call.args
-        shown = show_call(method, args)
+
+        def shown() -> str:  # written out only for a message
+            return show_call(method, args)
+
         saved = self.model.state
         before = self.model_view()
         target_result, target_error = run_call(self.target, call)
@@ -186,11 +190,11 @@ class IsomorphicManagerSession:
         self,
         method: str,
         args: tuple[Any, ...],
-        shown: str,
+        shown: Callable[[], str],
         model: tuple[Any, BaseException | None],
         target: tuple[Any, BaseException | None],
     ) -> PagedKVError:
-        """A call one side or both refused (``shown``: the call in words, as ``show_call``)."""
+        """A call one side or both refused (``shown``: writes the call out, as ``show_call``)."""
         if not self.model.policy.atomic and isinstance(target[1], OutOfBlocksError):
             # The policy lets a call fail midway: the target ran out of blocks (before any check
             # the reference makes first, perhaps), and what is left, seen or not, is undefined.
@@ -208,7 +212,7 @@ class IsomorphicManagerSession:
         if now != self.seen:
             if self.model.policy.atomic:
                 raise Divergence(
-                    f"{shown} raised {model_error!r} but changed the target"
+                    f"{shown()} raised {model_error!r} but changed the target"
                     " (a failed call must change nothing): "
                     + "; ".join(differences(self.seen, now)),
                     "atomicity",
