@@ -695,9 +695,11 @@ NOT_PLAIN = object()
 def _plain_exact(kind: str, value: object) -> Any:
     """``value`` as the round trip of ``exact_result`` gives it, where that is plain to see (the
     builtin types themselves, never a subclass); else ``NOT_PLAIN``."""
-    if value is None and kind.endswith("?"):
+    optional = kind.endswith("?")
+    if value is None and optional:
         return None
-    base = _JSON_KIND.get(kind.rstrip("?"), kind.rstrip("?"))
+    name = kind[:-1] if optional else kind
+    base = _JSON_KIND.get(name, name)
     cls = type(value)
     if base == "int":
         return value if cls is int else NOT_PLAIN
@@ -709,8 +711,11 @@ def _plain_exact(kind: str, value: object) -> Any:
         return value if cls is AllocStatus else NOT_PLAIN
     if not isinstance(value, list | tuple) or (cls is not list and cls is not tuple):
         return NOT_PLAIN  # isinstance narrows for mypy; the type test refuses subclasses
-    if base in ("ids", "tokens"):
-        return list(value) if all(type(v) is int for v in value) else NOT_PLAIN
+    if base in ("ids", "tokens"):  # every table read: a loop, not a generator
+        for item in value:
+            if type(item) is not int:
+                return NOT_PLAIN
+        return list(value)
     if base == "pairs":
         pairs = []
         for pair in value:

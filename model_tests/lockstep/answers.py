@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pagedkv.model_tests.lockstep.calls import Divergence, exact_answer, run_call
-from pagedkv.model_tests.lockstep.show import show_error, show_value
+from pagedkv.model_tests.lockstep.show import Shown, show_error, show_value, text
 from pagedkv.specs.call import Call
 from pagedkv.specs.operations import Level
 
@@ -47,8 +47,8 @@ REUSED = "a list reused for the next answer?; specs/oracle.md §1"
 class _Kept:
     call: Call[Any, Any]
     """The call as the target got it (its ids), to ask again."""
-    shown: str
-    """The call as a report writes it."""
+    shown: Shown
+    """The call as a report writes it (or the way to write it)."""
     answer: object
     """The object the target returned."""
     value: Any
@@ -63,14 +63,15 @@ class Answers:
         self.level = level
         self._kept: _Kept | None = None
 
-    def take(self, call: Call[Any, Any], shown: str, answer: object, raised: bool) -> Any:
+    def take(self, call: Call[Any, Any], shown: Shown, answer: object, raised: bool) -> Any:
         """The exact value of the target's ``answer`` to ``call`` (None if it ``raised``); a
-        list is kept. Then the answer kept from the call before is read again: one call later."""
+        list is kept. Then the answer kept from the call before is read again: one call later.
+        ``shown`` is written out only for a divergence."""
         value = None if raised else exact_answer(self.level, call.name, shown, answer)
         previous = self._kept
         self._kept = _Kept(call, shown, answer, value) if isinstance(value, list) else None
         if previous is not None:
-            self._check(previous, f"after {shown}")
+            self._check(previous, lambda: f"after {text(shown)}")
         return value
 
     def recheck(self, when: str) -> None:
@@ -78,13 +79,16 @@ class Answers:
         if self._kept is not None:
             self._check(self._kept, when)
 
-    def _check(self, kept: _Kept, when: str) -> None:
-        again = f"{kept.shown} (its answer read again {when})"
+    def _check(self, kept: _Kept, moment: Shown) -> None:
+        def again() -> str:
+            return f"{text(kept.shown)} (its answer read again {text(moment)})"
+
         later = exact_answer(self.level, kept.call.name, again, kept.answer)
         if later == kept.value:
             return
+        when, shown = text(moment), text(kept.shown)
         said = (
-            f"{when}, the {type(kept.answer).__name__} that {kept.shown} answered,"
+            f"{when}, the {type(kept.answer).__name__} that {shown} answered,"
             f" {show_value(kept.value)}, reads {show_value(later)}"
         )
         if kept.call.name not in LIVE_QUERIES[self.level]:
@@ -95,13 +99,13 @@ class Answers:
             )
         result, error = run_call(self.target, kept.call)
         if error is None:
-            now = exact_answer(self.level, kept.call.name, f"{kept.shown} (asked again)", result)
+            now = exact_answer(self.level, kept.call.name, f"{shown} (asked again)", result)
             if later == now:
                 kept.value = later  # a live view: it may go on following the state
                 return
-            answered = f"what {kept.shown} answers now ({show_value(now)})"
+            answered = f"what {shown} answers now ({show_value(now)})"
         else:
-            answered = f"an answer of {kept.shown} now (it raises {show_error(error)})"
+            answered = f"an answer of {shown} now (it raises {show_error(error)})"
         raise Divergence(
             f"{said}: neither that answer nor {answered}; an answer may follow the state it"
             f" describes but never turns into another ({REUSED})",

@@ -12,7 +12,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast, get_args
 
 from hypothesis import currently_in_test_context, event
 
-from pagedkv.model_tests.lockstep.show import show_error, show_value
+from pagedkv.model_tests.lockstep.show import Shown, show_error, show_value, text
 from pagedkv.specs import wire
 from pagedkv.specs.call import Call
 from pagedkv.specs.errors import PagedKVError
@@ -85,16 +85,16 @@ def comparable(side: Viewable) -> object:
     return side.view().comparable()
 
 
-def exact_answer(level: Level, method: str, shown: str, answer: object) -> Any:
+def exact_answer(level: Level, method: str, shown: Shown, answer: object) -> Any:
     """A target's ``answer`` to ``method`` as the protocol's exact value (``specs/wire.py``: what
     an ``exec:`` target's answer would be, in builtin types, a copy of it); a value that only
     compares like one (a float, ``numpy.int64``, ``unittest.mock.ANY``, an ``int`` subclass) is a
     divergence of kind ``type`` that names its type. ``shown`` is the call as a report writes
-    it."""
+    it (or the way to write it, for a divergence only)."""
     try:
         return wire.exact_result(level, method, answer)
     except wire.NotExact as error:
-        raise Divergence(f"{shown}: the target returned {error.phrase}", "type") from None
+        raise Divergence(f"{text(shown)}: the target returned {error.phrase}", "type") from None
 
 
 def call_both(
@@ -136,23 +136,24 @@ def call_both(
 
 
 def shared_error(
-    method: str,
+    method: Shown,
     model: tuple[Any, BaseException | None],
     target: tuple[Any, BaseException | None],
     target_name: str = "target",
 ) -> PagedKVError:
-    """When either side raised: both must have raised the same typed error; return it."""
+    """When either side raised: both must have raised the same typed error; return it
+    (``method``: the call as a report writes it, written only for a divergence)."""
     (model_result, model_error), (target_result, target_error) = model, target
     untyped = target_error is not None and not isinstance(target_error, PagedKVError)
     if type(model_error) is not type(target_error):
         raise Divergence(
-            f"{method}: model {_describe(model_result, model_error)},"
+            f"{text(method)}: model {_describe(model_result, model_error)},"
             f" {target_name} {_describe(target_result, target_error)}",
             "untyped" if untyped else "error",
         )
     if not isinstance(model_error, PagedKVError):
         raise Divergence(
-            f"{method}: both raised an untyped error: model {_describe(None, model_error)},"
+            f"{text(method)}: both raised an untyped error: model {_describe(None, model_error)},"
             f" {target_name} {_describe(None, target_error)}",
             "untyped",
         )
@@ -163,11 +164,15 @@ def detached(value: Any) -> Any:
     """``value`` with every list, dict and set in it copied (tuples rebuilt around them): what
     a side is handed is its own. A target that changed a prompt it was passed in place would
     otherwise change what the reference is then given, and what the trace records, and the two
-    would agree on the wrong input."""
+    would agree on the wrong input. (An int, most items of all, is taken as it is at once:
+    every call's arguments are detached, for each side.)"""
     if isinstance(value, list):
-        return [detached(item) for item in value]
-    if isinstance(value, tuple) and any(isinstance(i, list | tuple | dict | set) for i in value):
-        return tuple(detached(item) for item in value)
+        return [item if type(item) is int else detached(item) for item in value]
+    if isinstance(value, tuple):
+        for item in value:
+            if isinstance(item, list | tuple | dict | set):
+                return tuple(detached(item) for item in value)
+        return value
     if isinstance(value, dict):
         return {key: detached(item) for key, item in value.items()}
     if isinstance(value, set):
@@ -188,6 +193,12 @@ def run_call(
     except (KeyboardInterrupt, TargetStopped):
         raise
     except BaseException as error:  # SystemExit, GeneratorExit ... too: a finding, not a crash
+        if isinstance(error, PagedKVError):
+            # A typed error is shown by its class and message alone (``show_error``); its
+            # traceback would tie every frame of the call back to the caller that keeps the
+            # error (a cycle through the frames' ``f_back``), and a check raises thousands:
+            # cyclic garbage that only the collector frees, a fifth of a check's time.
+            error.__traceback__ = None
         return None, error
 
 

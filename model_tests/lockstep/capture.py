@@ -122,3 +122,12 @@ def finish(machine: Any, level: Level, *, safety: bool | None = None) -> RunReco
     if hook is not None:
         hook(record)
     return record
+
+
+def let_go(machine: Any) -> None:
+    """Drop everything a machine holds, once its run's record is made (``finish``). Hypothesis
+    keeps a finished machine in reference cycles (its rule strategy, the run's data) that only
+    Python's collector breaks, and all the machine holds (both sides, the session's steps, every
+    state and view of the run) would wait for that too, counting towards the collector's next
+    pass: dropped here, they are freed at once."""
+    machine.__dict__.clear()

@@ -11,6 +11,7 @@ checked that the choice was allowed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
@@ -106,6 +107,9 @@ class IsomorphicManagerSession:
         self._viewed: tuple[object, ManagerView] = (self.model.state, self.model.view())
         self.seen = self.observe(self.model_view())
         self._placed: tuple[object, Observation | None, list[Slot]] = (None, None, [])
+        self._sequence_places: dict[int, list[Place]] = {}
+        """Each sequence's places, made once: every call places every block of both sides'
+        tables (a ``Place`` is a value; the same one serves every call)."""
 
     def model_view(self) -> ManagerView:
         """The model's view, drawn once per state: the reference's states are frozen, so a
@@ -125,14 +129,16 @@ class IsomorphicManagerSession:
 
     def call(self, call: ManagerCall[T]) -> T | PagedKVError:
         method, args = call.name, call.args
-        shown = show_call(method, args)
+
+        def shown() -> str:  # written out only for a message
+            return show_call(method, args)
+
         saved = self.model.state
         before = self.model_view()
         target_result, target_error = run_call(self.target, call)
         target_result = self.answers.take(call, shown, target_result, target_error is not None)
         prefer: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
         previous = self._placed_before(before)
-        held_before = self._holders(previous)
         for _ in range(MAX_ATTEMPTS):
             self.model.state = saved
             self.model.pick = self._picker(prefer)
@@ -142,20 +148,24 @@ class IsomorphicManagerSession:
                 self.model.pick = lowest_ids
             if model_error is not None or target_error is not None:
                 return self._failed(
-                    method, args, (model_result, model_error), (target_result, target_error)
+                    method, args, shown, (model_result, model_error), (target_result, target_error)
                 )
             after = self.model_view()
             observed = self.observe(after)
             slots = self._positions(after, observed)
-            released = self._released(held_before, after, slots)
+            released = self._released(previous, after, slots)
             for device, evicted in self._evicted_by_both(before, after, slots).items():
                 released[device] |= evicted
+            agreed = self._agreed(slots, released)
+            if agreed:
+                break  # most calls: nothing to bind, nothing the target evicted otherwise
             wanted = self._align(before, slots, previous, released, bind=False)
             if all(wanted[d] <= prefer[d] for d in DEVICES):
                 break
             for device in DEVICES:
                 prefer[device] |= wanted[device]
-        self._align(before, slots, previous, released, bind=True)
+        if not agreed:
+            self._align(before, slots, previous, released, bind=True)
         self._compare_result(method, args, before, model_result, target_result)
         self._compare_counts(method, args, after, observed)
         self.answers.recheck(READ_AGAIN)
@@ -180,9 +190,11 @@ class IsomorphicManagerSession:
         self,
         method: str,
         args: tuple[Any, ...],
+        shown: Callable[[], str],
         model: tuple[Any, BaseException | None],
         target: tuple[Any, BaseException | None],
     ) -> PagedKVError:
+        """A call one side or both refused (``shown``: writes the call out, as ``show_call``)."""
         if not self.model.policy.atomic and isinstance(target[1], OutOfBlocksError):
             # The policy lets a call fail midway: the target ran out of blocks (before any check
             # the reference makes first, perhaps), and what is left, seen or not, is undefined.
@@ -190,7 +202,7 @@ class IsomorphicManagerSession:
             self.steps.append(Step(method, args, target[1]))
             return target[1]
         try:
-            model_error = shared_error(show_call(method, args), model, target)
+            model_error = shared_error(shown, model, target)
         except Divergence as divergence:
             reused = self._reused_across(method, args, model[1], target[1])
             if not reused:
@@ -200,7 +212,7 @@ class IsomorphicManagerSession:
         if now != self.seen:
             if self.model.policy.atomic:
                 raise Divergence(
-                    f"{show_call(method, args)} raised {model_error!r} but changed the target"
+                    f"{shown()} raised {model_error!r} but changed the target"
                     " (a failed call must change nothing): "
                     + "; ".join(differences(self.seen, now)),
                     "atomicity",
@@ -267,8 +279,13 @@ class IsomorphicManagerSession:
                     f" the target's {len(theirs)} ({theirs})",
                     "table",
                 )
-            for index, (mine, their) in enumerate(zip(seq.blocks, theirs, strict=True)):
-                out.append((Place("sequence", seq_id, index), device, mine, their))
+            places = self._sequence_places.get(seq_id, [])
+            if len(places) < len(theirs):
+                places = [Place("sequence", seq_id, i) for i in range(2 * len(theirs))]
+                self._sequence_places[seq_id] = places
+            # the places may run longer; the two tables' lengths are checked equal above
+            for where, mine, their in zip(places, seq.blocks, theirs, strict=False):
+                out.append((where, device, mine, their))
         mine_null = view.null_block
         theirs_null = (
             self.their_null_block() if mine_null is not None and self.their_null_block else None
@@ -332,6 +349,14 @@ class IsomorphicManagerSession:
                 )
         return wanted
 
+    def _agreed(self, slots: list[Slot], released: dict[Device, set[BlockId]]) -> bool:
+        """Whether every position already holds a bound pair and no pair was released: then
+        ``_align`` would bind nothing and want nothing evicted (most calls)."""
+        if released[Device.GPU] or released[Device.CPU]:
+            return False
+        maps = self.maps
+        return all(maps[d].to_target.get(mine) == theirs for _, d, mine, theirs in slots)
+
     @staticmethod
     def _holders(slots: list[Slot]) -> dict[tuple[Device, BlockId, int], set[Place]]:
         """Where each block sits: (device, block, 0 for the model's or 1 for the target's)."""
@@ -342,30 +367,40 @@ class IsomorphicManagerSession:
         return held
 
     def _released(
-        self,
-        held: dict[tuple[Device, BlockId, int], set[Place]],
-        after: ManagerView,
-        slots: list[Slot],
+        self, previous: list[Slot], after: ManagerView, slots: list[Slot]
     ) -> dict[Device, set[BlockId]]:
         """Pairs both sides released during this call: the model block and its target block each
         left every position it held, and the model block is not kept cached. Within one call a
         released block may be taken again (a window release then an append, a dedup then the
         next block), and which free block is taken is a free choice: their correspondence ends
-        here, as it would have at the end of the call."""
+        here, as it would have at the end of the call.
+
+        Only a model block that left one of its places (``previous``) can have left them all:
+        most calls move no block, and are done after one pass over the places."""
         now = {where: (mine, theirs) for where, _, mine, theirs in slots}
         released: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
-        for device in DEVICES:
-            cached = after.pool(device).evictable
-            for mine, theirs in self.maps[device].to_target.items():
-                was_mine = held.get((device, mine, 0), set())
-                was_theirs = held.get((device, theirs, 1), set())
-                if not was_mine or not was_theirs or mine in cached:
-                    continue
-                if any(now.get(w, (None, None))[0] == mine for w in was_mine):
-                    continue
-                if any(now.get(w, (None, None))[1] == theirs for w in was_theirs):
-                    continue
-                released[device].add(mine)
+        nowhere = (None, None)
+        left = {
+            (device, mine)
+            for where, device, mine, _ in previous
+            if now.get(where, nowhere)[0] != mine
+        }
+        if not left:
+            return released
+        held = self._holders(previous)
+        for device, mine in left:
+            theirs = self.maps[device].to_target.get(mine)
+            if theirs is None or mine in after.pool(device).evictable:
+                continue
+            was_mine = held[(device, mine, 0)]
+            was_theirs = held.get((device, theirs, 1), set())
+            if not was_theirs:
+                continue
+            if any(now.get(w, nowhere)[0] == mine for w in was_mine):
+                continue
+            if any(now.get(w, nowhere)[1] == theirs for w in was_theirs):
+                continue
+            released[device].add(mine)
         return released
 
     def _evicted_by_both(

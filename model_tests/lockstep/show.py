@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import traceback
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pagedkv.specs.content_hash import Prefix
@@ -30,6 +30,8 @@ thread, the stdio client): a frame there is not where the target failed."""
 
 def show_value(value: object) -> str:
     """Compact, readable Python-ish rendering for reports."""
+    if type(value) is int:  # most values shown (every call is written out): first, at once
+        return repr(value)
     if isinstance(value, Device | AllocStatus):
         return value.name
     if isinstance(value, ExtraKey):
@@ -79,6 +81,15 @@ def _show_request(request: Request) -> str:
 
 def show_call(op: str, args: Sequence[object]) -> str:
     return f"{op}({', '.join(show_value(a) for a in args)})"
+
+
+Shown = str | Callable[[], str]
+"""A call as a report writes it, or the way to write it: a session passes the way, and the text
+is written only for a message (every call would otherwise write out its arguments)."""
+
+
+def text(shown: Shown) -> str:
+    return shown if isinstance(shown, str) else shown()
 
 
 def show_error(error: BaseException) -> str:

@@ -24,6 +24,7 @@ from pagedkv.model_tests.lockstep.defrag_isomorphic_session import IsomorphicDef
 from pagedkv.model_tests.lockstep.defrag_safety_session import DefragSafetySession
 from pagedkv.model_tests.machines.defrag_draws import MISUSES, defrag_configs
 from pagedkv.model_tests.machines.draws import BOOLEANS, integers, sampled
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.lockstep_machine import LockstepMachine
 from pagedkv.reference.defrag_adapter import ReferenceDefragmenter
 from pagedkv.specs import defrag_calls as calls
@@ -112,7 +113,7 @@ class DefragLockstep(LockstepMachine):
 
     # --- the engine's calls -----------------------------------------------------------------
 
-    @rule(data=st.data())
+    @rule(data=DATA)
     def update(self, data: st.DataObject) -> None:
         """``update_state`` with the tables that changed this step and those that finished."""
         changed: dict[TableKey, list[BlockId]] = {}
@@ -137,7 +138,7 @@ class DefragLockstep(LockstepMachine):
         pairs = self.succeeded(calls.defragment())
         event(f"outcome: {'some' if pairs else 'no'} exchanges")
 
-    @rule(data=st.data())
+    @rule(data=DATA)
     def query(self, data: st.DataObject) -> None:
         """What an engine asks before the model runs: a table resolved, an id either way."""
         which = data.draw(sampled(("resolve", "unresolve", "resolve_all")), label="query")
@@ -149,7 +150,7 @@ class DefragLockstep(LockstepMachine):
             self.succeeded(calls.resolve_all([list(t) for t in self.tables.values()]))
 
     @precondition(lambda self: type(self).contract == "any")
-    @rule(kind=sampled(MISUSES), data=st.data())
+    @rule(kind=sampled(MISUSES), data=DATA)
     def misuse(self, kind: str, data: st.DataObject) -> None:
         """A call the spec refuses: the session holds the target to a typed error and to no
         change. Keys in a malformed ``changed`` are strings, so that a trace can write it."""

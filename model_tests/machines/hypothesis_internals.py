@@ -43,6 +43,16 @@ it on the new release.
    ``ScopedDatabase`` learns the key from that first fetch, to store a failure (item 4) where
    the next check's replay reads. The key is Hypothesis's digest of the machine class, the same
    in every process for the same code.
+6. **A rule's interactive draws** (``hypothesis.strategies._internal.core``: ``DataStrategy``,
+   ``DataObject`` and its ``conjecture_data``). ``DataObject.draw`` wraps every draw in a check
+   that the strategy left the global ``random`` alone (two ``random.getstate()`` copies of the
+   Mersenne state and a comparison of them) and records the draw for the ``explain`` phase, which
+   a check does not run; at tens of thousands of draws a check, that was a tenth of its time.
+   ``DATA`` is ``st.data()`` whose ``draw`` goes to ``conjecture_data.draw`` directly: the same
+   choices and the same spans (its own span has ``st.data()``'s label), so a seed makes the same
+   runs. Where Hypothesis notes each draw for a report (a falsifying example replayed at
+   ``Verbosity.normal`` and above), it draws as ``st.data()`` does. Considered: a ``draw``
+   helper at each of the machines' hundred draws (the same, spread over every rule).
 
 Not internals, though they look it: ``@seed`` applied to a state machine class (documented in
 ``hypothesis.seed``'s docstring; it sets the ``_hypothesis_internal_use_seed`` attribute that
@@ -55,14 +65,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from hypothesis import seed as seeded
 from hypothesis import settings as Settings
-from hypothesis.control import current_build_context
+from hypothesis.control import current_build_context, should_note
 from hypothesis.database import ExampleDatabase, choices_to_bytes
 from hypothesis.internal.conjecture import engine, providers
 from hypothesis.internal.constants_ast import Constants
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+from hypothesis.strategies import SearchStrategy
+from hypothesis.strategies._internal.core import DataObject, DataStrategy
 
 from pagedkv.model_tests.lockstep.capture import RunHook, RunRecord
 
@@ -87,6 +100,39 @@ def shrinking_for(seconds: float) -> Iterator[None]:
         yield
     finally:
         engine.MAX_SHRINKING_SECONDS = before
+
+
+Drawn = TypeVar("Drawn")
+
+
+class QuickDataObject(DataObject):
+    """``st.data()``'s object, drawing straight from the run's choices (item 6)."""
+
+    def __init__(self, shared: DataObject) -> None:
+        super().__init__(shared.conjecture_data)
+        self.shared = shared
+        """The run's own ``st.data()`` object (Hypothesis's stateful runner draws one first):
+        it numbers the draws a report lists."""
+
+    def draw(self, strategy: SearchStrategy[Drawn], label: Any = None) -> Drawn:
+        if should_note():  # a report lists the draws: draw as st.data() does
+            return self.shared.draw(strategy, label)
+        return self.conjecture_data.draw(strategy)
+
+
+class _QuickDataStrategy(DataStrategy):
+    """``st.data()``, drawing a ``QuickDataObject``; under ``st.data()``'s label (item 6)."""
+
+    def do_draw(self, data: Any) -> DataObject:
+        shared: DataObject = super().do_draw(data)  # type: ignore[no-untyped-call]
+        return QuickDataObject(shared)
+
+    def calc_label(self) -> int:
+        return DataStrategy().label
+
+
+DATA: SearchStrategy[DataObject] = _QuickDataStrategy()
+"""``st.data()`` for the machines' rules: the same runs, without the per-draw check (item 6)."""
 
 
 class _LeaveSearch(BaseException):

@@ -28,6 +28,7 @@ from pagedkv.model_tests.machines.draws import (
     sampled,
     small_tokens,
 )
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.kv_harness import AbstractKV, CachedPrefixes, KVSide, Writer
 from pagedkv.model_tests.machines.lockstep_machine import LockstepMachine
 from pagedkv.model_tests.machines.manager_draws import (
@@ -87,7 +88,7 @@ class ManagerMachineBase(LockstepMachine):
     def scheduler(self) -> bool:
         return self.contract == "scheduler"
 
-    @initialize(target=GROUPS, config=manager_configs, off=swarms, data=st.data())
+    @initialize(target=GROUPS, config=manager_configs, off=swarms, data=DATA)
     def create_managers(
         self, config: ManagerConfig, off: frozenset[str], data: st.DataObject
     ) -> Any:
@@ -114,7 +115,9 @@ class ManagerMachineBase(LockstepMachine):
         if self.defragmenting and self.model is not None:
             self.defrag = data.draw(defrag_configs(config.num_gpu_blocks), label="defragmenter")
         self.model_kv: KVSide = AbstractKV(config, self.defrag)
-        self.views = Views(self.model, self.target)
+        session = self.session
+        shared = session.model_view if isinstance(session, IsomorphicManagerSession) else None
+        self.views = Views(self.model, self.target, shared)  # the session's views of the model
         make_kv = type(self).target_kv
         self.target_side: KVSide | None = None if make_kv is None else make_kv(config, self.defrag)
         self.prefixes = CachedPrefixes()
@@ -276,5 +279,8 @@ class ManagerMachineBase(LockstepMachine):
         return False
 
     def teardown(self) -> None:
-        self.hand_over_scores()
-        capture.finish(self, "manager")
+        try:
+            self.hand_over_scores()
+            capture.finish(self, "manager")
+        finally:
+            capture.let_go(self)

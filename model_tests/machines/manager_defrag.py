@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 
 from pagedkv.model_tests.machines.draws import BOOLEANS
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.kv_harness import gpu_tables, table_changes
 from pagedkv.model_tests.machines.manager_base import ManagerMachineBase
 from pagedkv.specs import invariants
@@ -48,7 +49,7 @@ class Defragmentation(ManagerMachineBase):
                 side.update_tables(changed, finished)
 
     @precondition(lambda self: getattr(self, "defrag", None) is not None)
-    @rule(data=st.data())
+    @rule(data=DATA)
     def defragment(self, data: st.DataObject) -> None:
         """``defragment()`` at any point; sometimes a request on the GPU finishes first (all its
         sequences freed), which is what leaves holes below live blocks in a serving engine."""

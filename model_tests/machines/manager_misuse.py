@@ -11,6 +11,7 @@ from hypothesis.stateful import precondition, rule
 
 from pagedkv.model_tests.lockstep.calls import construction_outcome
 from pagedkv.model_tests.machines.draws import integers, sampled
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.manager_base import GROUPS, ManagerMachineBase
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import manager_calls as calls
@@ -25,7 +26,7 @@ class Misuse(ManagerMachineBase):
     """The calls and configurations both sides must refuse alike."""
 
     @precondition(lambda self: self.mode != "safety" and not self.scheduler)
-    @rule(group=GROUPS, data=st.data())
+    @rule(group=GROUPS, data=DATA)
     def misuse(self, group: int, data: st.DataObject) -> None:
         """A call the spec refuses (checked against the reference; the safety tier leaves
         argument checking to the policy)."""

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 from pagedkv.model_tests.machines.draws import BOOLEANS, integers, sampled
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.manager_base import GROUPS
 from pagedkv.model_tests.machines.manager_invariants import pair_problems
 from pagedkv.model_tests.machines.manager_steering import Steering
@@ -26,11 +27,11 @@ class ProtocolRules(Steering):
     """The protocol's calls, as a scheduler (or, under the ``any`` contract, any caller) makes
     them."""
 
-    @rule(target=GROUPS, data=st.data())
+    @rule(target=GROUPS, data=DATA)
     def allocate(self, data: st.DataObject) -> int:
         return self._admit(self._prompt(data), data)
 
-    @rule(target=GROUPS, group=GROUPS, data=st.data())
+    @rule(target=GROUPS, group=GROUPS, data=DATA)
     def next_turn(self, group: int, data: st.DataObject) -> int:
         """A conversation's next turn: the request finishes (its cached blocks wait in the
         evictor, or stay shared), and a new one arrives whose prompt is the old sequence's
@@ -46,7 +47,7 @@ class ProtocolRules(Steering):
         more = data.draw(integers(1, self.config.block_size), label="new tokens")
         return self._admit([*history, *self._tokens(data, len(history), more)], data, key)
 
-    @rule(group=GROUPS, data=st.data())
+    @rule(group=GROUPS, data=DATA)
     def append_slots(self, group: int, data: st.DataObject) -> None:
         """One decode step for a group: ask, then append to each of its sequences."""
         lookaheads = (0, 0, 1, 2) if self._lookahead_on() else (0,)
@@ -112,7 +113,7 @@ class ProtocolRules(Steering):
         for seq_id in self.ledger.members(group):
             self.both(calls.free(seq_id))
 
-    @rule(group=GROUPS, data=st.data())
+    @rule(group=GROUPS, data=DATA)
     def fork(self, group: int, data: st.DataObject) -> None:
         members = self.ledger.members(group)
         if not members or not self.policy.copy_on_write:  # a fork shares a partial last block
@@ -123,7 +124,7 @@ class ProtocolRules(Steering):
         self.both(calls.fork(parent, self.fresh_id()))
         self._steer_sharing()
 
-    @rule(group=GROUPS, data=st.data())
+    @rule(group=GROUPS, data=DATA)
     def free(self, group: int, data: st.DataObject) -> None:
         members = self.ledger.members(group)
         if not members:
@@ -207,7 +208,7 @@ class ProtocolRules(Steering):
                 f"can_swap_in said OK with {lookahead} lookahead slots, then {result!r}"
             )
 
-    @rule(group=GROUPS, data=st.data(), step=sampled((0.0, 1.0, 2.0)))
+    @rule(group=GROUPS, data=DATA, step=sampled((0.0, 1.0, 2.0)))
     def access(self, group: int, data: st.DataObject, step: float) -> None:
         if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
             return
@@ -224,7 +225,7 @@ class ProtocolRules(Steering):
             return
         self.both(calls.mark_blocks_as_computed(group))
 
-    @rule(group=GROUPS, data=st.data())
+    @rule(group=GROUPS, data=DATA)
     def ask(self, group: int, data: st.DataObject) -> None:
         members = self.ledger.members(group) or [group]
         seq_id = data.draw(st.sampled_from(members), label="sequence")

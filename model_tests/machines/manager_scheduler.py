@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 from pagedkv.model_tests.machines.draws import BOOLEANS, sampled
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.manager_base import GROUPS
 from pagedkv.model_tests.machines.manager_defrag import Defragmentation
 from pagedkv.model_tests.machines.manager_draws import FILLER_TOKEN
@@ -24,7 +25,7 @@ T = TypeVar("T")
 class SchedulerIteration(ProtocolRules, Defragmentation):
     """Whole iterations: every group decodes in turn; the pool filled, then one step there."""
 
-    @rule(data=st.data())
+    @rule(data=DATA)
     def decode_step(self, data: st.DataObject) -> None:
         """One scheduler iteration: every group on the GPU gets its decode step. This is what
         fills the pool, so it is what makes copy-on-write and window releases common. First,
@@ -43,7 +44,7 @@ class SchedulerIteration(ProtocolRules, Defragmentation):
         if self.defrag is not None:  # an engine defragments once per scheduler iteration
             self.run_defragmenters()
 
-    @rule(group=GROUPS, leave=sampled((0, 0, 1, 2, 3, 5)), data=st.data())
+    @rule(group=GROUPS, leave=sampled((0, 0, 1, 2, 3, 5)), data=DATA)
     def fill_pool(self, group: int, leave: int, data: st.DataObject) -> None:
         """Drive the GPU to its edge on purpose, for one question: admit one-block requests
         until ``leave`` blocks are free (or admission refuses), then make one step there (a new

@@ -18,6 +18,7 @@ from pagedkv.model_tests.lockstep.pool_safety_session import PoolSafetySession
 from pagedkv.model_tests.lockstep.pool_session import IsomorphicPoolSession
 from pagedkv.model_tests.lockstep.views import Views
 from pagedkv.model_tests.machines.draws import FOLLOW_TEMPLATE, integers, small_tokens
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.lockstep_machine import LockstepMachine
 from pagedkv.model_tests.machines.pool_chains import (
     CHAINS,
@@ -70,7 +71,7 @@ class PoolMachineBase(LockstepMachine):
         config=pool_configs,
         keys=st.lists(st.sampled_from(EXTRA_KEYS), min_size=2, max_size=3),
         off=swarms,
-        data=st.data(),
+        data=DATA,
     )
     def create_pools(
         self, config: PoolConfig, keys: list[ExtraKey], off: frozenset[str], data: st.DataObject

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from pagedkv.model_tests.lockstep.calls import construction_outcome
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.pool_base import PoolMachineBase
 from pagedkv.model_tests.machines.pool_chains import CHAINS, Chain
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
@@ -31,7 +32,7 @@ class PoolMisuse(PoolMachineBase):
     @precondition(lambda self: self.mode != "safety" and self.contract != "scheduler")
     @rule(
         chain=CHAINS,
-        data=st.data(),
+        data=DATA,
         kind=st.sampled_from(["unheld block", "too many tokens", "bad argument", "bad batch"]),
     )
     def misuse(self, chain: Chain, data: st.DataObject, kind: str) -> None:

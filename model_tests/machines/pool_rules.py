@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import consumes, precondition, rule
 
 from pagedkv.model_tests.machines.draws import SAMPLE
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.pool_base import PoolMachineBase
 from pagedkv.model_tests.machines.pool_chains import CHAINS, EXTRA_KEYS, TEMPLATE, Chain
 from pagedkv.specs import pool_calls as calls
@@ -31,13 +32,13 @@ class PoolRules(PoolMachineBase):
         self.live.append(chain)
         return chain
 
-    @rule(chain=CHAINS, data=st.data())
+    @rule(chain=CHAINS, data=DATA)
     def grow(self, chain: Chain, data: st.DataObject) -> None:
         """One pool operation that lengthens the chain: append into its open last block, or
         add a block (immutable when a full block's worth of tokens is at hand)."""
         self._grow(chain, data)
 
-    @rule(data=st.data())
+    @rule(data=DATA)
     def decode_step(self, data: st.DataObject) -> None:
         """Every live chain grows by one operation, as in one iteration of a serving engine's
         scheduler: this is what fills the pool, so it is what makes eviction happen."""
@@ -187,14 +188,14 @@ class PoolRules(PoolMachineBase):
         chain=CHAINS,
         step=st.sampled_from([0.0, 0.0, 1.0, 2.5]),
         back=st.booleans(),
-        data=st.data(),
+        data=DATA,
     )
     def mark_accessed(self, chain: Chain, step: float, back: bool, data: st.DataObject) -> None:
         self.clock += step
         now = max(0.0, self.clock - 3.0) if back else self.clock
         self.both(calls.mark_accessed(list(chain.blocks) + self._maybe_cached(data), now))
 
-    @rule(chain=CHAINS, upto=st.integers(0, 4), data=st.data())
+    @rule(chain=CHAINS, upto=st.integers(0, 4), data=DATA)
     def mark_computed(self, chain: Chain, upto: int, data: st.DataObject) -> None:
         self.both(calls.mark_computed(chain.blocks[:upto] + self._maybe_cached(data)))
 
@@ -206,7 +207,7 @@ class PoolRules(PoolMachineBase):
         block: BlockId = data.draw(st.sampled_from(cached), label="cached block")
         return [block]
 
-    @rule(chain=CHAINS, data=st.data())
+    @rule(chain=CHAINS, data=DATA)
     def mark_computed_anywhere(self, chain: Chain, data: st.DataObject) -> None:
         """Any of a chain's blocks, not only a leading run (``block_pool.md`` mark_computed): a
         computed list with a gap, which ``common_computed_prefix`` must stop at."""
@@ -223,7 +224,7 @@ class PoolRules(PoolMachineBase):
         return [] if view is None else sorted(view.evictable)
 
     @precondition(lambda self: bool(self._cached_unheld()))
-    @rule(data=st.data(), step=st.sampled_from([0.0, 1.0, 2.5]), computed=st.booleans())
+    @rule(data=DATA, step=st.sampled_from([0.0, 1.0, 2.5]), computed=st.booleans())
     def touch_cached(self, data: st.DataObject, step: float, computed: bool) -> None:
         """A block nobody holds but the cache keeps: an access moves it in the eviction order
         under the evictor, a mark makes its KV reusable (``block_pool.md`` mark_accessed,

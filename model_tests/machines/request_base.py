@@ -20,6 +20,7 @@ from pagedkv.model_tests.lockstep.request_exact_session import (
     RequestSession,
 )
 from pagedkv.model_tests.machines.draws import integers
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.lockstep_machine import LockstepMachine
 from pagedkv.model_tests.machines.request_book import RequestBook, Scheduled
 from pagedkv.model_tests.machines.request_draws import (
@@ -66,7 +67,7 @@ class RequestMachineBase(LockstepMachine):
         self.folded: Counter[CachedKey] = Counter()
         """The cached keys the events taken so far add up to."""
 
-    @initialize(data=st.data())
+    @initialize(data=DATA)
     def create_manager(self, data: st.DataObject) -> None:
         config = data.draw(request_configs(self.group_kind, self.block_sizes), label="config")
         self.config = config

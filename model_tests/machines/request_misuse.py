@@ -11,6 +11,7 @@ from hypothesis.stateful import rule
 
 from pagedkv.model_tests.lockstep.calls import Divergence
 from pagedkv.model_tests.machines.draws import sampled
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.request_base import RequestMachineBase
 from pagedkv.model_tests.machines.request_book import Scheduled
 from pagedkv.specs import request_calls as calls
@@ -43,7 +44,7 @@ MISUSES = (
 
 
 class MisuseRules(RequestMachineBase):
-    @rule(kind=sampled(MISUSES), data=st.data())
+    @rule(kind=sampled(MISUSES), data=DATA)
     def misuse(self, kind: str, data: st.DataObject) -> None:
         live = self.book.live()
         chosen = self.pick(data, live, "request") if live else None

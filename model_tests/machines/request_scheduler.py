@@ -22,6 +22,7 @@ from hypothesis.stateful import precondition, rule
 
 from pagedkv.model_tests.lockstep.calls import Divergence
 from pagedkv.model_tests.machines.draws import BOOLEANS, integers, sampled, small_tokens
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.request_book import Scheduled
 from pagedkv.model_tests.machines.request_checks import answer_problems, none_problems
 from pagedkv.model_tests.machines.request_draws import (
@@ -59,7 +60,7 @@ class Work:
 
 class SchedulerRules(RequestSteering):
     @precondition(lambda self: len(self.book.live()) < MAX_LIVE)
-    @rule(burst=sampled((1, 1, 2, 3)), data=st.data())
+    @rule(burst=sampled((1, 1, 2, 3)), data=DATA)
     def add_requests(self, burst: int, data: st.DataObject) -> None:
         """One to three requests arrive at once (so that several run together), now and then
         with the first one's prompt (``twin_of``)."""
@@ -121,7 +122,7 @@ class SchedulerRules(RequestSteering):
         count = data.draw(integers(low, max(low, high)), label="new tokens")
         return list(data.draw(small_tokens(count, 3), label="tokens"))
 
-    @rule(iterations=sampled((1, 1, 2, 3)), data=st.data())
+    @rule(iterations=sampled((1, 1, 2, 3)), data=DATA)
     def schedule(self, iterations: int, data: st.DataObject) -> None:
         """One to three engine iterations."""
         for _ in range(iterations):
@@ -320,7 +321,7 @@ class SchedulerRules(RequestSteering):
         self.read_counts()
 
     @precondition(lambda self: bool(self.book.live()))
-    @rule(data=st.data())
+    @rule(data=DATA)
     def abort(self, data: st.DataObject) -> None:
         """A request aborted, waiting (the manager may not know it) or running."""
         request = self.pick(data, self.book.live(), "aborted")

@@ -26,6 +26,7 @@ from pagedkv.model_tests.lockstep.request_isomorphic_session import IsomorphicRe
 from pagedkv.model_tests.lockstep.request_reading import RequestReading
 from pagedkv.model_tests.lockstep.request_safety_session import RequestSafetySession
 from pagedkv.model_tests.machines.draws import sampled
+from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.machines.request_machine import RequestLockstep
 from pagedkv.model_tests.machines.request_misuse import MISUSES
@@ -72,14 +73,14 @@ class OracleRequestLockstep(RequestLockstep):
     """``scheduler``: no calls meant to fail (``specs/oracle.md`` §1)."""
 
     @precondition(lambda self: type(self).tier != "safety" and type(self).contract == "any")
-    @rule(kind=sampled(MISUSES), data=st.data())
+    @rule(kind=sampled(MISUSES), data=DATA)
     def misuse(self, kind: str, data: st.DataObject) -> None:
         """Calls that must fail, with the spec's error: not under the safety tier (a target
         may refuse them with any typed error) nor the scheduler contract (no scheduler makes
         them)."""
         super().misuse(kind, data)
 
-    @initialize(data=st.data())
+    @initialize(data=DATA)
     def create_manager(self, data: st.DataObject) -> None:
         layout = data.draw(st.sampled_from(type(self).layouts), label="group layout")
         self.__dict__["group_kind"] = layout  # this run's, shadowing the class's one layout

@@ -26,6 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, rule
 from pagedkv.model_tests.lockstep.capture import RunHook, RunRecord
 from pagedkv.model_tests.machines import hypothesis_internals
 from pagedkv.model_tests.machines.hypothesis_internals import (
+    DATA,
     TESTED,
     ScopedDatabase,
     leaving_when,
@@ -153,6 +154,55 @@ def test_a_seeded_search_makes_the_same_runs_again() -> None:
     assert len(first) >= 8
     assert calls_of(7) == first, "the same seed made other runs: @seed on a machine class?"
     assert calls_of(8) != first
+
+
+# --- item 6: the rules' interactive draws --------------------------------------------------------
+
+
+def _drawn_by(data_strategy: st.SearchStrategy[Any], seed: int) -> list[Any]:
+    """Every value a seeded search's rules draw through ``data_strategy`` (as ``st.data()``),
+    long enough for Hypothesis to mutate runs it made (which reads their spans' labels)."""
+    drawn: list[Any] = []
+
+    class Drawing(RuleBasedStateMachine):
+        @rule(data=data_strategy)
+        def small(self, data: Any) -> None:
+            drawn.append(type(data).__name__)
+            drawn.append(data.draw(st.integers(0, 9)))
+
+        @rule(data=data_strategy)
+        def listed(self, data: Any) -> None:
+            size = data.draw(st.integers(0, 3))
+            drawn.append(data.draw(st.lists(st.booleans(), min_size=size, max_size=size)))
+
+    run_search(Drawing, seed=seed, settings=settings(QUIET, max_examples=60))
+    return drawn
+
+
+def test_data_draws_what_st_data_draws() -> None:
+    """``DATA`` makes the same runs as ``st.data()``: the same values, drawn in the same order,
+    over a search long enough to mutate (its spans carry ``st.data()``'s label)."""
+    assert DATA.label == st.data().label
+    for seed in (0, 1):
+        quick, plain = _drawn_by(DATA, seed), _drawn_by(st.data(), seed)
+        assert "QuickDataObject" in quick, "DATA drew with st.data()'s own object"
+        assert [v for v in quick if v != "QuickDataObject"] == [
+            v for v in plain if v != "DataObject"
+        ]
+
+
+def test_data_draws_as_st_data_does_where_a_report_lists_the_draws() -> None:
+    """A falsifying example replayed for a report (``Verbosity.normal``) still lists each draw."""
+
+    @settings(QUIET, verbosity=Verbosity.normal, max_examples=5)
+    @given(DATA)
+    def fails(data: Any) -> None:
+        data.draw(st.integers(0, 3), label="a number")
+        raise ValueError("planted")
+
+    with pytest.raises(ValueError, match="planted") as raised:
+        fails()
+    assert any("Draw 1 (a number):" in note for note in raised.value.__notes__)
 
 
 def test_a_search_is_left_after_the_run_the_hook_says_no_to() -> None:
