@@ -553,17 +553,7 @@ class OptimizedBlockSpaceManager:
                 seq_id: (table.group.group_id, table.tokens, table.blocks)
                 for seq_id, table in self._tables.items()
             },
-            {
-                group_id: (
-                    tuple(group.members),
-                    group.device,
-                    group.extra_key,
-                    group.encoder_tokens,
-                    group.cross_blocks,
-                    group.device,
-                )
-                for group_id, group in self._groups.items()
-            },
+            {group_id: group.fields() for group_id, group in self._groups.items()},
             self._null_block,
         )
 

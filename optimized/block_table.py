@@ -46,6 +46,7 @@ from functools import lru_cache
 
 from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.specs.accounting import blocks_touched_by_append
+from pagedkv.specs.compact_state import GroupFields
 from pagedkv.specs.content_hash import ROOT, BlockHasher
 from pagedkv.specs.types import BlockHash, BlockId, Device, ExtraKey, Token
 
@@ -320,6 +321,13 @@ class SequenceGroup:
     def seq_ids(self) -> tuple[int, ...]:
         """The live sequences, in the group's order."""
         return tuple(self.members)
+
+    def fields(self) -> GroupFields:
+        """The group as the compact state holds it (``specs/compact_state.py``): the cross
+        table lives with the group, so it is on the group's device."""
+        device = self.device
+        members = tuple(self.members)
+        return (members, device, self.extra_key, self.encoder_tokens, self.cross_blocks, device)
 
 
 @lru_cache(maxsize=1024)

@@ -55,17 +55,7 @@ class IncrementalCompact:
             self.pool(Device.GPU, self.gpu, on_gpu),
             self.pool(Device.CPU, self.cpu, on_cpu),
             seqs,
-            {
-                group_id: (
-                    tuple(group.members),
-                    group.device,
-                    group.extra_key,
-                    group.encoder_tokens,
-                    group.cross_blocks,
-                    group.device,
-                )
-                for group_id, group in live.groups.items()
-            },
+            {group_id: group.fields() for group_id, group in live.groups.items()},
             manager.get_null_block(),
         )
 
