@@ -631,7 +631,9 @@ def _soak_report(
     """What ``soak`` prints, and the command that replays its trace (if one was written)."""
     mode = "exact mode" if exact else "isomorphic mode"
     if result.model != soak_model.REFERENCE.name:
-        mode += f", the {result.model} manager as the model, the reference confirming"
+        mode += (
+            f", the {result.model} manager as the model, the reference confirming any divergence"
+        )
     groups = f", groups {','.join(layouts)}" if level == "request" else ""
     title = f"pagedkv soak {target} ({level} level{groups}, {mode}, seed {seed})"
     rate = result.steps / result.seconds if result.seconds else 0.0
@@ -645,6 +647,14 @@ def _soak_report(
                 f" {result.states_compared} times), the views, the invariants and the"
                 f" compact states built fresh every {CHECKPOINT} steps"
                 f" ({result.checkpoints} times)"
+                + (
+                    f"; the target's kept compact state was found stale {len(result.stale)}"
+                    " time(s) (a subclass changing what the optimized manager's kept state"
+                    " reads): replayed fresh with no divergence, and read fresh after every"
+                    " call since"
+                    if result.stale
+                    else ""
+                )
                 if result.states_compared
                 else f"results compared at every step, the whole state and the invariants every"
                 f" {CHECKPOINT} steps ({result.checkpoints} times)"

@@ -203,7 +203,7 @@ OPTIMIZED = Model(
 Reader = Callable[[], CompactManager]
 
 
-def compact_reader(target: Any) -> tuple[Reader, Reader | None]:
+def compact_reader(target: Any, keep: bool = True) -> tuple[Reader, Reader | None]:
     """How to read a target's whole state, compact, after every call, and fresh at a checkpoint
     (None: the first keeps nothing between calls). Where the target's ``compact`` and ``view``
     are the optimized manager's: its compact state kept between calls (``IncrementalCompact``,
@@ -212,7 +212,8 @@ def compact_reader(target: Any) -> tuple[Reader, Reader | None]:
     its ``view`` is rendered (so the two cannot disagree). For any other target
     ``compact_manager`` of its ``view``, which loses nothing of it and keeps nothing.
     ``target`` may be guarded (``guard.py``): its class is looked at through the guard, its
-    methods are called through it."""
+    methods are called through it. ``keep=False``: nothing kept, the target's own ``compact``
+    after every call (a subclass whose kept state went stale: ``soak``)."""
     found = type(unguarded(target))
     if (
         issubclass(found, OptimizedBlockSpaceManager)
@@ -220,6 +221,8 @@ def compact_reader(target: Any) -> tuple[Reader, Reader | None]:
         and found.view is OptimizedBlockSpaceManager.view
     ):
         fresh: Reader = target.compact
+        if not keep:
+            return fresh, None
         kept = as_its_call(target, "compact", IncrementalCompact, unguarded(target))
         if unguarded(target) is not target:
             return partial(as_its_call, target, "compact", kept), fresh

@@ -178,3 +178,28 @@ def test_a_stale_kept_state_with_no_divergence_is_pagedkvs_bug_never_a_pass(
     assert result.stale, "the planted fingerprint went unnoticed"
     assert result.failure is None and not result.passed
     assert result.own_bug is not None and "missed a change" in result.own_bug
+
+
+class Twin(OptimizedBlockSpaceManager):
+    """A correct subclass: its kept state is read as the optimized manager's."""
+
+
+def test_a_subclass_whose_kept_state_goes_stale_is_read_fresh_and_can_pass(
+    stale_fingerprint: None,
+) -> None:
+    """A subclass may change what the kept state's fingerprint reads (a pool of its own made
+    anew): where the replay finds no divergence, the target is not wrong and pagedkv is not
+    either; the soak reads the target's own compact state after every call from then on."""
+    result = soak.soak(Twin, STEPS, 1, exact=True, model=REFERENCE)
+    assert result.stale, "the planted fingerprint went unnoticed"
+    assert all("the target's kept" in stale for stale in result.stale)
+    assert len(result.stale) == 1, "the target's state is kept no longer after the first"
+    assert result.passed, (result.failure, result.own_bug)
+
+
+def test_the_models_stale_kept_state_stays_pagedkvs_bug_under_a_subclass(
+    stale_fingerprint: None,
+) -> None:
+    result = soak.soak(Twin, STEPS, 1, exact=True, model=OPTIMIZED)
+    assert not result.passed and result.failure is None
+    assert result.own_bug is not None and "the model's" in result.own_bug
