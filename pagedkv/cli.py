@@ -602,7 +602,7 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
     code = EXIT_PASS if result.passed else EXIT_FAIL
     if result.own_bug is not None:  # pagedkv's bug, not the target's (specs/oracle.md §6)
         code = EXIT_ERROR
-    if files.wanted:
+    if files.wanted and code != EXIT_ERROR:  # an exit 2 has no verdict file (verdict_json.py)
         verdict = soak_verdict(
             result,
             report,

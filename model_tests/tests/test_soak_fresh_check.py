@@ -9,10 +9,13 @@ misses it, the checkpoint does not."""
 
 from __future__ import annotations
 
+import io
 import time
+from pathlib import Path
 
 import pytest
 
+from pagedkv import cli
 from pagedkv.model_tests.lockstep.calls import Divergence
 from pagedkv.model_tests.oracle import soak
 from pagedkv.model_tests.oracle.guard import guard
@@ -203,3 +206,18 @@ def test_the_models_stale_kept_state_stays_pagedkvs_bug_under_a_subclass(
     result = soak.soak(Twin, STEPS, 1, exact=True, model=OPTIMIZED)
     assert not result.passed and result.failure is None
     assert result.own_bug is not None and "the model's" in result.own_bug
+
+
+def test_the_command_line_says_error_and_writes_no_verdict_file(
+    stale_fingerprint: None, tmp_path: Path
+) -> None:
+    """pagedkv's own bug is an exit 2, which has no verdict file (``verdict_json.VERDICTS``):
+    a file written with the code's verdict would say 'stale', a word the schema keeps for a
+    replayed trace."""
+    out, err = io.StringIO(), io.StringIO()
+    verdict = tmp_path / "verdict.json"
+    argv = ["soak", "--steps", "3000", "--seed", "1", "--json", str(verdict)]
+    code = cli.main(argv, stdout=out, stderr=err)
+    assert code == 2, out.getvalue() + err.getvalue()
+    assert "a bug of pagedkv's, not the target's" in out.getvalue()
+    assert not verdict.exists()
