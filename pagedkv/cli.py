@@ -93,6 +93,7 @@ from pagedkv.model_tests.oracle.check_options import (
     seconds,
     seed_number,
     whole_number,
+    worker_count,
 )
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import close_target
@@ -832,7 +833,7 @@ def parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--workers",
-        type=whole_number(1),
+        type=worker_count,
         default=1,
         metavar="N",
         help="check N seeds at once, SEED to SEED+N-1, each with the whole budget, one process"

@@ -12,6 +12,7 @@ message (what argparse shows after ``argument --NAME:``); ``check_profile`` rais
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, get_args
 
@@ -57,6 +58,18 @@ def whole_number(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def worker_count(text: str) -> int:
+    """``--workers``: from 1 to four per CPU. Each worker is a process that loads pagedkv and the
+    target; past that, more of them only crowd the machine (100,000 gave no verdict at all)."""
+    most = 4 * (os.cpu_count() or 1)
+    value = whole_number(1)(text)
+    if value > most:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {most} (four per CPU of this machine), got {quoted(text)}"
+        )
+    return value
 
 
 seed_number = whole_number(0)
