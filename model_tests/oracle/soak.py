@@ -200,7 +200,11 @@ class Lockstep:
         when the views are. Only when they differ are the views built, to say where."""
         assert self.target_compact is not None
         self.compared += 1
-        mine, theirs = self.read_compact(), self.target_compact()
+        mine = self.read_compact()
+        try:
+            theirs = self.target_compact()
+        except Exception as error:
+            raise _unreadable(f"after {show_call(call.name, call.args)}", error) from None
         if same_parts(mine, theirs, self.agreed):
             self.agreed = (mine, theirs)
         else:
@@ -211,7 +215,14 @@ class Lockstep:
         """The model's view, once the target's has been found equal to it (exact mode)."""
         view: ManagerView = self.model.view()
         if self.exact:
-            theirs = self.target.view()
+            try:
+                theirs = self.target.view()
+            except Exception as error:
+                raise _unreadable(when, error) from None
+            if not isinstance(theirs, ManagerView):
+                raise Divergence(
+                    f"{when}: the target's view() returned {show_value(theirs)}, not a ManagerView"
+                )
             if view.comparable() != theirs.comparable():
                 raise Divergence(f"{when}: {difference(view, theirs)}")
         return view
@@ -235,11 +246,23 @@ class Lockstep:
         fresh = self.fresh_compact
         if fresh is not None and self.read_compact() != fresh(self.model):
             stale.append("the model's")
-        if self.target_fresh is not None and self.target_compact() != self.target_fresh():
-            stale.append("the target's")
+        try:
+            if self.target_fresh is not None and self.target_compact() != self.target_fresh():
+                stale.append("the target's")
+        except Exception as error:
+            raise _unreadable(when, error) from None
         if stale:
             message = f"{when}: {' and '.join(stale)} kept compact state is stale"
             raise StaleCache(message, model=stale[0] == "the model's")
+
+
+def _unreadable(when: str, error: Exception) -> Divergence:
+    """The target's own ``view`` or ``compact`` failed while its state was read: the target's
+    failure (exact mode needs them), not pagedkv's."""
+    return Divergence(
+        f"{when}: reading the target's whole state (its view(), or compact()) raised"
+        f" {type(error).__name__}: {error}"
+    )
 
 
 class StaleCache(Exception):
