@@ -1,0 +1,35 @@
+"""A soak's divergence that ``pagedkv replay`` does not show (exact mode: replay compares
+isomorphically, and would PASS) is offered as no replay command, in the report or the verdict
+file: a CI job that reran it would turn a known-bad target green."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pagedkv import cli
+from pagedkv.model_tests.oracle.soak import SoakResult
+from pagedkv.specs.types import ManagerConfig
+
+
+@pytest.mark.parametrize("replays", [True, False])
+def test_a_replay_command_is_offered_only_where_replay_shows_the_divergence(
+    replays: bool,
+) -> None:
+    result = SoakResult(
+        steps=10,
+        episodes=1,
+        failure="after free(1): differs",
+        config=ManagerConfig(block_size=2, num_gpu_blocks=4, num_cpu_blocks=2),
+        trace_path=Path("t.jsonl"),
+        replays=replays,
+    )
+    report, hint = cli._soak_report(result, "mine:Target", "manager", (), True, 7)
+    said = report.plain()
+    if replays:
+        assert hint is not None and hint.startswith("pagedkv replay t.jsonl")
+        assert f"replay: {hint}" in said
+    else:
+        assert hint is None and "pagedkv replay t.jsonl" not in said
+        assert "does not show" in said and "seed 7" in said
