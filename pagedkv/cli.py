@@ -725,8 +725,8 @@ def _soak_report(
             report.notes.append(f"replay: {hint}")
         else:  # offered nowhere, the verdict file included: that replay would PASS
             report.notes.append(
-                "note: an exact-mode divergence, which pagedkv replay (it compares"
-                " isomorphically) does not show: the trace holds the calls that lead to it;"
+                f"note: an exact-mode divergence: {command} compares isomorphically and does"
+                " not show it (it would pass); the trace holds the calls that lead to it, and"
                 f" this soak with seed {seed} shows it again"
             )
     return report, hint
