@@ -25,13 +25,14 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from pagedkv.model_tests.lockstep.answers import Answers
 from pagedkv.model_tests.lockstep.calls import (
     Divergence,
     TargetStopped,
-    exact_answer,
     run_call,
     shared_error,
 )
@@ -156,6 +157,9 @@ class Lockstep:
         self.agreed: tuple[CompactManager, CompactManager] | None = None
         """The last two compact states found equal (``same_parts``)."""
         self.compared = 0
+        self.answers = Answers(self.target, "manager")
+        """The target's answers as values, a list held to what it said one call later (a list
+        reused for the next answer is a divergence, as under ``check``: ``specs/oracle.md`` §1)."""
         self.session: IsomorphicManagerSession | None = None
         self.calls: list[RecordedCall] = []
 
@@ -177,15 +181,15 @@ class Lockstep:
             return self.session.call(call)
         result, error = run_call(self.model, call, detach=False)  # the model keeps no argument
         answer, their_error = run_call(self.target, call)
+        shown = partial(show_call, method, args)  # written out only for a message
         if error is not None or their_error is not None:
-            shared = shared_error(show_call(method, args), (result, error), (answer, their_error))
+            shared = shared_error(shown(), (result, error), (answer, their_error))
+            self.answers.take(call, shown, None, raised=True)  # the answer before, read again
             if self.target_compact is not None:  # a failed call must have changed nothing
                 self.same_state(call)
             return shared
-        try:
-            theirs = exact_answer("manager", method, method, answer)
-        except Divergence:  # again, to name the whole call (written out only when needed)
-            theirs = exact_answer("manager", method, show_call(method, args), answer)
+        # its value at the call; a list is read again one call later (``answers.py``)
+        theirs = self.answers.take(call, shown, answer, raised=False)
         if codec.exact_result("manager", method, result) != theirs:
             raise Divergence(
                 f"{show_call(method, args)}: the reference returned {show_value(result)},"

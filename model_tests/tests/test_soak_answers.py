@@ -1,0 +1,32 @@
+"""An exact-mode soak holds a target's answers to what they said, as ``check`` does
+(``lockstep/answers.py``, ``specs/oracle.md`` §1): a list handed back and then overwritten by the
+next answer is a divergence, though each answer was right when it was given."""
+
+from __future__ import annotations
+
+from pagedkv.model_tests.lockstep.answers import REUSED
+from pagedkv.model_tests.oracle import soak
+from pagedkv.model_tests.oracle.soak_model import OPTIMIZED
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.specs.types import BlockId, ManagerConfig
+
+
+class ReusesList(OptimizedBlockSpaceManager):
+    """Every block table is answered in one list, overwritten by the next answer."""
+
+    def __init__(self, config: ManagerConfig) -> None:
+        super().__init__(config)
+        self.answer: list[BlockId] = []
+
+    def get_block_table(self, seq_id: int) -> list[BlockId]:
+        self.answer[:] = super().get_block_table(seq_id)
+        return self.answer
+
+
+def test_a_list_reused_for_the_next_answer_fails_the_exact_soak() -> None:
+    result = soak.soak(ReusesList, 5000, 1, exact=True, model=OPTIMIZED)
+    assert result.failure is not None and REUSED in result.failure, result.failure
+
+
+def test_a_correct_target_still_passes() -> None:
+    assert soak.soak(OptimizedBlockSpaceManager, 3000, 1, exact=True, model=OPTIMIZED).passed
