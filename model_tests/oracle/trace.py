@@ -236,6 +236,8 @@ def check_writable(path: str | Path) -> Path:
     a file has been created there and removed again (its folders too, if they had to be made):
     checked before a long search, so that its report is not lost for want of a place to put it.
     Where a folder is missing, it is made when the trace is written."""
+    if not str(path).strip():
+        raise TraceError(f"{path!r}: an empty path names no file")
     out = _refuse_non_file(Path(os.path.abspath(path)), path)
     made: list[Path] = []
     created = False
