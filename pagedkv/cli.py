@@ -641,13 +641,14 @@ def _soak_report(
     cpu_rate = result.steps / result.cpu_seconds if result.cpu_seconds else 0.0
     if result.passed:
         verdict = (
-            f"PASS: {result.steps} steps in {result.episodes} episodes, {rate:,.0f} steps/s"
+            f"PASS: {counted(result.steps, 'step')} in {counted(result.episodes, 'episode')},"
+            f" {rate:,.0f} steps/s"
             f" ({cpu_rate:,.0f} per CPU second, load average {os.getloadavg()[0]:.1f}); "
             + (
                 f"results and the whole state compared at every step (compact,"
-                f" {result.states_compared} times), the views, the invariants and the"
-                f" compact states built fresh every {CHECKPOINT} steps"
-                f" ({result.checkpoints} times)"
+                f" {counted(result.states_compared, 'time')}), the views, the invariants and the"
+                f" compact states built fresh every {CHECKPOINT} steps and at each episode's end"
+                f" ({counted(result.checkpoints, 'time')})"
                 + (
                     f"; the target's kept compact state was found stale {len(result.stale)}"
                     " time(s) (a subclass changing what the optimized manager's kept state"
@@ -658,10 +659,12 @@ def _soak_report(
                 )
                 if result.states_compared
                 else f"results compared at every step, the whole state and the invariants every"
-                f" {CHECKPOINT} steps ({result.checkpoints} times)"
+                f" {CHECKPOINT} steps and at each episode's end"
+                f" ({counted(result.checkpoints, 'time')})"
                 if exact
                 else f"results, block tables and free counts compared at every step, the"
-                f" reference's invariants every {CHECKPOINT} steps ({result.checkpoints} times)"
+                f" reference's invariants every {CHECKPOINT} steps and at each episode's end"
+                f" ({counted(result.checkpoints, 'time')})"
             )
         )
         return Report(True, title, verdict), None
@@ -669,7 +672,8 @@ def _soak_report(
         return Report(
             False,
             title,
-            f"FAIL after {result.steps} steps: the target does not answer in time (hangs)",
+            f"FAIL after {counted(result.steps, 'step')}: the target does not answer in time"
+            " (hangs)",
             show_config(result.config),
             detail=f"expected an answer: {result.failure}",
             notes=["note: not shrunk or replayed: the target hung, and is not called again"],
@@ -678,7 +682,7 @@ def _soak_report(
         return Report(
             False,
             title,
-            f"ERROR after {result.steps} steps: a bug of pagedkv's, not the target's",
+            f"ERROR after {counted(result.steps, 'step')}: a bug of pagedkv's, not the target's",
             show_config(result.config),
             detail=result.own_bug,
             notes=[
@@ -691,11 +695,11 @@ def _soak_report(
     report = Report(
         False,
         title,
-        f"FAIL after {result.steps} steps: shrunk from {result.unshrunk} calls to"
+        f"FAIL after {counted(result.steps, 'step')}: shrunk from {result.unshrunk} calls to"
         f" {len(result.calls)}"
         if result.own_bug is None
-        else f"ERROR after {result.steps} steps: a bug of pagedkv's, not the target's: the"
-        f" optimized model saw '{result.failure}', and the reference disagrees with it (shrunk"
+        else f"ERROR after {counted(result.steps, 'step')}: a bug of pagedkv's, not the target's:"
+        f" the optimized model saw '{result.failure}', and the reference disagrees with it (shrunk"
         f" from {result.unshrunk} calls to {len(result.calls)})",
         show_config(result.config),
         [

@@ -576,6 +576,7 @@ def soak(
                     result.checkpoints += 1
                     next_check += CHECKPOINT
             side.check_state("at the end of the episode")
+            result.checkpoints += 1
         except StaleCache as stale:
             result.stale.append(str(stale))  # the episode ends here, replayed fresh
             found = diverges(factory, config, side.calls, exact, level)
