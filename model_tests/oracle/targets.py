@@ -21,7 +21,7 @@ from pagedkv.model_tests.oracle.exec_target import (
     close_target,
     exec_factory,
 )
-from pagedkv.model_tests.oracle.guard import guard
+from pagedkv.model_tests.oracle.guard import guard, unguarded
 from pagedkv.model_tests.oracle.level_hint import level_hint
 from pagedkv.specs.errors import UnsupportedError
 from pagedkv.specs.operations import required
@@ -147,7 +147,7 @@ def build(
         close_target(target)
         hint = level_hint(factory, level, SAMPLE_CONFIGS, offered)
         raise TargetError(
-            f"target {spec}: {type(target).__name__} lacks the {level} operation(s)"
+            f"target {spec}: {type(unguarded(target)).__name__} lacks the {level} operation(s)"
             f" {', '.join(missing)}{hint}"
         )
     return target

@@ -447,7 +447,10 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             ["check", "--target", "my_adapters:raises"],
             "the factory raised RuntimeError: no GPU here",
         ),
-        (["check", "--target", "my_adapters:lacks_methods"], "lacks the manager operation(s)"),
+        (
+            ["check", "--target", "my_adapters:lacks_methods"],
+            "lacks_methods: object lacks the manager operation(s)",
+        ),
         (["check", "--target", "just_a_name"], "expected package.module:factory"),
         (["check", "--target", "exec:./not-there"], "program ./not-there not found"),
         (["check", "--target", "exec:my_adapters.py"], "not found on PATH"),
