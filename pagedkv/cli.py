@@ -574,6 +574,11 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
     level = _level(args.level)
     factory = targets.check(args.target, level, args.timeout, offered=SOAK_LEVELS)
     exact = args.exact or args.target == "optimized"
+    if args.reference_model and not exact:
+        raise UsageError(
+            "--reference-model is for exact mode (--exact); isomorphic mode's model"
+            " is always the reference"
+        )
     model = soak_model.REFERENCE
     if exact:
         sample = targets.build(factory, level, args.target)
