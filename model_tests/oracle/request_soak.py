@@ -8,7 +8,8 @@ through ``get_computed_blocks`` and ``allocate_slots`` with the hit (prompts mos
 shared template, so that hits happen), chunked prefill, decode steps with draft tokens and
 lookahead slots (some drafts accepted, the rest rolled back), preemption by recompute when an
 allocation answers ``None``, frees, the engine's readings (events, free count, usage, tables), a
-few resets and a few calls that must fail.
+few resets (mostly refused while requests hold blocks; now and then the engine idles first,
+every running request finished, and the reset succeeds) and a few calls that must fail.
 
 What is compared. Every call goes through the isomorphic session (``specs/oracle.md`` §1,
 "Isomorphic mode, request level"); in exact mode (the optimized manager) the whole state
@@ -146,8 +147,10 @@ class RequestWalk:
             self.finish(self.rng.choice(self.running))
         elif draw < 0.94:
             self.read()
+        elif draw < 0.965:
+            self.side.call(calls.reset_prefix_cache())  # mostly refused: requests hold blocks
         elif draw < 0.97:
-            self.side.call(calls.reset_prefix_cache())
+            self.drain()
         else:
             self.misuse()
 
@@ -214,6 +217,14 @@ class RequestWalk:
     def finish(self, running: Running) -> None:
         self.side.call(calls.free(running.request_id))
         self.running.remove(running)
+
+    def drain(self) -> None:
+        """The engine goes idle and resets (as after a weight update): every running request
+        finishes, in an order drawn, and then the reset, which succeeds with nothing held. The
+        only resets that can succeed, since ``step`` admits whenever nothing runs."""
+        for running in self.rng.sample(self.running, len(self.running)):
+            self.finish(running)
+        self.side.call(calls.reset_prefix_cache())
 
     def read(self) -> None:
         ids = [r.request_id for r in self.running]
