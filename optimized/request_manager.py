@@ -9,7 +9,9 @@ Where the speed comes from:
 - the cache map is one dict per group keyed by the bare hash (``block_hash_map.py``);
 - a request's block hashes are kept between calls and extended by its new full blocks only
   (``incremental_hashes.py``), and its input checks look only at the tokens it did not have
-  before, so a decode step costs O(1) in the request's length.
+  before, so a decode step runs no Python code per token it had: what remains is one tuple
+  comparison in C (``IncrementalBlockHashes.unchanged``), still linear in the request's length:
+  about half a decode step's time on the bench's stream (some 600 tokens a request).
 """
 
 from __future__ import annotations
