@@ -52,7 +52,11 @@ class IncrementalBlockHashes:
     def unchanged(self, request: Request) -> int:
         """How many leading tokens of ``request`` are the ones seen last, under the same keys
         (0 when its keys differ, or its tokens differ from the seen ones anywhere)."""
-        if not self._same_keys(request):
+        extra_key, multimodal = request.extra_key, request.multimodal
+        if not (
+            (extra_key is self._extra_key or extra_key == self._extra_key)
+            and (multimodal is self._multimodal or multimodal == self._multimodal)
+        ):
             return 0
         tokens = request.tokens
         seen = self._tokens
@@ -72,14 +76,20 @@ class IncrementalBlockHashes:
         """The hashes of ``request``, whose first ``unchanged`` tokens (from ``unchanged``) are
         the ones seen last: the kept hashes extended by its new full blocks, or, when fewer
         tokens than seen are unchanged, all of them afresh."""
-        if request.tokens is self._tokens and self._same_keys(request):
+        tokens = request.tokens
+        if tokens is self._tokens and self._same_keys(request):
             return self.hashes  # updated for this very request already
         if unchanged < len(self._tokens):
             self._extra_key = request.extra_key
             self._multimodal = request.multimodal
             self._hasher = BlockHasher(request.extra_key)
             self.hashes = []
-        self._extend(request.tokens)
+        elif type(tokens) is tuple and (
+            not self._hashing or len(tokens) < (len(self.hashes) + 1) * self._block_size
+        ):  # a decode step, mostly: no new full block, so only the tokens are kept
+            self._tokens = tokens
+            return self.hashes
+        self._extend(tokens)
         return self.hashes
 
     def _extend(self, tokens: Sequence[Token]) -> None:

@@ -29,7 +29,7 @@ from pagedkv.specs.request_types import (
     RequestId,
 )
 from pagedkv.specs.request_view import CachedKey
-from pagedkv.specs.types import BlockHash, BlockId
+from pagedkv.specs.types import MAX_TOKEN, NO_EXTRA_KEY, BlockHash, BlockId
 from pagedkv.specs.validation import (
     check_config_bounds,
     check_count,
@@ -155,34 +155,42 @@ def check_request(config: RequestConfig, request: object, *, unchanged_tokens: i
     """
     if not isinstance(request, Request):
         raise InvalidArgumentError(f"expected a Request, got {request!r}")
-    check_request_id(request.request_id)
-    if not _is_list_like(request.tokens):
+    # Called on every decode step: the common case (plain ints, the default keys) passes in
+    # straight-line code; anything else goes through the shared checks, which raise.
+    request_id, tokens = request.request_id, request.tokens
+    if type(request_id) is not str:
+        check_request_id(request_id)
+    if type(tokens) is not tuple and not _is_list_like(tokens):
         raise InvalidArgumentError(
-            f"a request's tokens are a tuple or list of token ids, got {request.tokens!r}"
+            f"a request's tokens are a tuple or list of token ids, got {tokens!r}"
         )
-    if unchanged_tokens:
-        check_tokens(request.tokens[unchanged_tokens:], allow_empty=True)
-    else:
-        check_tokens(request.tokens)
-    num_tokens = len(request.tokens)
+    unseen = tokens[unchanged_tokens:] if unchanged_tokens else tokens
+    for token in unseen:
+        if type(token) is not int or not 0 <= token <= MAX_TOKEN:
+            check_tokens(unseen, allow_empty=True)
+            break
+    if not tokens:
+        check_tokens(tokens)  # raises: a request has at least one token
+    num_tokens = len(tokens)
     limit = config.max_model_len
     if limit is not None and num_tokens > limit:
         raise InvalidArgumentError(
-            f"request {request.request_id!r} has {num_tokens} tokens, more than max_model_len"
-            f" {limit}"
+            f"request {request_id!r} has {num_tokens} tokens, more than max_model_len {limit}"
         )
     prompt = request.num_prompt_tokens
-    if not _is_int(prompt) or not 1 <= prompt <= num_tokens:
+    if type(prompt) is not int or not 1 <= prompt <= num_tokens:
         raise InvalidArgumentError(
             f"num_prompt_tokens must be an int in [1, {num_tokens}], got {prompt!r}"
         )
-    computed = check_count("num_computed_tokens", request.num_computed_tokens)
+    computed = request.num_computed_tokens
+    if type(computed) is not int or computed < 0:
+        computed = check_count("num_computed_tokens", computed)
     if computed > num_tokens:
         raise RequestStateError(
-            f"request {request.request_id!r} has computed {computed} tokens but holds only"
-            f" {num_tokens}"
+            f"request {request_id!r} has computed {computed} tokens but holds only {num_tokens}"
         )
-    check_extra_key(request.extra_key)
+    if request.extra_key is not NO_EXTRA_KEY:  # the default is valid (and frozen)
+        check_extra_key(request.extra_key)
     if not isinstance(request.multimodal, tuple):
         raise InvalidArgumentError(
             f"multimodal inputs are a tuple of MultimodalInput, got {request.multimodal!r}"
