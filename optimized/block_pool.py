@@ -566,24 +566,8 @@ class OptimizedBlockPool:
             content_hash = packed_block_hash(parent, encoded, key_bytes)
             remember_block_hash(parent, filled, key, content_hash)
             if self._ref_counts[index] == 1 and content_hash not in self._cached:
-                # the common fill: the caller's own block becomes the cached one (``fill``;
-                # ``_cache`` written out)
-                self._tokens[index] = filled
-                self._hashes[index] = content_hash
-                self._prefixes_of.set(index, parent, key)
-                self._starts[index] = start
-                self._cached[content_hash] = block
-                if self._events is not None:
-                    self._events.append(
-                        BlockStored(
-                            (content_hash,),
-                            None if start == 0 else parent,
-                            filled,
-                            self._block_size,
-                            key.lora_id,
-                            0,
-                        )
-                    )
+                # the common fill: the caller's own block becomes the cached one (``fill``)
+                self._cache(block, (parent, start, key), filled, content_hash)
                 return block
         return self.fill(block, (parent, start, key), new_tokens, content_hash)
 
