@@ -574,6 +574,9 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
     level = _level(args.level)
     factory = targets.check(args.target, level, args.timeout, offered=SOAK_LEVELS)
     exact = args.exact or args.target == "optimized"
+    if args.groups is not None and level != "request":
+        raise UsageError("--groups is for the request level (--level request)")
+    args.groups = args.groups if args.groups is not None else group_layouts(",".join(LAYOUTS))
     if args.reference_model and not exact:
         raise UsageError(
             "--reference-model is for exact mode (--exact); isomorphic mode's model"
@@ -902,7 +905,7 @@ def parser() -> argparse.ArgumentParser:
     soak_.add_argument(
         "--level", default="manager", choices=SOAK_LEVELS, help="whose walk (manager)"
     )
-    _groups_option(soak_, "the group layouts episodes draw from")
+    _groups_option(soak_, "the group layouts episodes draw from", unset=True)
     soak_.add_argument(
         "--steps", type=whole_number(1), default=100_000, help="calls on each side (100000)"
     )
@@ -1025,11 +1028,13 @@ def block_counts(text: str) -> tuple[int, ...]:
     return values
 
 
-def _groups_option(command: argparse.ArgumentParser, what: str) -> None:
+def _groups_option(command: argparse.ArgumentParser, what: str, unset: bool = False) -> None:
+    """``unset``: the default is None (all layouts), so that a command can tell an option
+    given at a level that has no groups."""
     command.add_argument(
         "--groups",
         type=group_layouts,
-        default=",".join(LAYOUTS),
+        default=None if unset else ",".join(LAYOUTS),
         metavar="LAYOUTS",
         help=f"request level: {what}, comma-separated ({', '.join(LAYOUTS)}; all three by default)",
     )

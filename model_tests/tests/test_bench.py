@@ -178,6 +178,7 @@ def test_pagedkv_bench_no_native_leaves_the_native_section_out(tmp_path: Path) -
         (["soak", "--steps", "0"], "argument --steps: expected a whole number from 1, got '0'"),
         (["check", "--workers", "100000"], "argument --workers: expected at most"),
         (["soak", "--json", ""], "'': an empty path names no file"),
+        (["soak", "--groups", "window"], "--groups is for the request level (--level request)"),
         (
             ["soak", "--target", "reference", "--reference-model"],
             "--reference-model is for exact mode (--exact)",
