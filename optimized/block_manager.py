@@ -38,7 +38,7 @@ from pagedkv.specs.accounting import (
     blocks_for,
     blocks_touched_by_append,
 )
-from pagedkv.specs.compact_state import CompactManager, view_of_compact
+from pagedkv.specs.compact_state import CompactManager, GroupFields, SeqFields, view_of_compact
 from pagedkv.specs.errors import DuplicateSequenceError, OutOfBlocksError
 from pagedkv.specs.manager_view import ManagerView
 from pagedkv.specs.types import (
@@ -73,6 +73,10 @@ LARGEST_FLOAT = sys.float_info.max
 GPU, CPU = Device.GPU, Device.CPU
 """The devices, as module names: reading an ``Enum`` member through its class costs about as much
 as the rest of a scheduler query on CPython 3.11."""
+
+
+Held = dict[BlockId, tuple[int, float]]
+"""Accesses the tables keep aside, by block: (stamp, time)."""
 
 
 @dataclass(frozen=True)
@@ -540,22 +544,30 @@ class OptimizedBlockSpaceManager:
         soak`` compares after every call. It holds the pools' lists and the tables' own packed
         tokens (their ``bytearray``), to be compared at once, never kept or changed (a tuple of
         each sequence's tokens, rebuilt at every call, cost a third of it)."""
-        on_gpu: dict[BlockId, tuple[int, float]] = {}
-        on_cpu: dict[BlockId, tuple[int, float]] = {}
-        for table in self._tables.values():
-            if table.access_end > table.num_released:
-                table.untouched(on_gpu if table.group.device is GPU else on_cpu)
+        seqs, groups, on_gpu, on_cpu = self.compact_tables()
         return CompactManager(
             self._config,
             self._gpu.compact(on_gpu),
             self._cpu.compact(on_cpu),
-            {
-                seq_id: (table.group.group_id, table.tokens, table.blocks)
-                for seq_id, table in self._tables.items()
-            },
-            {group_id: group.fields() for group_id, group in self._groups.items()},
+            seqs,
+            groups,
             self._null_block,
         )
+
+    def compact_tables(self) -> tuple[dict[int, SeqFields], dict[int, GroupFields], Held, Held]:
+        """``compact``'s sequences and groups, and the accesses the tables keep aside for each
+        pool (GPU, then CPU: block -> (stamp, time)), which the pools' parts show: what a reader
+        that keeps a pool's part between calls reads at every call (``pagedkv soak``)."""
+        on_gpu: Held = {}
+        on_cpu: Held = {}
+        seqs: dict[int, SeqFields] = {}
+        for seq_id, table in self._tables.items():
+            group = table.group
+            if table.access_end > table.num_released:
+                table.untouched(on_gpu if group.device is GPU else on_cpu)
+            seqs[seq_id] = (group.group_id, table.tokens, table.blocks)
+        groups = {group_id: group.fields() for group_id, group in self._groups.items()}
+        return seqs, groups, on_gpu, on_cpu
 
 
 def _copy_block(

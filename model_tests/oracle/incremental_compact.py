@@ -20,12 +20,10 @@ compares fresh whole states after every call (``soak.Lockstep.fresh_check``).
 
 from __future__ import annotations
 
-from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.optimized.block_manager import Held, OptimizedBlockSpaceManager
 from pagedkv.optimized.block_pool import OptimizedBlockPool
-from pagedkv.specs.compact_state import CompactManager, CompactPool, SeqFields
-from pagedkv.specs.types import BlockId, Device
-
-Untouched = dict[BlockId, tuple[int, float]]
+from pagedkv.specs.compact_state import CompactManager, CompactPool
+from pagedkv.specs.types import Device
 
 
 class IncrementalCompact:
@@ -35,31 +33,22 @@ class IncrementalCompact:
 
     def __init__(self, manager: OptimizedBlockSpaceManager) -> None:
         self.manager = manager
-        self.live = manager.live()
-        self.gpu, self.cpu = manager.pools()
-        self.pools: dict[Device, tuple[tuple[object, ...], Untouched, CompactPool]] = {}
+        self.pools: dict[Device, tuple[tuple[object, ...], Held, CompactPool]] = {}
 
     def __call__(self) -> CompactManager:
-        on_gpu: Untouched = {}
-        on_cpu: Untouched = {}
-        live = self.live
-        seqs: dict[int, SeqFields] = {}
-        for seq_id, table in live.seqs.items():
-            group = table.group
-            if table.access_end > table.num_released:
-                table.untouched(on_gpu if group.device is Device.GPU else on_cpu)
-            seqs[seq_id] = (group.group_id, table.tokens, table.blocks)
         manager = self.manager
+        seqs, groups, on_gpu, on_cpu = manager.compact_tables()
+        gpu, cpu = manager.pools()  # read at every call: a subclass may make a pool anew
         return CompactManager(
             manager.config,
-            self.pool(Device.GPU, self.gpu, on_gpu),
-            self.pool(Device.CPU, self.cpu, on_cpu),
+            self.pool(Device.GPU, gpu, on_gpu),
+            self.pool(Device.CPU, cpu, on_cpu),
             seqs,
-            {group_id: group.fields() for group_id, group in live.groups.items()},
+            groups,
             manager.get_null_block(),
         )
 
-    def pool(self, device: Device, pool: OptimizedBlockPool, untouched: Untouched) -> CompactPool:
+    def pool(self, device: Device, pool: OptimizedBlockPool, untouched: Held) -> CompactPool:
         """The pool's compact form: the one kept, if it was built from the same fingerprint and
         pending accesses; else built, its pool's own lists and dict copied, and kept."""
         fingerprint = pool.fingerprint()

@@ -7,24 +7,13 @@ from __future__ import annotations
 from pagedkv.model_tests.lockstep.answers import REUSED
 from pagedkv.model_tests.oracle import soak
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED
+from pagedkv.model_tests.tests.false_pass_targets import OneTableList
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
-from pagedkv.specs.types import BlockId, Device, ManagerConfig
-
-
-class ReusesList(OptimizedBlockSpaceManager):
-    """Every block table is answered in one list, overwritten by the next answer."""
-
-    def __init__(self, config: ManagerConfig) -> None:
-        super().__init__(config)
-        self.answer: list[BlockId] = []
-
-    def get_block_table(self, seq_id: int) -> list[BlockId]:
-        self.answer[:] = super().get_block_table(seq_id)
-        return self.answer
+from pagedkv.specs.types import Device
 
 
 def test_a_list_reused_for_the_next_answer_fails_the_exact_soak() -> None:
-    result = soak.soak(ReusesList, 5000, 1, exact=True, model=OPTIMIZED)
+    result = soak.soak(OneTableList, 5000, 1, exact=True, model=OPTIMIZED)
     assert result.failure is not None and REUSED in result.failure, result.failure
 
 

@@ -21,6 +21,7 @@ from pagedkv.model_tests.oracle import soak
 from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.model_tests.oracle.soak import Lockstep, StaleCache, diverges
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED, REFERENCE
+from pagedkv.model_tests.tests.test_fast_soak import Twin
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.specs import manager_calls as calls
@@ -181,10 +182,6 @@ def test_a_stale_kept_state_with_no_divergence_is_pagedkvs_bug_never_a_pass(
     assert result.stale, "the planted fingerprint went unnoticed"
     assert result.failure is None and not result.passed
     assert result.own_bug is not None and "missed a change" in result.own_bug
-
-
-class Twin(OptimizedBlockSpaceManager):
-    """A correct subclass: its kept state is read as the optimized manager's."""
 
 
 def test_a_subclass_whose_kept_state_goes_stale_is_read_fresh_and_can_pass(
