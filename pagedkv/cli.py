@@ -576,7 +576,7 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
     exact = args.exact or args.target == "optimized"
     if args.groups is not None and level != "request":
         raise UsageError("--groups is for the request level (--level request)")
-    args.groups = args.groups if args.groups is not None else group_layouts(",".join(LAYOUTS))
+    layouts = args.groups if args.groups is not None else LAYOUTS
     if args.reference_model and not exact:
         raise UsageError(
             "--reference-model is for exact mode (--exact); isomorphic mode's model"
@@ -601,12 +601,12 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
             trace_out=trace_out,
             progress=lambda steps: shown(steps),
             level=level,
-            layouts=args.groups,
+            layouts=layouts,
             model=model,
         )
     if result.trace_path == trace_out:  # named as the user did (see cmd_check)
         result.trace_path = Path(args.trace_out)
-    report, hint = _soak_report(result, args.target, level, args.groups, exact, seed)
+    report, hint = _soak_report(result, args.target, level, layouts, exact, seed)
     out.report(report)
     code = EXIT_PASS if result.passed else EXIT_FAIL
     if result.own_bug is not None:  # pagedkv's bug, not the target's (specs/oracle.md §6)
@@ -619,7 +619,7 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
             code=code,
             clock=clock,
             level=level,
-            groups=args.groups if level == "request" else None,
+            groups=layouts if level == "request" else None,
             exact=exact,
             seed=seed,
             steps=args.steps,
