@@ -6,18 +6,26 @@ call would cost more than the rest of ``allocate_slots`` together. The hashes ar
 the tokens, the extra key and the multimodal inputs alone, so they stay valid exactly as long as
 those are unchanged up to the last hashed block: that is what ``update`` checks before it extends
 them, and when it fails (the same id came back with other tokens, say) it hashes the request
-afresh. The check compares the tokens seen before with the request's, in C; a scheduler that
-builds each step's tokens from the last step's shares their objects, so it is a pointer walk.
+afresh. The check asks whether the request's tuple starts with the very objects seen before
+(``same_objects``): a scheduler that builds each step's tokens from the last step's shares
+them, so it is one memory comparison. Tokens equal in value but made anew are compared and
+their types checked, since ``100.0 == 100``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
+from operator import is_
 
+from pagedkv.optimized.same_objects import starts_with_same_objects
 from pagedkv.specs.content_hash import ROOT, BlockHasher
 from pagedkv.specs.request_hashes import block_identifiers, request_block_hash
 from pagedkv.specs.request_types import MultimodalInput, Request
 from pagedkv.specs.types import BlockHash, ExtraKey, Token
+
+_is_int = partial(is_, int)
+"""``_is_int(type(token))``: the token an exact int (``map``-able)."""
 
 
 class IncrementalBlockHashes:
@@ -42,7 +50,7 @@ class IncrementalBlockHashes:
     def __init__(self, request: Request, block_size: int, *, hashing: bool = True) -> None:
         self._block_size = block_size
         self._hashing = hashing
-        self._tokens: Sequence[Token] = ()
+        self._tokens: tuple[Token, ...] = ()
         self._extra_key: ExtraKey = request.extra_key
         self._multimodal: tuple[MultimodalInput, ...] = request.multimodal
         self._hasher = BlockHasher(request.extra_key)
@@ -60,10 +68,15 @@ class IncrementalBlockHashes:
             return 0
         tokens = request.tokens
         seen = self._tokens
-        if tokens is seen or (
-            type(tokens) is tuple and len(tokens) >= len(seen) and tokens[: len(seen)] == seen
-        ):  # kept as a tuple: the same tuple is unchanged since
+        if tokens is seen:
             return len(seen)
+        if type(tokens) is not tuple:
+            return 0
+        if starts_with_same_objects(tokens, seen):  # the very ints checked before
+            return len(seen)
+        prefix = tokens[: len(seen)]
+        if prefix == seen and all(map(_is_int, map(type, prefix))):
+            return len(seen)  # equal ints made anew; equal in value alone is not enough
         return 0
 
     def _same_keys(self, request: Request) -> bool:

@@ -40,6 +40,7 @@ MISUSES = (
     "unknown request",
     "computed without blocks",
     "id not a str",
+    "earlier token not an int",
 )
 
 
@@ -82,6 +83,11 @@ class MisuseRules(RequestMachineBase):
             return calls.allocate_slots(past, 1), RequestStateError
         if kind == "unknown request":
             return calls.get_block_ids("never-admitted"), UnknownRequestError
+        if kind == "earlier token not an int":  # equal in value (100.0 == 100), still refused
+            if chosen is None:
+                return None
+            tokens = (float(request.tokens[0]), *request.tokens[1:])
+            return calls.allocate_slots(replace(request, tokens=tokens), 1), InvalidArgumentError  # type: ignore[arg-type]
         if kind == "id not a str":
             return calls.allocate_slots(replace(request, request_id=7), 1), InvalidArgumentError  # type: ignore[arg-type]
         if kind == "foreign block":

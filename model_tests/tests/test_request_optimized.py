@@ -28,7 +28,7 @@ from pagedkv.optimized.incremental_hashes import IncrementalBlockHashes
 from pagedkv.optimized.request_manager import RequestManager
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs import request_calls as calls
-from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.errors import InvalidArgumentError, PagedKVError
 from pagedkv.specs.interface import RequestKVManager
 from pagedkv.specs.policy import PAGEDKV
 from pagedkv.specs.request_calls import RequestCall
@@ -149,6 +149,47 @@ def test_kept_hashes_equal_hashing_the_whole_request(
             assert tokens[:unchanged] == request.tokens[:unchanged]
             kept.update(request, unchanged)
         assert kept.hashes == request_block_hashes(request, 4)
+
+
+class _Token(int):
+    """A token id of an int subclass: a valid token (``check_tokens``), not an exact int."""
+
+
+@pytest.mark.parametrize(
+    ("replace_first", "unchanged"),
+    [
+        (lambda t: t, 8),  # the very objects: one memory comparison
+        (lambda t: int(str(t)), 8),  # equal exact ints made anew
+        (lambda t: float(t), 0),  # equal in value, refused by the check
+        (lambda t: _Token(t), 0),  # valid, but checked again
+    ],
+    ids=["same objects", "equal ints anew", "a float", "an int subclass"],
+)
+def test_tokens_unchanged_only_when_they_are_the_ints_seen(
+    replace_first: Callable[[int], object], unchanged: int
+) -> None:
+    seen = tuple(range(1000, 1008))
+    kept = IncrementalBlockHashes(Request("r", seen, 8), 4)
+    later = (replace_first(seen[0]), *seen[1:], 2000)
+    assert kept.unchanged(Request("r", later, 8)) == unchanged  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("earlier", [100.0, True], ids=["a float", "a bool"])
+def test_an_earlier_token_equal_in_value_but_not_an_int_is_refused_as_by_the_reference(
+    earlier: object,
+) -> None:
+    """The optimized manager skips checking the tokens it has seen, so it must know they are the
+    same: ``100.0 == 100`` and ``True == 1``, yet the reference refuses both."""
+    first = 1 if earlier is True else 100
+    config = RequestConfig(num_blocks=8, block_size=4, enable_caching=True)
+    for manager in (RequestManager(config), ReferenceRequestKVManager(config)):
+        tokens = (first, *range(101, 110))
+        assert manager.allocate_slots(Request("a", tokens, 10), 10) is not None
+        later = Request("a", (earlier, *tokens[1:], 7), 10, num_computed_tokens=10)  # type: ignore[arg-type]
+        before = manager.view()
+        with pytest.raises(InvalidArgumentError, match="token"):
+            manager.allocate_slots(later, 1)
+        assert manager.view() == before
 
 
 # --- the manager against the reference ------------------------------------------------------
