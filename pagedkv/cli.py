@@ -325,8 +325,17 @@ def _profile(args: argparse.Namespace, level: Level) -> Profile:
         raise UsageError(f"argument --{error.option}: {error} (see pagedkv check --help)") from None
 
 
+def _layouts(groups: tuple[str, ...] | None, level: Level) -> tuple[str, ...]:
+    """The request level's group layouts (all by default); ``--groups`` at any other level
+    would be ignored, so it is a usage error."""
+    if groups is not None and level != "request":
+        raise UsageError("--groups is for the request level (--level request)")
+    return groups if groups is not None else LAYOUTS
+
+
 def cmd_check(args: argparse.Namespace, out: Output) -> int:
     level = _level(args.level)
+    layouts = _layouts(args.groups, level)
     profile = _profile(args, level)
     trace_out = trace.check_writable(args.trace_out)
     files = VerdictFiles(args.json, args.junit_xml)
@@ -358,7 +367,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
                 args.timeout,
                 known,
                 args.contract,
-                args.groups,
+                layouts,
                 args.database,
             )
             result = check_in_workers(job, seeds_of(seed, args.workers), progress)
@@ -374,7 +383,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
                 timeout=args.timeout,
                 known=known,
                 contract=args.contract,
-                layouts=args.groups,
+                layouts=layouts,
                 shared=shared,
             )
     hint = None
@@ -574,9 +583,7 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
     level = _level(args.level)
     factory = targets.check(args.target, level, args.timeout, offered=SOAK_LEVELS)
     exact = args.exact or args.target == "optimized"
-    if args.groups is not None and level != "request":
-        raise UsageError("--groups is for the request level (--level request)")
-    layouts = args.groups if args.groups is not None else LAYOUTS
+    layouts = _layouts(args.groups, level)
     if args.reference_model and not exact:
         raise UsageError(
             "--reference-model is for exact mode (--exact); isomorphic mode's model"
@@ -905,7 +912,7 @@ def parser() -> argparse.ArgumentParser:
     soak_.add_argument(
         "--level", default="manager", choices=SOAK_LEVELS, help="whose walk (manager)"
     )
-    _groups_option(soak_, "the group layouts episodes draw from", unset=True)
+    _groups_option(soak_, "the group layouts episodes draw from")
     soak_.add_argument(
         "--steps", type=whole_number(1), default=100_000, help="calls on each side (100000)"
     )
@@ -1028,13 +1035,13 @@ def block_counts(text: str) -> tuple[int, ...]:
     return values
 
 
-def _groups_option(command: argparse.ArgumentParser, what: str, unset: bool = False) -> None:
-    """``unset``: the default is None (all layouts), so that a command can tell an option
-    given at a level that has no groups."""
+def _groups_option(command: argparse.ArgumentParser, what: str) -> None:
+    """The default is None (all layouts), so that a command can tell an option given at a
+    level that has no groups (``_layouts``)."""
     command.add_argument(
         "--groups",
         type=group_layouts,
-        default=None if unset else ",".join(LAYOUTS),
+        default=None,
         metavar="LAYOUTS",
         help=f"request level: {what}, comma-separated ({', '.join(LAYOUTS)}; all three by default)",
     )

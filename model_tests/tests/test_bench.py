@@ -180,6 +180,10 @@ def test_pagedkv_bench_no_native_leaves_the_native_section_out(tmp_path: Path) -
         (["soak", "--json", ""], "'': an empty path names no file"),
         (["soak", "--groups", "window"], "--groups is for the request level (--level request)"),
         (
+            ["check", "--target", "reference", "--groups", "window"],
+            "--groups is for the request level (--level request)",
+        ),
+        (
             ["soak", "--target", "reference", "--reference-model"],
             "--reference-model is for exact mode (--exact)",
         ),
