@@ -49,8 +49,8 @@ def junit_xml(verdict: dict[str, Any], report: str) -> bytes:
         },
     )
     properties = ET.SubElement(suite, "properties")
-    for name in ("pagedkv", "target", "level", "profile", "mode", "exit_code"):
-        if verdict[name] is not None:
+    for name in ("pagedkv", "target", "level", "profile", "model", "mode", "exit_code"):
+        if verdict.get(name) is not None:
             ET.SubElement(properties, "property", {"name": name, "value": str(verdict[name])})
     for seed in verdict["seeds"]:
         ET.SubElement(properties, "property", {"name": "seed", "value": str(seed)})

@@ -141,6 +141,7 @@ def test_soak_writes_its_verdict_passing_and_failing(tmp_path: Path) -> None:
     )
     assert code == 0 and verdict["verdict"] == "pass" and verdict["groups"] == ["window"]
     assert verdict["mode"] == "exact" and verdict["calls"] >= 300
+    assert verdict["model"] == "reference"  # the request level has no stand-in
     one_testcase(root, failures=0)
 
     code, _, verdict, root = verdict_files(
@@ -156,11 +157,23 @@ def test_soak_writes_its_verdict_passing_and_failing(tmp_path: Path) -> None:
         str(tmp_path / "soak.jsonl"),
     )
     assert code == 1 and verdict["verdict"] == "fail"
+    assert verdict["model"] == "reference"  # isomorphic mode: the reference is the model
+    properties = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert properties["model"] == "reference"
     divergence = verdict["divergence"]
     assert divergence["trace"] == str(tmp_path / "soak.jsonl") and divergence["steps"]
     assert divergence["steps"][-1]["diverges"] and not divergence["hung"]
     failure = one_testcase(root, failures=1).find("failure")
     assert failure is not None and failure.get("message") == divergence["message"]
+
+
+def test_a_soak_with_the_stand_in_model_names_it(tmp_path: Path) -> None:
+    twin = "pagedkv.model_tests.tests.test_fast_soak:Twin"
+    argv = ["soak", "--target", twin, "--exact", "--steps", "300", "--seed", "1"]
+    code, _, verdict, root = verdict_files(tmp_path, *argv)
+    assert code == 0 and verdict["model"] == "optimized", verdict["summary"]
+    properties = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert properties["model"] == "optimized"
 
 
 # --- replay -----------------------------------------------------------------------------------
