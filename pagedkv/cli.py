@@ -684,6 +684,18 @@ def _soak_report(
         )
         return Report(True, title, verdict), None
     if result.hung:
+        notes = ["note: not shrunk or replayed: the target hung, and is not called again"]
+        hint = None
+        if result.trace_path is not None:
+            hint = (
+                f"pagedkv replay {shlex.quote(str(result.trace_path))}"
+                f" --target {shlex.quote(target)}"
+            )
+            notes += [
+                f"trace: {result.trace_path} (the episode's {counted(result.unshrunk, 'call')},"
+                " the one that hung last)",
+                f"replay: {hint}",
+            ]
         return Report(
             False,
             title,
@@ -691,8 +703,8 @@ def _soak_report(
             " (hangs)",
             show_config(result.config),
             detail=f"expected an answer: {result.failure}",
-            notes=["note: not shrunk or replayed: the target hung, and is not called again"],
-        ), None
+            notes=notes,
+        ), hint
     if result.own_bug is not None and result.failure is None:  # a stale kept state (soak.py)
         return Report(
             False,

@@ -608,6 +608,8 @@ def soak(
             progress(result.steps)
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu
+    if result.hung and result.config is not None and result.calls:
+        _write_hung(result, trace_out, level)
     if result.failure is not None and result.config is not None and not result.hung:
         if model is not REFERENCE:
             confirm(result, model)
@@ -683,6 +685,16 @@ def shrink(
         if diverges(factory, config, current[:end], exact, level) is not None:
             return current[:end]
     return current
+
+
+def _write_hung(result: SoakResult, trace_out: str | Path | None, level: Level) -> None:
+    """The hung episode's calls, the last the one that hung, as a trace: not shrunk, since the
+    target is not called again after a hang (it may have been left anywhere in that call)."""
+    assert result.config is not None
+    result.unshrunk = len(result.calls)
+    found = result.trace = trace.trace_of_calls(level, result.config, result.calls)
+    if trace_out is not None:
+        result.trace_path = trace.write(found, trace_out)
 
 
 def _shrink_and_write(

@@ -188,6 +188,10 @@ def test_a_hang_under_soak_is_a_fail_not_an_internal_error(hostile: Path) -> Non
     assert code == 1 and err == "", out + err
     assert "FAIL after" in out and "does not answer in time (hangs)" in out
     assert "did not return from fork(" in out and "within 1 s" in out
+    # the episode up to the hang is a trace (it had none), its last call the fork that hung
+    written = trace.read(Path("pagedkv-divergence.jsonl"))
+    assert written.ops[-1].op == "fork" and "the one that hung last" in out
+    assert "replay: pagedkv replay pagedkv-divergence.jsonl --target ends:SleepsOnFork" in out
 
 
 def test_bench_has_the_same_per_call_timeout_as_check(hostile: Path) -> None:
