@@ -65,6 +65,7 @@ from pagedkv import __version__
 from pagedkv.model_tests.bench.defaults import REFERENCE_CALLS
 from pagedkv.model_tests.lockstep.calls import TargetStopped
 from pagedkv.model_tests.machines import profiles
+from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle import codec, progress, soak_model, targets, timeout, trace
 from pagedkv.model_tests.oracle.check import (
     DEFAULT_STEPS,
@@ -325,7 +326,7 @@ def _profile(args: argparse.Namespace, level: Level) -> Profile:
         raise UsageError(f"argument --{error.option}: {error} (see pagedkv check --help)") from None
 
 
-def _layouts(groups: tuple[str, ...] | None, level: Level) -> tuple[str, ...]:
+def _layouts(groups: tuple[GroupKind, ...] | None, level: Level) -> tuple[GroupKind, ...]:
     """The request level's group layouts (all by default); ``--groups`` at any other level
     would be ignored, so it is a usage error."""
     if groups is not None and level != "request":

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, get_args
 
 from pagedkv.model_tests.machines.manager_machine import Contract
+from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle import timeout
 from pagedkv.model_tests.oracle.codec import LEVELS, Level
 from pagedkv.model_tests.oracle.request_layouts import parse_layouts
@@ -95,7 +96,7 @@ profile_name: Callable[[str], str] = one_of(PROFILE_NAMES)
 contract_name: Callable[[str], str] = one_of(CONTRACTS)
 
 
-def group_layouts(text: str) -> tuple[str, ...]:
+def group_layouts(text: str) -> tuple[GroupKind, ...]:
     """``--groups``: comma-separated group layouts of the request level."""
     try:
         return parse_layouts(text)
