@@ -422,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     missing = [peer.source.name for peer in chosen if not peer.source.fetched]
     if missing:
-        print(f"peers: error: {missing[0]} is not fetched: run make peers-fetch", file=sys.stderr)
+        print(f"peers: error: {missing[0]} is not fetched: {sources.FETCH_HINT}", file=sys.stderr)
         return 2
     try:
         stepping = {peer.name: _known(peer, args.known) for peer in chosen}

@@ -31,6 +31,8 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = "SOURCE.json"
+FETCH_HINT = "run python -m pagedkv.model_tests.peers.run fetch (make peers-fetch in a checkout)"
+"""How to fetch the peers, said where one is missing: an installed wheel has no Makefile."""
 
 
 def cache_root() -> Path:
@@ -273,7 +275,7 @@ def load(
         return _loaded[key]
     if not source.fetched:
         raise PeerSourceError(
-            f"{source.name} is not in the peers cache ({source.directory}): run make peers-fetch"
+            f"{source.name} is not in the peers cache ({source.directory}): {FETCH_HINT}"
         )
     finder = _CacheFinder(source.directory, source.package)
     with _private_modules([source.package, *standins]):

@@ -693,3 +693,13 @@ def test_upstream_nano_vllm_d6_shows_as_cached_tokens() -> None:
     assert (verdict.status, verdict.step) == ("divergence", 11), verdict.describe()
     known = load_known(peer.known_file, peer.level)
     assert known.classify(Finding("get_num_cached_tokens", verdict.parts, config)) == "D6"
+
+
+def test_a_missing_peer_says_how_to_fetch_it_from_an_installed_wheel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said only ``make peers-fetch``, which a wheel's user has no Makefile for."""
+    monkeypatch.setenv("PAGEDKV_PEERS_CACHE", str(tmp_path))
+    with pytest.raises(sources.PeerSourceError) as raised:
+        sources.load(sources.VLLM_V1, {}, ["a.module.never.loaded"])
+    assert "python -m pagedkv.model_tests.peers.run fetch" in str(raised.value)
