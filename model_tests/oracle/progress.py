@@ -84,8 +84,14 @@ class Progress:
 
 
 def seconds(value: float) -> str:
-    """``12 s``, ``3 min 20 s``."""
+    """``12 s``, ``3 min 20 s``, ``5 h 7 min``, ``16 days 3 h`` (two units at most: an estimate
+    of a budget far too large for the machine reads as such, not as a million minutes)."""
     whole = round(value)
     if whole < 60:
         return f"{whole} s"
-    return f"{whole // 60} min {whole % 60} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    days = whole // 86400
+    return f"{days:,} day{'s' if days != 1 else ''} {whole % 86400 // 3600} h"

@@ -21,7 +21,7 @@ import xmlschema
 from pagedkv import cli
 from pagedkv.model_tests.oracle import trace
 from pagedkv.model_tests.oracle.junit import junit_xml
-from pagedkv.model_tests.oracle.progress import Progress
+from pagedkv.model_tests.oracle.progress import Progress, seconds
 from pagedkv.model_tests.tests.teaching_pages import SWAP_TARGET, swap_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -269,6 +269,20 @@ def test_progress_lines_on_stderr_where_stdout_is_not_a_terminal(
     monkeypatch.setenv("PAGEDKV_PROGRESS", "soon")
     code, _, err = run_cli("check", "--target", "reference", "--steps", "150")
     assert code == 2 and "PAGEDKV_PROGRESS='soon'" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (12.4, "12 s"),
+        (200, "3 min 20 s"),
+        (5 * 3600 + 7 * 60 + 9, "5 h 7 min"),
+        (86400 + 3600, "1 day 1 h"),
+        (60_299_280, "697 days 21 h"),  # was "1004988 min 0 s", a soak's --steps 10**12
+    ],
+)
+def test_an_estimate_reads_in_two_units_at_most(value: float, shown: str) -> None:
+    assert seconds(value) == shown
 
 
 def test_progress_gives_the_total_and_an_estimate_while_in_the_budget() -> None:
