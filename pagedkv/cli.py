@@ -615,6 +615,13 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
     if result.trace_path == trace_out:  # named as the user did (see cmd_check)
         result.trace_path = Path(args.trace_out)
     report, hint = _soak_report(result, args.target, level, layouts, exact, seed)
+    changed = soak_model.patched() if exact and level == "manager" else []
+    if changed and not args.reference_model:
+        report.notes.append(
+            f"note: the reference is the model: pagedkv's optimized code was changed after it"
+            f" was loaded ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''}), and"
+            " the optimized stand-in would run those changes"
+        )
     out.report(report)
     code = EXIT_PASS if result.passed else EXIT_FAIL
     if result.own_bug is not None:  # pagedkv's bug, not the target's (specs/oracle.md §6)

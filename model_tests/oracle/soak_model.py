@@ -24,6 +24,7 @@ from immutables import Map
 
 from pagedkv.model_tests.oracle.guard import as_its_call, unguarded
 from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact
+from pagedkv.model_tests.oracle.stand_in_guard import patched as patched
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.reference.pool_state import PoolState, to_view
@@ -234,6 +235,10 @@ def compact_reader(target: Any, keep: bool = True) -> tuple[Reader, Reader | Non
 def choose(sample: object) -> Model:
     """The model for an exact-mode soak of ``sample`` (a target built once to look at): the
     optimized stand-in, unless the target is the optimized manager itself, which the stand-in
-    would only compare with itself (seen through the oracle's guard, ``guard.unguarded``)."""
+    would only compare with itself (seen through the oracle's guard, ``guard.unguarded``), or
+    pagedkv's optimized code was changed since it was loaded (``stand_in_guard``): the stand-in
+    would run the target's changes."""
     found = unguarded(sample)
-    return REFERENCE if type(found) is OptimizedBlockSpaceManager else OPTIMIZED
+    if type(found) is OptimizedBlockSpaceManager or patched():
+        return REFERENCE
+    return OPTIMIZED

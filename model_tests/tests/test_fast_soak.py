@@ -122,3 +122,41 @@ def test_a_mutant_of_the_optimized_manager_fails_the_default_soak(
     # a divergence of the whole state only, which replay (isomorphic) would pass: not offered
     assert "replay: " not in out, out
     assert f"pagedkv replay {path} --target optimized compares isomorphically" in out, out
+
+
+PATCHES_THE_BASE = """
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+
+_counted = OptimizedBlockSpaceManager.get_num_free_gpu_blocks
+
+
+def _one_less(self):
+    return _counted(self) - 1
+
+
+OptimizedBlockSpaceManager.get_num_free_gpu_blocks = _one_less  # every instance, the model's too
+
+
+class Patched(OptimizedBlockSpaceManager):
+    pass
+"""
+
+
+def test_a_target_that_patches_the_optimized_manager_is_soaked_against_the_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its patch reached the stand-in model as well, which then agreed with it: a PASS of a
+    manager that miscounts its free blocks at every call (``stand_in_guard.py``)."""
+    base = OptimizedBlockSpaceManager
+    monkeypatch.setattr(base, "get_num_free_gpu_blocks", base.get_num_free_gpu_blocks)  # undone
+    (tmp_path / "patches_the_base.py").write_text(PATCHES_THE_BASE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["soak", "--target", "patches_the_base:Patched", "--exact", "--steps", "2000"]
+    code = cli.main([*argv, "--seed", "1", "--trace-out", str(tmp_path / "t.jsonl")], out, err)
+    assert code == 1, out.getvalue() + err.getvalue()
+    assert "get_num_free_gpu_blocks" in out.getvalue()
+    assert (
+        "note: the reference is the model: pagedkv's optimized code was changed" in out.getvalue()
+    )
+    assert "OptimizedBlockSpaceManager.get_num_free_gpu_blocks" in out.getvalue()
