@@ -29,12 +29,18 @@ compares fresh whole states after every call (``soak.Lockstep.fresh_check``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from pagedkv.optimized.block_manager import Held, OptimizedBlockSpaceManager, Pending
 from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.specs.compact_state import CompactManager, CompactPool, GroupFields, SeqFields
 from pagedkv.specs.types import Device
 
 GPU, CPU = Device.GPU, Device.CPU
+TOKENS, HASHES, CACHED = (
+    CompactPool._fields.index(name) for name in ("tokens", "hashes", "cached")
+)
+"""The parts of a pool's compact form that are the pool's own list or dict (``compact``)."""
 
 BOOKKEEPING = frozenset(
     {
@@ -77,8 +83,10 @@ class IncrementalCompact:
 
     def __init__(self, manager: OptimizedBlockSpaceManager) -> None:
         self.manager = manager
-        self.pools: dict[Device, tuple[OptimizedBlockPool, tuple[object, ...], Held, CompactPool]]
-        self.pools = {}
+        self.pools: list[tuple[OptimizedBlockPool, tuple[object, ...], Held, CompactPool] | None]
+        self.pools = [None, None]
+        """The GPU pool's part and the CPU pool's, each kept with the pool it came from, its
+        fingerprint (on the fingerprint route) and the pending accesses it shows."""
         self.changes = manager.record_changes() if own_code_only(manager) else None
         self.last: CompactManager | None = None
         self.seqs: dict[int, SeqFields] = {}
@@ -106,14 +114,11 @@ class IncrementalCompact:
             not changes.seqs
             and not changes.groups
             and marks == self.marks
-            and self.pools[GPU][0] is gpu
-            and self.pools[CPU][0] is cpu
+            and self.same_pools(gpu, cpu)
         ):
             return last
         else:
-            on_gpu = on_cpu = bool(changes.groups)  # a group's change may reach both: a swap
-            on_gpu = on_gpu or marks[0] != self.marks[0]
-            on_cpu = on_cpu or marks[1] != self.marks[1]
+            on_gpu, on_cpu = marks[0] != self.marks[0], marks[1] != self.marks[1]
         self.marks = marks
         if changes.seqs:
             gpu_seqs, cpu_seqs = self.changed_seqs(changes.seqs)
@@ -122,17 +127,24 @@ class IncrementalCompact:
         if changes.groups:
             groups = dict(self.groups)
             for group_id in changes.groups:
+                was = groups.get(group_id)
                 fields = manager.compact_group(group_id)
                 if fields is None:
                     groups.pop(group_id, None)
                 else:
                     groups[group_id] = fields
+                for row in (was, fields):  # the pools it was on and is on (a swap: both)
+                    if row is not None:
+                        if row[1] is GPU:
+                            on_gpu = True
+                        else:
+                            on_cpu = True
             self.groups = groups
             changes.groups.clear()
         built = self.last = CompactManager(
             manager.config,
-            self.pool(GPU, gpu, self.held[0], on_gpu),
-            self.pool(CPU, cpu, self.held[1], on_cpu),
+            self.pool(0, gpu, self.held[0], on_gpu),
+            self.pool(1, cpu, self.held[1], on_cpu),
             self.seqs,
             self.groups,
             manager.get_null_block(),
@@ -142,7 +154,8 @@ class IncrementalCompact:
     def changed_seqs(self, changed: set[int]) -> tuple[bool, bool]:
         """The rows of the ``changed`` sequences read again, and the pending accesses merged
         again if any of theirs changed; whether the changes may have reached the GPU pool, and
-        the CPU pool (a freed sequence's group is recorded too, which reaches both)."""
+        the CPU pool (a freed sequence's group is recorded too, and the pool it was on with
+        it)."""
         manager = self.manager
         seqs = dict(self.seqs)
         pending = self.pending
@@ -185,12 +198,17 @@ class IncrementalCompact:
                     into[block] = (stamp, now)
         return on_gpu, on_cpu
 
+    def same_pools(self, gpu: OptimizedBlockPool, cpu: OptimizedBlockPool) -> bool:
+        """Whether the manager's pools are those the kept parts came from."""
+        on_gpu, on_cpu = self.pools
+        return on_gpu is not None and on_gpu[0] is gpu and on_cpu is not None and on_cpu[0] is cpu
+
     def pool(
-        self, device: Device, pool: OptimizedBlockPool, untouched: Held, changed: bool
+        self, index: int, pool: OptimizedBlockPool, untouched: Held, changed: bool
     ) -> CompactPool:
         """The pool's compact form: the one kept, unless a change may have reached the pool,
         its pending accesses are others or it is another pool; else built and kept."""
-        known = self.pools.get(device)
+        known = self.pools[index]
         if (
             not changed
             and known is not None
@@ -198,17 +216,17 @@ class IncrementalCompact:
             and (known[2] is untouched or known[2] == untouched)
         ):
             return known[3]
-        return self.build(device, pool, (), untouched)
+        return self.build(index, pool, (), untouched)
 
     def build(
-        self, device: Device, pool: OptimizedBlockPool, fingerprint: tuple[object, ...], held: Held
+        self, index: int, pool: OptimizedBlockPool, fingerprint: tuple[object, ...], held: Held
     ) -> CompactPool:
         """The pool's compact form, its pool's own lists and dict copied, and kept."""
-        built = pool.compact(held)
-        built = built._replace(
-            tokens=list(built.tokens), hashes=list(built.hashes), cached=dict(built.cached)
-        )
-        self.pools[device] = (pool, fingerprint, held, built)
+        fields: list[Any] = list(pool.compact(held))  # tokens, hashes, cached: the pool's own
+        fields[TOKENS], fields[HASHES] = list(fields[TOKENS]), list(fields[HASHES])
+        fields[CACHED] = dict(fields[CACHED])
+        built = CompactPool._make(fields)
+        self.pools[index] = (pool, fingerprint, held, built)
         return built
 
     # --- a subclass with code of its own: fingerprints ------------------------------------------
@@ -221,19 +239,19 @@ class IncrementalCompact:
         gpu, cpu = manager.pools()  # read at every call: a subclass may make a pool anew
         return CompactManager(
             manager.config,
-            self.fingerprinted_pool(GPU, gpu, on_gpu),
-            self.fingerprinted_pool(CPU, cpu, on_cpu),
+            self.fingerprinted_pool(0, gpu, on_gpu),
+            self.fingerprinted_pool(1, cpu, on_cpu),
             seqs,
             groups,
             manager.get_null_block(),
         )
 
     def fingerprinted_pool(
-        self, device: Device, pool: OptimizedBlockPool, untouched: Held
+        self, index: int, pool: OptimizedBlockPool, untouched: Held
     ) -> CompactPool:
         """The one kept, if it was built from the same fingerprint and pending accesses."""
         fingerprint = pool.fingerprint()
-        known = self.pools.get(device)
+        known = self.pools[index]
         if known is not None and known[2] == untouched and known[1] == fingerprint:
             return known[3]
-        return self.build(device, pool, fingerprint, untouched)
+        return self.build(index, pool, fingerprint, untouched)
