@@ -110,13 +110,10 @@ class IncrementalCompact:
             changes.seqs.update(live.seqs)
             changes.groups.update(live.groups)
             on_gpu = on_cpu = True
-        elif (
-            not changes.seqs
-            and not changes.groups
-            and marks == self.marks
-            and self.same_pools(gpu, cpu)
-        ):
-            return last
+        elif not changes.seqs and not changes.groups and marks == self.marks:
+            if self.same_pools(gpu, cpu):
+                return last
+            on_gpu = on_cpu = False
         else:
             on_gpu, on_cpu = marks[0] != self.marks[0], marks[1] != self.marks[1]
         self.marks = marks
@@ -150,6 +147,21 @@ class IncrementalCompact:
             manager.get_null_block(),
         )
         return built
+
+    def unchanged(self) -> CompactManager | None:
+        """The compact state returned last, if the record says nothing changed since and the
+        manager's pools are the same; else None (on the fingerprint route: always None)."""
+        changes, last = self.changes, self.last
+        if (
+            changes is None
+            or changes.detached
+            or last is None
+            or changes.seqs
+            or changes.groups
+            or (changes.gpu, changes.cpu) != self.marks
+        ):
+            return None
+        return last if self.same_pools(*self.manager.pools()) else None
 
     def changed_seqs(self, changed: set[int]) -> tuple[bool, bool]:
         """The rows of the ``changed`` sequences read again, and the pending accesses merged
