@@ -17,6 +17,11 @@ is observed, ``mark_blocks_as_computed`` looks only at blocks filled since the l
 says why each is exact). ``can_allocate`` and ``allocate`` remember the prompts they checked, tuples
 and lists alike (``optimized/checked_prompts.py``), since a scheduler asks again and again about
 the requests at the head of its queue.
+
+Once a reader asks (``record_changes``), every changing call also records which sequences and
+groups it touched (``optimized/changes.py``): one set insertion, so that ``pagedkv soak`` rebuilds
+only their rows of the compact state it keeps between calls. Until then the record costs one
+``is None`` test per changing call.
 """
 
 from __future__ import annotations
@@ -593,8 +598,9 @@ class OptimizedBlockSpaceManager:
 
     def pools(self) -> tuple[OptimizedBlockPool, OptimizedBlockPool]:
         """The GPU and the CPU pool, never to be changed by the reader: for a reader that keeps
-        the compact state between calls and rebuilds a pool's only when its ``fingerprint``
-        changed (``pagedkv soak``, ``model_tests/oracle/incremental_compact.py``)."""
+        the compact state between calls and rebuilds a pool's only when the record of changes
+        says it may have changed, or its ``fingerprint`` did (``pagedkv soak``,
+        ``model_tests/oracle/incremental_compact.py``)."""
         return self._gpu, self._cpu
 
     def view(self) -> ManagerView:
@@ -620,7 +626,8 @@ class OptimizedBlockSpaceManager:
     def compact_tables(self) -> tuple[dict[int, SeqFields], dict[int, GroupFields], Held, Held]:
         """``compact``'s sequences and groups, and the accesses the tables keep aside for each
         pool (GPU, then CPU: block -> (stamp, time)), which the pools' parts show: what a reader
-        that keeps a pool's part between calls reads at every call (``pagedkv soak``)."""
+        that keeps a pool's part between calls reads at every call (``pagedkv soak``, for a
+        subclass with code of its own: ``model_tests/oracle/incremental_compact.py``)."""
         on_gpu: Held = {}
         on_cpu: Held = {}
         seqs: dict[int, SeqFields] = {}
