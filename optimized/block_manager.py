@@ -17,6 +17,11 @@ is observed, ``mark_blocks_as_computed`` looks only at blocks filled since the l
 says why each is exact). ``can_allocate`` and ``allocate`` remember the prompts they checked, tuples
 and lists alike (``optimized/checked_prompts.py``), since a scheduler asks again and again about
 the requests at the head of its queue.
+
+Once a reader asks (``record_changes``), every changing call also records which sequences and
+groups it touched (``optimized/changes.py``): one set insertion, so that ``pagedkv soak`` rebuilds
+only their rows of the compact state it keeps between calls. Until then the record costs one
+``is None`` test per changing call.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from pagedkv.optimized.block_table import (
     BlockTable,
     SequenceGroup,
 )
+from pagedkv.optimized.changes import Changes
 from pagedkv.optimized.checked_prompts import CheckedPrompts
 from pagedkv.specs.accounting import (
     alloc_status,
@@ -78,6 +84,9 @@ as the rest of a scheduler query on CPython 3.11."""
 Held = dict[BlockId, tuple[int, float]]
 """Accesses the tables keep aside, by block: (stamp, time)."""
 
+Pending = tuple[int, float, tuple[BlockId, ...]]
+"""A table's pending access: its stamp, its time, and the blocks still waiting for it."""
+
 
 @dataclass(frozen=True)
 class LiveState:
@@ -120,6 +129,8 @@ class OptimizedBlockSpaceManager:
         (``optimized/block_table.py``, "a pending access")."""
         self._prompts = CheckedPrompts()
         self._live = LiveState(self._groups, self._tables)
+        self._changes: Changes | None = None
+        """What the calls changed, once a reader asked for it (``record_changes``)."""
 
     @property
     def config(self) -> ManagerConfig:
@@ -211,6 +222,9 @@ class OptimizedBlockSpaceManager:
         free = self._gpu.num_free_blocks()
         if needed > free:
             raise OutOfBlocksError(f"the group needs {needed} GPU blocks, only {free} free")
+        if self._changes is not None:
+            self._changes.seqs.update(ids)
+            self._changes.groups.add(gid)
         group = SequenceGroup(gid, {}, Device.GPU, extra_key, tuple(encoder_tokens or ()))
         first = BlockTable.for_prompt(group, self._gpu, tokens)
         group.members[ids[0]] = self._tables[ids[0]] = first
@@ -294,6 +308,8 @@ class OptimizedBlockSpaceManager:
                 raise OutOfBlocksError(
                     f"sequence {seq_id} may need {needed} GPU blocks, only {gpu.num_free} are free"
                 )
+        if self._changes is not None:
+            self._changes.seqs.add(seq_id)
         if self._null_block is not None and new_tokens:  # a null block means a sliding window
             table.release_out_of_window(gpu, self._window, self._null_block)
         table.append(gpu, new_tokens, lookahead)
@@ -306,6 +322,9 @@ class OptimizedBlockSpaceManager:
         if child in self._tables:
             raise DuplicateSequenceError(f"sequence {child} already exists")
         found = parent.group
+        if self._changes is not None:
+            self._changes.seqs.add(child)
+            self._changes.groups.add(found.group_id)
         self._pool(found.device).hold_all(parent.held_blocks())
         found.members[child] = self._tables[child] = parent.fork()
 
@@ -314,6 +333,9 @@ class OptimizedBlockSpaceManager:
         cross-attention table) with it."""
         table = self._table(seq_id)
         found = table.group
+        if self._changes is not None:
+            self._changes.seqs.add(seq_id)
+            self._changes.groups.add(found.group_id)
         pool = self._pool(found.device)
         table.release_all(pool)
         del found.members[seq_id]
@@ -363,6 +385,9 @@ class OptimizedBlockSpaceManager:
             raise OutOfBlocksError(
                 f"moving the group needs {needed} {to.value} blocks, only {free} are free"
             )
+        if self._changes is not None:
+            self._changes.seqs.update(group.members)
+            self._changes.groups.add(group.group_id)
         moved: dict[BlockId, BlockId] = {}
         pairs: list[CopyPair] = []
 
@@ -409,6 +434,8 @@ class OptimizedBlockSpaceManager:
             table = self._table(seq_id)
         if type(now) is not float or not 0.0 <= now <= LARGEST_FLOAT:  # NaN fails it too
             now = check_time(now)
+        if self._changes is not None:
+            self._changes.seqs.add(seq_id)
         # the table's pending access (optimized/block_table.py): it replaces the older one
         table.access_time = now
         table.access_stamp = next(self._access_stamps)
@@ -426,6 +453,8 @@ class OptimizedBlockSpaceManager:
         for table in found.members.values():
             num_full = len(table.tokens) // block_bytes
             if num_full > table.marked:  # else nothing filled since the last mark
+                if self._changes is not None:
+                    self._changes_to(found.device)
                 table.mark_computed(self._pool(found.device), num_full)
 
     def get_common_computed_block_ids(self, seq_ids: Sequence[int]) -> list[BlockId]:
@@ -499,8 +528,18 @@ class OptimizedBlockSpaceManager:
         done = True
         for each in devices:
             reset = self._reset_pool(each)
+            if reset and self._changes is not None:
+                self._changes_to(each)
             done = done and reset
         return done
+
+    def _changes_to(self, device: Device) -> None:
+        """Record a change to ``device``'s pool that no sequence shows (``record_changes``)."""
+        assert self._changes is not None
+        if device is GPU:
+            self._changes.gpu += 1
+        else:
+            self._changes.cpu += 1
 
     def _reset_pool(self, device: Device) -> bool:
         """The null block's pin is not a use: it is let go and taken again (it is the lowest id,
@@ -528,10 +567,40 @@ class OptimizedBlockSpaceManager:
         manager as its model), in O(1) where ``view`` copies everything."""
         return self._live
 
+    def record_changes(self) -> Changes:
+        """From now on, every changing call adds what it changed to the record returned
+        (``optimized/changes.py``), which its one reader empties as it reads: a reader that
+        rebuilds only the changed rows of a compact state kept between calls (``pagedkv soak``).
+        A later call starts a new record and detaches this one."""
+        if self._changes is not None:
+            self._changes.detached = True
+        self._changes = Changes()
+        return self._changes
+
+    def compact_row(self, seq_id: int) -> tuple[SeqFields, Device, Pending | None] | None:
+        """A live sequence's row of the compact state, its tokens copied (a row kept between
+        calls must not change with the table), its group's device, and its pending access
+        (``Pending``); None for a sequence that is not live."""
+        table = self._tables.get(seq_id)
+        if table is None:
+            return None
+        device = table.group.device
+        row = (table.group.group_id, bytes(table.tokens), table.blocks)
+        start, end = table.num_released, table.access_end
+        if end <= start:
+            return row, device, None
+        return row, device, (table.access_stamp, table.access_time, table.blocks[start:end])
+
+    def compact_group(self, group_id: int) -> GroupFields | None:
+        """A live group's fields as the compact state holds them; None for one not live."""
+        group = self._groups.get(group_id)
+        return None if group is None else group.fields()
+
     def pools(self) -> tuple[OptimizedBlockPool, OptimizedBlockPool]:
         """The GPU and the CPU pool, never to be changed by the reader: for a reader that keeps
-        the compact state between calls and rebuilds a pool's only when its ``fingerprint``
-        changed (``pagedkv soak``, ``model_tests/oracle/incremental_compact.py``)."""
+        the compact state between calls and rebuilds a pool's only when the record of changes
+        says it may have changed, or its ``fingerprint`` did (``pagedkv soak``,
+        ``model_tests/oracle/incremental_compact.py``)."""
         return self._gpu, self._cpu
 
     def view(self) -> ManagerView:
@@ -557,7 +626,8 @@ class OptimizedBlockSpaceManager:
     def compact_tables(self) -> tuple[dict[int, SeqFields], dict[int, GroupFields], Held, Held]:
         """``compact``'s sequences and groups, and the accesses the tables keep aside for each
         pool (GPU, then CPU: block -> (stamp, time)), which the pools' parts show: what a reader
-        that keeps a pool's part between calls reads at every call (``pagedkv soak``)."""
+        that keeps a pool's part between calls reads at every call (``pagedkv soak``, for a
+        subclass with code of its own: ``model_tests/oracle/incremental_compact.py``)."""
         on_gpu: Held = {}
         on_cpu: Held = {}
         seqs: dict[int, SeqFields] = {}

@@ -674,9 +674,9 @@ def _soak_report(
                 f" ({counted(result.checkpoints, 'time')})"
                 + (
                     f"; the target's kept compact state was found stale {len(result.stale)}"
-                    " time(s) (a subclass changing what the optimized manager's kept state"
-                    " reads): replayed fresh with no divergence, and read fresh after every"
-                    " call since"
+                    " time(s) (a subclass whose own code changes what the optimized manager's"
+                    " kept state reads): replayed fresh with no divergence, and read fresh after"
+                    " every call since"
                     if result.stale
                     else ""
                 )

@@ -44,8 +44,12 @@ structures (``OptimizedBlockSpaceManager.compact``) if it equals ``compact_manag
 in every state; the same test holds the optimized manager to that at every step of its walks.
 The view stays the comparison the spec states; this is only a faster way to the same answer.
 A reader may keep parts of a compact state between calls (the soak's, of the optimized manager:
-``model_tests/oracle/incremental_compact.py``) only if a fresh one, nothing kept, is built and
-held equal to it at every checkpoint (``specs/oracle.md`` §6).
+``model_tests/oracle/incremental_compact.py``, rebuilding only the rows and pools the manager's
+record of its changes names, or a pool whose fingerprint changed) only if a fresh one, nothing
+kept, is built and held equal to it at every checkpoint (``specs/oracle.md`` §6). A kept part
+must be a copy, never the implementation's own object (a kept row holds its tokens as
+``bytes``, not the table's ``bytearray``): a kept part that changed along with the manager
+would equal the fresh one at the checkpoint whatever the comparisons after the calls saw.
 """
 
 from __future__ import annotations

@@ -1,18 +1,27 @@
-"""The optimized manager's compact state, its pools' parts kept between calls: what ``pagedkv
-soak`` reads after every call of an optimized model or target (``specs/oracle.md`` §6, "The
-whole state at every step").
+"""The optimized manager's compact state, kept between calls: what ``pagedkv soak`` reads after
+every call of an optimized model or target (``specs/oracle.md`` §6, "The whole state at every
+step").
 
-``OptimizedBlockSpaceManager.compact`` rebuilds each pool's columns at every call (lists out of
-its arrays, a prefix per block), most of what it costs, though most calls change one pool or
-none. Here a pool's compact form is kept with the pool's ``fingerprint`` (everything ``compact``
-reads of it, copied at C speed, no Python loop over blocks) and the accesses still pending on it,
-and built again only when either differs. The sequences (their tables' own packed tokens, no
-copy) and the groups are read at every call: nothing of them is kept. A pool that did not change
-is the same object as at the last call, so the soak compares it with a glance
-(``soak.same_parts``).
+``OptimizedBlockSpaceManager.compact`` reads every sequence and group and rebuilds each pool's
+columns at every call, though most calls change one sequence and one pool, or nothing. Two ways
+to keep what did not change, by whose code the manager runs (``own_code_only``):
 
-A kept part can go stale: a fingerprint that missed something ``compact`` reads would keep the
-old columns while the pool changed. So it is never the last word: at every checkpoint the soak
+- *From the manager's record of its changes* (``optimized/changes.py``), where every method it
+  runs is pagedkv's own: the optimized manager, or a subclass that defines nothing. Only the
+  rows of the sequences and groups its calls recorded are read again (each sequence's tokens
+  copied, so a kept row never changes with its table), the accesses the tables keep aside are
+  merged again only when one of those changed, and a pool's columns are built again only when
+  a change may have reached it (a sequence on its device, a group, a mark or a reset). A call
+  that recorded nothing (a query, a refused call) returns the very compact state of the call
+  before, which ``soak.same_parts`` compares with a glance.
+- *From fingerprints*, for a subclass with code of its own, which may change the manager's
+  structures without going through the record (a transient change, undone before any
+  checkpoint, would be seen by nobody): the sequences and groups are read at every call, and a
+  pool's columns are kept with the pool's ``fingerprint`` (everything ``compact`` reads of it,
+  copied at C speed) and the accesses still pending on it.
+
+A kept part can go stale: a change the record or the fingerprint missed would keep old rows or
+columns while the manager changed. So it is never the last word: at every checkpoint the soak
 builds the compact state fresh on both sides (``OptimizedBlockSpaceManager.compact``, nothing
 kept) and holds the kept one equal to it; a stale one sends the episode to a replay that
 compares fresh whole states after every call (``soak.Lockstep.fresh_check``).
@@ -20,44 +29,241 @@ compares fresh whole states after every call (``soak.Lockstep.fresh_check``).
 
 from __future__ import annotations
 
-from pagedkv.optimized.block_manager import Held, OptimizedBlockSpaceManager
+from typing import Any
+
+from pagedkv.optimized.block_manager import Held, OptimizedBlockSpaceManager, Pending
 from pagedkv.optimized.block_pool import OptimizedBlockPool
-from pagedkv.specs.compact_state import CompactManager, CompactPool
+from pagedkv.specs.compact_state import CompactManager, CompactPool, GroupFields, SeqFields
 from pagedkv.specs.types import Device
+
+GPU, CPU = Device.GPU, Device.CPU
+TOKENS, HASHES, CACHED = (
+    CompactPool._fields.index(name) for name in ("tokens", "hashes", "cached")
+)
+"""The parts of a pool's compact form that are the pool's own list or dict (``compact``)."""
+
+BOOKKEEPING = frozenset(
+    {
+        "__module__",
+        "__qualname__",
+        "__doc__",
+        "__dict__",
+        "__weakref__",
+        "__annotations__",
+        "__firstlineno__",
+        "__static_attributes__",
+    }
+)
+"""What every class body defines: names, not code."""
+
+
+def own_code_only(manager: OptimizedBlockSpaceManager) -> bool:
+    """Whether every method the manager runs is pagedkv's own, so that its record of its changes
+    can be trusted between checkpoints: its class is the optimized manager or a subclass whose
+    classes define nothing but names, nothing of the class is replaced on the instance, and its
+    pools are the optimized pool itself, likewise."""
+    found = type(manager)
+    mro = found.__mro__
+    if OptimizedBlockSpaceManager not in mro:
+        return False
+    for each in mro[: mro.index(OptimizedBlockSpaceManager)]:
+        if set(vars(each)) - BOOKKEEPING:
+            return False
+    if set(vars(manager)) & set(dir(OptimizedBlockSpaceManager)):
+        return False
+    return all(
+        type(pool) is OptimizedBlockPool and not set(vars(pool)) & set(dir(OptimizedBlockPool))
+        for pool in OptimizedBlockSpaceManager.pools(manager)
+    )
 
 
 class IncrementalCompact:
-    """``manager.compact()``, each pool's part kept while its fingerprint and pending accesses
-    stay the same (the module's docstring). A kept pool is never changed afterwards; the rest
-    is the manager's own, to be compared at once, as ``compact``'s."""
+    """``manager.compact()``, kept between calls (the module's docstring). What it returns is
+    never changed afterwards: the parts a later call did not change are the same objects."""
 
     def __init__(self, manager: OptimizedBlockSpaceManager) -> None:
         self.manager = manager
-        self.pools: dict[Device, tuple[tuple[object, ...], Held, CompactPool]] = {}
+        self.pools: list[tuple[OptimizedBlockPool, tuple[object, ...], Held, CompactPool] | None]
+        self.pools = [None, None]
+        """The GPU pool's part and the CPU pool's, each kept with the pool it came from, its
+        fingerprint (on the fingerprint route) and the pending accesses it shows."""
+        self.changes = manager.record_changes() if own_code_only(manager) else None
+        self.last: CompactManager | None = None
+        self.seqs: dict[int, SeqFields] = {}
+        self.groups: dict[int, GroupFields] = {}
+        self.pending: dict[int, tuple[Device, Pending]] = {}
+        """The sequences with a pending access: their device and the access."""
+        self.held: tuple[Held, Held] = ({}, {})
+        self.marks = (0, 0)
+        """The record's counts of pool changes no sequence shows, as last read."""
 
     def __call__(self) -> CompactManager:
+        changes = self.changes
+        if changes is None or changes.detached:
+            return self.fingerprinted()
+        manager = self.manager
+        gpu, cpu = manager.pools()
+        last = self.last
+        marks = (changes.gpu, changes.cpu)
+        if last is None:  # everything is new
+            live = manager.live()
+            changes.seqs.update(live.seqs)
+            changes.groups.update(live.groups)
+            on_gpu = on_cpu = True
+        elif not changes.seqs and not changes.groups and marks == self.marks:
+            if self.same_pools(gpu, cpu):
+                return last
+            on_gpu = on_cpu = False
+        else:
+            on_gpu, on_cpu = marks[0] != self.marks[0], marks[1] != self.marks[1]
+        self.marks = marks
+        if changes.seqs:
+            gpu_seqs, cpu_seqs = self.changed_seqs(changes.seqs)
+            on_gpu, on_cpu = on_gpu or gpu_seqs, on_cpu or cpu_seqs
+            changes.seqs.clear()
+        if changes.groups:
+            groups = dict(self.groups)
+            for group_id in changes.groups:
+                was = groups.get(group_id)
+                fields = manager.compact_group(group_id)
+                if fields is None:
+                    groups.pop(group_id, None)
+                else:
+                    groups[group_id] = fields
+                for row in (was, fields):  # the pools it was on and is on (a swap: both)
+                    if row is not None:
+                        if row[1] is GPU:
+                            on_gpu = True
+                        else:
+                            on_cpu = True
+            self.groups = groups
+            changes.groups.clear()
+        built = self.last = CompactManager(
+            manager.config,
+            self.pool(0, gpu, self.held[0], on_gpu),
+            self.pool(1, cpu, self.held[1], on_cpu),
+            self.seqs,
+            self.groups,
+            manager.get_null_block(),
+        )
+        return built
+
+    def unchanged(self) -> CompactManager | None:
+        """The compact state returned last, if the record says nothing changed since and the
+        manager's pools are the same; else None (on the fingerprint route: always None)."""
+        changes, last = self.changes, self.last
+        if (
+            changes is None
+            or changes.detached
+            or last is None
+            or changes.seqs
+            or changes.groups
+            or (changes.gpu, changes.cpu) != self.marks
+        ):
+            return None
+        return last if self.same_pools(*self.manager.pools()) else None
+
+    def changed_seqs(self, changed: set[int]) -> tuple[bool, bool]:
+        """The rows of the ``changed`` sequences read again, and the pending accesses merged
+        again if any of theirs changed; whether the changes may have reached the GPU pool, and
+        the CPU pool (a freed sequence's group is recorded too, and the pool it was on with
+        it)."""
+        manager = self.manager
+        seqs = dict(self.seqs)
+        pending = self.pending
+        on_gpu = on_cpu = merge = False
+        for seq_id in changed:
+            found = manager.compact_row(seq_id)
+            if found is None:
+                seqs.pop(seq_id, None)
+                merge = pending.pop(seq_id, None) is not None or merge
+                continue
+            row, device, access = found
+            seqs[seq_id] = row
+            known = pending.get(seq_id)
+            if device is GPU:
+                on_gpu = True
+            else:
+                on_cpu = True
+            if access is None:
+                if known is not None:
+                    del pending[seq_id]
+                    merge = True
+            elif known is None or known[0] is not device or known[1] != access:
+                pending[seq_id] = (device, access)
+                merge = True
+        self.seqs = seqs
+        if merge:
+            self.held = self.merged()
+        return on_gpu, on_cpu
+
+    def merged(self) -> tuple[Held, Held]:
+        """The pending accesses by block, for each pool (GPU, CPU), the later access of a block
+        two tables share: as ``BlockTable.untouched`` adds them up."""
+        on_gpu: Held = {}
+        on_cpu: Held = {}
+        for device, (stamp, now, blocks) in self.pending.values():
+            into = on_gpu if device is GPU else on_cpu
+            for block in blocks:
+                known = into.get(block)
+                if known is None or known[0] < stamp:
+                    into[block] = (stamp, now)
+        return on_gpu, on_cpu
+
+    def same_pools(self, gpu: OptimizedBlockPool, cpu: OptimizedBlockPool) -> bool:
+        """Whether the manager's pools are those the kept parts came from."""
+        on_gpu, on_cpu = self.pools
+        return on_gpu is not None and on_gpu[0] is gpu and on_cpu is not None and on_cpu[0] is cpu
+
+    def pool(
+        self, index: int, pool: OptimizedBlockPool, untouched: Held, changed: bool
+    ) -> CompactPool:
+        """The pool's compact form: the one kept, unless a change may have reached the pool,
+        its pending accesses are others or it is another pool; else built and kept."""
+        known = self.pools[index]
+        if (
+            not changed
+            and known is not None
+            and known[0] is pool
+            and (known[2] is untouched or known[2] == untouched)
+        ):
+            return known[3]
+        return self.build(index, pool, (), untouched)
+
+    def build(
+        self, index: int, pool: OptimizedBlockPool, fingerprint: tuple[object, ...], held: Held
+    ) -> CompactPool:
+        """The pool's compact form, its pool's own lists and dict copied, and kept."""
+        fields: list[Any] = list(pool.compact(held))  # tokens, hashes, cached: the pool's own
+        fields[TOKENS], fields[HASHES] = list(fields[TOKENS]), list(fields[HASHES])
+        fields[CACHED] = dict(fields[CACHED])
+        built = CompactPool._make(fields)
+        self.pools[index] = (pool, fingerprint, held, built)
+        return built
+
+    # --- a subclass with code of its own: fingerprints ------------------------------------------
+
+    def fingerprinted(self) -> CompactManager:
+        """The sequences and groups read, each pool's columns kept while its fingerprint and
+        pending accesses stay the same."""
         manager = self.manager
         seqs, groups, on_gpu, on_cpu = manager.compact_tables()
         gpu, cpu = manager.pools()  # read at every call: a subclass may make a pool anew
         return CompactManager(
             manager.config,
-            self.pool(Device.GPU, gpu, on_gpu),
-            self.pool(Device.CPU, cpu, on_cpu),
+            self.fingerprinted_pool(0, gpu, on_gpu),
+            self.fingerprinted_pool(1, cpu, on_cpu),
             seqs,
             groups,
             manager.get_null_block(),
         )
 
-    def pool(self, device: Device, pool: OptimizedBlockPool, untouched: Held) -> CompactPool:
-        """The pool's compact form: the one kept, if it was built from the same fingerprint and
-        pending accesses; else built, its pool's own lists and dict copied, and kept."""
+    def fingerprinted_pool(
+        self, index: int, pool: OptimizedBlockPool, untouched: Held
+    ) -> CompactPool:
+        """The one kept, if it was built from the same fingerprint and pending accesses."""
         fingerprint = pool.fingerprint()
-        known = self.pools.get(device)
-        if known is not None and known[1] == untouched and known[0] == fingerprint:
-            return known[2]
-        built = pool.compact(untouched)
-        built = built._replace(
-            tokens=list(built.tokens), hashes=list(built.hashes), cached=dict(built.cached)
-        )
-        self.pools[device] = (fingerprint, untouched, built)
-        return built
+        known = self.pools[index]
+        if known is not None and known[2] == untouched and known[1] == fingerprint:
+            return known[3]
+        return self.build(index, pool, fingerprint, untouched)

@@ -45,6 +45,7 @@ from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import close_target
 from pagedkv.model_tests.oracle.guard import unguarded
+from pagedkv.model_tests.oracle.incremental_compact import own_code_only
 from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.request_soak import (
     RequestLockstep,
@@ -59,7 +60,6 @@ from pagedkv.model_tests.oracle.soak_model import (
     compact_reader,
 )
 from pagedkv.model_tests.oracle.watchdog import watched
-from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import invariants
 from pagedkv.specs import manager_calls as calls
@@ -294,6 +294,8 @@ def same_parts(
     if agreed is None:
         return mine == theirs
     was_mine, was_theirs = agreed
+    if mine is was_mine and theirs is was_theirs:  # a call that changed neither side
+        return True
     return (
         ((mine.gpu is was_mine.gpu and theirs.gpu is was_theirs.gpu) or mine.gpu == theirs.gpu)
         and ((mine.cpu is was_mine.cpu and theirs.cpu is was_theirs.cpu) or mine.cpu == theirs.cpu)
@@ -301,7 +303,10 @@ def same_parts(
             (mine.seqs is was_mine.seqs and theirs.seqs is was_theirs.seqs)
             or mine.seqs == theirs.seqs
         )
-        and mine.groups == theirs.groups
+        and (
+            (mine.groups is was_mine.groups and theirs.groups is was_theirs.groups)
+            or mine.groups == theirs.groups
+        )
         and (mine.config is theirs.config or mine.config == theirs.config)
         and mine.null_block == theirs.null_block
     )
@@ -582,9 +587,9 @@ def soak(
             found = diverges(factory, config, side.calls, exact, level)
             if found is not None:
                 result.failure, result.config, result.calls = found, config, list(side.calls)
-            elif not stale.model and type(unguarded(side.target)) is not OptimizedBlockSpaceManager:
-                # a subclass of the optimized manager changed what the kept state's fingerprint
-                # reads: its own compact state, built fresh, is read after every call from now on
+            elif not stale.model and not own_code_only(unguarded(side.target)):
+                # a subclass's own code changed what the kept state's fingerprint reads: its own
+                # compact state, built fresh, is read after every call from now on
                 keep_target_parts = False
             else:  # every state agreed: what was stale is pagedkv's own kept state
                 result.config, result.calls = config, list(side.calls)

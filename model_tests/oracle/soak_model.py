@@ -226,10 +226,20 @@ def compact_reader(target: Any, keep: bool = True) -> tuple[Reader, Reader | Non
             return fresh, None
         kept = as_its_call(target, "compact", IncrementalCompact, unguarded(target))
         if unguarded(target) is not target:
-            return partial(as_its_call, target, "compact", kept), fresh
+            guarded = partial(as_its_call, target, "compact", kept)
+            if kept.changes is not None:  # all pagedkv's code: a call that changed nothing
+                return partial(_unless_unchanged, kept, guarded), fresh  # is a glance
+            return guarded, fresh
         return kept, fresh
     view = target.view
     return (lambda: compact_manager(view())), None
+
+
+def _unless_unchanged(kept: IncrementalCompact, read: Reader) -> CompactManager:
+    """The compact state of the call before where the record says nothing changed since (no
+    code of the target's runs: its class and pools are pagedkv's own), else ``read()``."""
+    unchanged = kept.unchanged()
+    return read() if unchanged is None else unchanged
 
 
 def choose(sample: object) -> Model:

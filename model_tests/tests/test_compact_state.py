@@ -27,8 +27,10 @@ from pagedkv.specs.types import Device, ExtraKey
 def test_compact_loses_nothing_and_the_optimized_compact_is_its_views(seed: int) -> None:
     """... and the reference's, rebuilt from the parts that changed (``FrozenCompact``), is its
     view's at every step too (shown failing with the pools' rebuild left out), as the optimized
-    manager's with its pools kept between calls (``IncrementalCompact``) is its own fresh one
-    (shown failing with the ref counts left out of a pool's fingerprint)."""
+    manager's kept between calls (``IncrementalCompact``, from its record of changes) is its own
+    fresh one (shown failing with a fork left out of the record; ``test_soak_record.py`` holds
+    the fingerprint route to the same, shown failing with the ref counts left out of a pool's
+    fingerprint)."""
     rng = random.Random(seed)
     for _ in range(6):
         side = Lockstep(OptimizedBlockSpaceManager, random_config(rng), True)

@@ -1,11 +1,13 @@
 """The soak keeps parts of the optimized manager's compact state between calls
-(``model_tests/oracle/incremental_compact.py``: a pool's, while its fingerprint stays the same),
-so a change the fingerprint missed would leave the comparison after each call looking at old
-columns. The checkpoint is what makes that safe: it builds both compact states fresh and holds
-the kept ones equal to them, and an episode whose kept state was stale is replayed comparing
-fresh states after every call. Each test plants a staleness (a fingerprint that leaves the ref
-counts out) under a target whose query corrupts a ref count: the comparison after the call
-misses it, the checkpoint does not."""
+(``model_tests/oracle/incremental_compact.py``: from the manager's record of its changes where
+all its code is pagedkv's, else a pool's while its fingerprint stays the same), so a change the
+record or the fingerprint missed would leave the comparison after each call looking at old rows
+or columns. The checkpoint is what makes that safe: it builds both compact states fresh and
+holds the kept ones equal to them, and an episode whose kept state was stale is replayed
+comparing fresh states after every call. The tests here plant a staleness of the fingerprint
+route (a fingerprint that leaves the ref counts out, every reader made to take that route)
+under a target whose query corrupts a ref count: the comparison after the call misses it, the
+checkpoint does not. ``test_soak_record.py`` plants a change the record misses."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import pytest
 
 from pagedkv import cli
 from pagedkv.model_tests.lockstep.calls import Divergence
-from pagedkv.model_tests.oracle import soak
+from pagedkv.model_tests.oracle import incremental_compact, soak
 from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.model_tests.oracle.soak import Lockstep, StaleCache, diverges
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED, REFERENCE
@@ -96,7 +98,19 @@ FINGERPRINT = OptimizedBlockPool.fingerprint
 
 @pytest.fixture
 def stale_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted fingerprint, and every reader on the fingerprint route (the optimized
+    manager's own record of its changes is not read): the soak's rule for a stale state still
+    goes by whose code the target runs (``soak.own_code_only``)."""
     monkeypatch.setattr(OptimizedBlockPool, "fingerprint", blind_to_ref_counts)
+    monkeypatch.setattr(incremental_compact, "own_code_only", lambda manager: False)
+
+
+class OwnCode(OptimizedBlockSpaceManager):
+    """A subclass with code of its own (which does what the optimized manager does): its own
+    code may change the manager's structures in ways the fingerprint was not made for."""
+
+    def pools(self) -> tuple[OptimizedBlockPool, OptimizedBlockPool]:
+        return super().pools()
 
 
 def corrupted(model: object = OPTIMIZED) -> Lockstep:
@@ -187,20 +201,27 @@ def test_a_stale_kept_state_with_no_divergence_is_pagedkvs_bug_never_a_pass(
 def test_a_subclass_whose_kept_state_goes_stale_is_read_fresh_and_can_pass(
     stale_fingerprint: None,
 ) -> None:
-    """A subclass may change what the kept state's fingerprint reads (a pool of its own made
-    anew): where the replay finds no divergence, the target is not wrong and pagedkv is not
-    either; the soak reads the target's own compact state after every call from then on."""
-    result = soak.soak(Twin, STEPS, 1, exact=True, model=REFERENCE)
+    """A subclass's own code may change what the kept state's fingerprint reads (a pool of its
+    own made anew): where the replay finds no divergence, the target is not wrong and pagedkv is
+    not either; the soak reads the target's own compact state after every call from then on."""
+    result = soak.soak(OwnCode, STEPS, 1, exact=True, model=REFERENCE)
     assert result.stale, "the planted fingerprint went unnoticed"
     assert all("the target's kept" in stale for stale in result.stale)
     assert len(result.stale) == 1, "the target's state is kept no longer after the first"
     assert result.passed, (result.failure, result.own_bug)
 
 
+def test_a_subclass_without_code_of_its_own_is_pagedkvs_code(stale_fingerprint: None) -> None:
+    """Its stale kept state can only be pagedkv's fault, as the optimized manager's."""
+    result = soak.soak(Twin, STEPS, 1, exact=True, model=REFERENCE)
+    assert result.stale and not result.passed and result.failure is None
+    assert result.own_bug is not None and "missed a change" in result.own_bug
+
+
 def test_the_models_stale_kept_state_stays_pagedkvs_bug_under_a_subclass(
     stale_fingerprint: None,
 ) -> None:
-    result = soak.soak(Twin, STEPS, 1, exact=True, model=OPTIMIZED)
+    result = soak.soak(OwnCode, STEPS, 1, exact=True, model=OPTIMIZED)
     assert not result.passed and result.failure is None
     assert result.own_bug is not None and "the model's" in result.own_bug
 
