@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pagedkv.model_tests.oracle.stand_in_guard import patched
 from pagedkv.optimized.block_manager import Held, OptimizedBlockSpaceManager, Pending
 from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.specs.compact_state import CompactManager, CompactPool, GroupFields, SeqFields
@@ -61,7 +62,10 @@ def own_code_only(manager: OptimizedBlockSpaceManager) -> bool:
     """Whether every method the manager runs is pagedkv's own, so that its record of its changes
     can be trusted between checkpoints: its class is the optimized manager or a subclass whose
     classes define nothing but names, nothing of the class is replaced on the instance, and its
-    pools are the optimized pool itself, likewise."""
+    pools are the optimized pool itself, likewise; and pagedkv's optimized code is what was
+    loaded (``stand_in_guard``: a target may have patched the base class itself)."""
+    if patched():
+        return False
     found = type(manager)
     mro = found.__mro__
     if OptimizedBlockSpaceManager not in mro:

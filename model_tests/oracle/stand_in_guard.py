@@ -24,7 +24,7 @@ def _optimized(module_name: str) -> bool:
     return module_name == "pagedkv.optimized" or module_name.startswith("pagedkv.optimized.")
 
 
-def _names() -> Names:
+def names() -> Names:
     """Every global of every loaded ``pagedkv.optimized`` module, and every attribute of every
     class defined there, by its dotted name."""
     found: Names = {}
@@ -39,13 +39,16 @@ def _names() -> Names:
     return found
 
 
-_LOADED = _names()
+LOADED = names()
+"""The names as pagedkv loaded them. A test that plants a bug in pagedkv's own code takes them
+down again (``monkeypatch.setattr(stand_in_guard, "LOADED", names())``): the bug is then
+pagedkv's code, not a target's patch."""
 
 
 def patched() -> list[str]:
     """The names loaded with pagedkv that are now bound to something else, or gone (sorted)."""
-    now = _names()
-    return sorted(name for name, value in _LOADED.items() if now.get(name, _GONE) is not value)
+    now = names()
+    return sorted(name for name, value in LOADED.items() if now.get(name, _GONE) is not value)
 
 
 _GONE = object()

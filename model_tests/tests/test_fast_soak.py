@@ -14,6 +14,7 @@ import pytest
 from pagedkv import cli
 from pagedkv.model_tests.oracle import soak_model
 from pagedkv.model_tests.oracle.guard import guard
+from pagedkv.model_tests.oracle.incremental_compact import own_code_only
 from pagedkv.model_tests.oracle.soak import diverges, soak
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED, REFERENCE, Model
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
@@ -160,3 +161,6 @@ def test_a_target_that_patches_the_optimized_manager_is_soaked_against_the_refer
         "note: the reference is the model: pagedkv's optimized code was changed" in out.getvalue()
     )
     assert "OptimizedBlockSpaceManager.get_num_free_gpu_blocks" in out.getvalue()
+    patched_class = OptimizedBlockSpaceManager.__subclasses__()[-1]  # the target's, loaded
+    assert patched_class.__name__ == "Patched"
+    assert not own_code_only(patched_class(_config()))  # its state read by fingerprints

@@ -19,7 +19,7 @@ import pytest
 
 from pagedkv import cli
 from pagedkv.model_tests.lockstep.calls import Divergence
-from pagedkv.model_tests.oracle import incremental_compact, soak
+from pagedkv.model_tests.oracle import incremental_compact, soak, stand_in_guard
 from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.model_tests.oracle.soak import Lockstep, StaleCache, diverges
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED, REFERENCE
@@ -102,6 +102,7 @@ def stale_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
     manager's own record of its changes is not read): the soak's rule for a stale state still
     goes by whose code the target runs (``soak.own_code_only``)."""
     monkeypatch.setattr(OptimizedBlockPool, "fingerprint", blind_to_ref_counts)
+    monkeypatch.setattr(stand_in_guard, "LOADED", stand_in_guard.names())  # pagedkv's code
     monkeypatch.setattr(incremental_compact, "own_code_only", lambda manager: False)
 
 

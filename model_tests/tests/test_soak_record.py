@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from pagedkv.model_tests.oracle import incremental_compact, soak
+from pagedkv.model_tests.oracle import incremental_compact, soak, stand_in_guard
 from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact, own_code_only
 from pagedkv.model_tests.oracle.soak import Lockstep, StaleCache, Walk, random_config
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED, REFERENCE
@@ -40,6 +40,7 @@ def unrecorded_access(self: OptimizedBlockSpaceManager, seq_id: int, now: float)
 @pytest.fixture
 def record_misses_accesses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(OptimizedBlockSpaceManager, "access_all_blocks_in_seq", unrecorded_access)
+    monkeypatch.setattr(stand_in_guard, "LOADED", stand_in_guard.names())  # pagedkv's code
 
 
 def test_the_comparison_after_the_call_misses_it_and_the_checkpoint_does_not(
