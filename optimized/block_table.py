@@ -215,10 +215,10 @@ class BlockTable:
         """Hand the packed tokens ``new`` (already in ``tokens``, from ``position`` on) to their
         blocks, one block at a time, taking new blocks past the table's end; a block that fills
         is hashed, once, from its bytes in ``tokens``."""
-        size = pool.block_size
+        size, width = pool.block_size, TOKEN_BYTES
         tokens = self.tokens
         base = position
-        end = position + len(new) // TOKEN_BYTES
+        end = position + len(new) // width
         first = position // size
         kept = self.blocks[first:]  # the entries that may change, from the first one
         blocks = list(kept)
@@ -228,15 +228,15 @@ class BlockTable:
                 blocks.append(pool.take())
             block_end = (index + first + 1) * size
             if end < block_end:  # the last tokens, which do not fill their block
-                chunk = new[(position - base) * TOKEN_BYTES :]
+                chunk = new[(position - base) * width :]
                 blocks[index] = pool.fill(blocks[index], None, chunk, None)
                 break
-            chunk = new[(position - base) * TOKEN_BYTES : (block_end - base) * TOKEN_BYTES]
+            chunk = new[(position - base) * width : (block_end - base) * width]
             if pool.caching:
                 start = block_end - size
                 parent = self.last_hash  # the block before's: the blocks fill in order
                 content_hash = self.last_hash = self.group.hasher.of_packed(
-                    parent, tokens[start * TOKEN_BYTES : block_end * TOKEN_BYTES]
+                    parent, tokens[start * width : block_end * width]
                 )
                 prefix = (parent, start, self.group.extra_key)
                 blocks[index] = pool.fill(blocks[index], prefix, chunk, content_hash)
