@@ -2,11 +2,11 @@
 ``pagedkv.reference.manager_adapter.ReferenceBlockSpaceManager`` in exact mode.
 
 Two ``OptimizedBlockPool``s (GPU and CPU), one mutable ``BlockTable`` per sequence and one
-``SequenceGroup`` per group. Every operation validates its arguments once, here at the public
-boundary, in the reference's order with the shared ``pagedkv.specs.validation`` checks, and
-compares its
-worst case of blocks with the free ones before it changes anything, so it either happens whole or
-raises having changed nothing. Below the boundary it calls the pools' trusted core: every id it
+``SequenceGroup`` per group, which lists its sequences' ids (``_members`` looks their tables
+up). Every operation validates its arguments once, here at the public boundary, in the
+reference's order with the shared ``pagedkv.specs.validation`` checks, and compares its worst
+case of blocks with the free ones before it changes anything, so it either happens whole or raises
+having changed nothing. Below the boundary it calls the pools' trusted core: every id it
 passes is one the pool handed out. The pool calls are the reference's, in the reference's order,
 so block ids, evictions and copies come out the same.
 
@@ -32,13 +32,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pagedkv.optimized.block_pool import OptimizedBlockPool, common_length
-from pagedkv.optimized.block_table import (
-    TOKEN_BYTES,
-    BlockTable,
-    SequenceGroup,
-)
+from pagedkv.optimized.block_table import BlockTable, SequenceGroup
 from pagedkv.optimized.changes import Changes
 from pagedkv.optimized.checked_prompts import CheckedPrompts
+from pagedkv.optimized.tokens import TOKEN_BYTES
 from pagedkv.specs.accounting import (
     alloc_status,
     blocks_for,
@@ -166,10 +163,15 @@ class OptimizedBlockSpaceManager:
             check_on_device(group_id, found.device, device, action)
         return found
 
+    def _members(self, group: SequenceGroup) -> list[BlockTable]:
+        """The group's tables, in its order."""
+        tables = self._tables
+        return [tables[seq_id] for seq_id in group.seq_ids]
+
     def _distinct_blocks(self, group: SequenceGroup) -> list[BlockId]:
         """Every block the group holds, once each, in table order; the null block is nobody's."""
         seen: dict[BlockId, None] = {}
-        for table in group.members.values():
+        for table in self._members(group):
             seen.update(dict.fromkeys(table.held_blocks()))
         seen.update(dict.fromkeys(group.cross_blocks))
         return list(seen)
@@ -225,12 +227,11 @@ class OptimizedBlockSpaceManager:
         if self._changes is not None:
             self._changes.seqs.update(ids)
             self._changes.groups.add(gid)
-        group = SequenceGroup(gid, {}, Device.GPU, extra_key, tuple(encoder_tokens or ()))
-        first = BlockTable.for_prompt(group, self._gpu, tokens)
-        group.members[ids[0]] = self._tables[ids[0]] = first
+        group = SequenceGroup(gid, tuple(ids), Device.GPU, extra_key, tuple(encoder_tokens or ()))
+        first = self._tables[ids[0]] = BlockTable.for_prompt(group, self._gpu, tokens)
         for seq_id in ids[1:]:
             self._gpu.hold_all(first.blocks)
-            group.members[seq_id] = self._tables[seq_id] = first.fork()
+            self._tables[seq_id] = first.fork()
         if encoder_tokens is not None:
             cross = BlockTable.for_prompt(group, self._gpu, encoder_tokens)
             group.cross_blocks = tuple(cross.blocks)
@@ -265,12 +266,12 @@ class OptimizedBlockSpaceManager:
         if type(lookahead) is not int or lookahead < 0:
             lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
         free = self._gpu.num_free
-        members = found.members
+        members = found.seq_ids
         if len(members) * (num_new + lookahead + 1) <= free:  # most_blocks_touched, inline
             return True
         size = self._block_size
         needed = 0
-        for table in members.values():
+        for table in self._members(found):
             needed += blocks_touched_by_append(
                 table.num_tokens(), len(table.blocks), size, num_new, lookahead
             )
@@ -326,7 +327,8 @@ class OptimizedBlockSpaceManager:
             self._changes.seqs.add(child)
             self._changes.groups.add(found.group_id)
         self._pool(found.device).hold_all(parent.held_blocks())
-        found.members[child] = self._tables[child] = parent.fork()
+        self._tables[child] = parent.fork()
+        found.seq_ids += (child,)
 
     def free(self, seq_id: int) -> None:
         """Release a sequence's blocks; the last sequence of a group takes the group (and its
@@ -338,8 +340,10 @@ class OptimizedBlockSpaceManager:
             self._changes.groups.add(found.group_id)
         pool = self._pool(found.device)
         table.release_all(pool)
-        del found.members[seq_id]
-        if not found.members:
+        members = found.seq_ids
+        position = members.index(seq_id)
+        found.seq_ids = members[:position] + members[position + 1 :]
+        if not found.seq_ids:
             for block in found.cross_blocks:
                 pool.release(block)
             del self._groups[found.group_id]
@@ -360,7 +364,7 @@ class OptimizedBlockSpaceManager:
         size = self._block_size
         needed = len(self._distinct_blocks(found))
         needed += sum(
-            table.blocks_touched_by_append(size, 0, lookahead) for table in found.members.values()
+            table.blocks_touched_by_append(size, 0, lookahead) for table in self._members(found)
         )
         return self._gpu_status(needed)
 
@@ -386,7 +390,7 @@ class OptimizedBlockSpaceManager:
                 f"moving the group needs {needed} {to.value} blocks, only {free} are free"
             )
         if self._changes is not None:
-            self._changes.seqs.update(group.members)
+            self._changes.seqs.update(group.seq_ids)
             self._changes.groups.add(group.group_id)
         moved: dict[BlockId, BlockId] = {}
         pairs: list[CopyPair] = []
@@ -401,7 +405,7 @@ class OptimizedBlockSpaceManager:
             source.release(block)
             return moved[block]
 
-        for table in group.members.values():
+        for table in self._members(group):
             table.settle(source)  # accesses land on the blocks that were accessed
             table.moved()
             kept = table.num_released  # null entries, which stay
@@ -449,8 +453,9 @@ class OptimizedBlockSpaceManager:
             found = self._group(group_id)
         if not self._caching:
             return
-        block_bytes = self._block_bytes
-        for table in found.members.values():
+        block_bytes, tables = self._block_bytes, self._tables
+        for seq_id in found.seq_ids:
+            table = tables[seq_id]
             num_full = len(table.tokens) // block_bytes
             if num_full > table.marked:  # else nothing filled since the last mark
                 if self._changes is not None:

@@ -7,7 +7,10 @@ only the blocks it names; the free list and the evictor are heaps, and the count
 ``num_free_blocks`` and ``reset_prefix_cache`` need are kept, never recounted. A field holds
 plain values (ints, floats, bytes, shared keys), never an object made per block that the
 garbage collector would have to walk: on a pool of a million blocks, a tuple per block made
-every full collection take longer than all the calls between two of them.
+every full collection take longer than all the calls between two of them. A block's tokens are
+packed (``TOKEN_BYTES`` each, the content hash's encoding), a ``bytes``, which the collector does
+not track: a tuple per filled block, though untracked by the first collection that sees it, was
+most of the allocations that start a young collection on a large pool.
 
 Two faces. The ``BlockPool`` protocol (``allocate_mutable``, ``append_tokens``, ``free``, ...)
 validates all of its input, in the reference's order and with the shared
@@ -37,7 +40,7 @@ from pagedkv.optimized.block_prefixes import BlockPrefixes
 from pagedkv.optimized.checked_prefixes import CheckedPrefixes
 from pagedkv.optimized.evictor import Evictor
 from pagedkv.optimized.free_list import FreeList
-from pagedkv.optimized.tokens import packed_tokens
+from pagedkv.optimized.tokens import TOKEN_BYTES, packed_tokens, unpacked
 from pagedkv.specs.compact_state import CompactPool, view_of_pool
 from pagedkv.specs.content_hash import (
     ROOT,
@@ -77,6 +80,7 @@ from pagedkv.specs.validation import (
 )
 
 _PLAIN_SEQUENCES = frozenset({tuple, list})
+_pack_one = struct.Struct("<Q").pack
 _TUPLES = frozenset({tuple})
 
 PrefixParts = tuple[BlockHash, int, ExtraKey]
@@ -109,6 +113,8 @@ class OptimizedBlockPool:
         manager's pools), so that they do not pile up."""
         self._first_id = config.first_id
         self._block_size = config.block_size
+        self._block_bytes = config.block_size * TOKEN_BYTES
+        """A full block's packed tokens, in bytes."""
         self._caching = config.enable_caching
         self.block_size = config.block_size
         self.caching = config.enable_caching
@@ -121,7 +127,8 @@ class OptimizedBlockPool:
         # Numbers per block sit in flat arrays: a full collection of the garbage collector visits
         # every item of a list (an object each, scattered over memory) and none of an array's.
         self._ref_counts = array("q", [0]) * num_blocks
-        self._tokens: list[tuple[Token, ...]] = [()] * num_blocks
+        self._tokens: list[bytes] = [b""] * num_blocks
+        """Each block's tokens, packed (``TOKEN_BYTES`` each)."""
         self._hashes: list[BlockHash | None] = [None] * num_blocks
         self._starts = array("q", [0]) * num_blocks
         self._prefixes_of = BlockPrefixes(num_blocks)
@@ -164,7 +171,9 @@ class OptimizedBlockPool:
     def _facts(self, block: BlockId) -> BlockFacts:
         index = block - self._first_id
         return BlockFacts(
-            self._ref_counts[index], self._hashes[index] is not None, len(self._tokens[index])
+            self._ref_counts[index],
+            self._hashes[index] is not None,
+            len(self._tokens[index]) // TOKEN_BYTES,
         )
 
     def _check_live(self, block: BlockId) -> None:
@@ -177,7 +186,7 @@ class OptimizedBlockPool:
 
     def _blank(self, index: int) -> None:
         """Forget a block's contents, as it is when it sits on the free list."""
-        self._tokens[index] = ()
+        self._tokens[index] = b""
         self._hashes[index] = None
         self._prefixes_of.clear(index)
         self._starts[index] = 0
@@ -199,7 +208,7 @@ class OptimizedBlockPool:
         else:  # the free list is empty: evict, and blank what _evict leaves (``_blank``)
             block = self._evict()
             index = block - self._first_id
-            self._tokens[index] = ()
+            self._tokens[index] = b""
             self._hashes[index] = None
             self._prefixes_of.clear(index)
             self._starts[index] = 0
@@ -247,23 +256,25 @@ class OptimizedBlockPool:
             if self.pending_cows:
                 self.pending_cows.pop(block, None)
             # _blank, less the fields only a hash sets (_cache sets them, _blank clears them)
-            self._tokens[index] = ()
+            self._tokens[index] = b""
             self._computed[index] = 0
             self._last_accessed[index] = NEVER_ACCESSED
             self._access_stamps[index] = 0
             heappush(self._free.heap, block)
         else:
-            num_hashed = self._starts[index] + len(self._tokens[index])
+            # a hashed block is full: its hashed tokens end at its start + a block
+            num_hashed = self._starts[index] + self._block_size
             self._evictor.add(block, self._last_accessed[index], num_hashed)
 
     def _cache(
         self,
         block: BlockId,
         prefix: PrefixParts,
-        tokens: tuple[Token, ...],
+        tokens: bytes,
         content_hash: BlockHash,
     ) -> None:
-        """Give a full block its hash and make it the cached block for that hash."""
+        """Give a full block (``tokens`` packed) its hash and make it the cached block for that
+        hash."""
         index = block - self._first_id
         self._tokens[index] = tokens
         self._hashes[index] = content_hash
@@ -276,7 +287,7 @@ class OptimizedBlockPool:
                 BlockStored(
                     (content_hash,),
                     None if start == 0 else parent,
-                    tokens,
+                    unpacked(tokens),
                     self._block_size,
                     key.lora_id,
                     0,
@@ -312,7 +323,7 @@ class OptimizedBlockPool:
             content_hash = packed_block_hash(prefix.hash, packed, key_bytes)
             remember_block_hash(prefix.hash, checked, prefix.extra_key, content_hash)
         return self.take_full(
-            (prefix.hash, prefix.num_tokens, prefix.extra_key), checked, content_hash
+            (prefix.hash, prefix.num_tokens, prefix.extra_key), packed, content_hash
         )
 
     # --- batches: a prompt's full blocks, a sequence's blocks given back ------------------------
@@ -345,8 +356,10 @@ class OptimizedBlockPool:
         self._check_room(hashes, len(blocks))
         if bad is not None:
             raise bad
+        step = self._block_bytes
+        chunks = [packed[start : start + step] for start in range(0, len(packed), step)]
         return self.take_full_blocks(
-            blocks, hashes, prefix.extra_key, prefix.hash, prefix.num_tokens
+            chunks, hashes, prefix.extra_key, prefix.hash, prefix.num_tokens
         )
 
     def _checked_token_blocks(
@@ -444,7 +457,7 @@ class OptimizedBlockPool:
                 blanked += 1
                 if cows:
                     cows.pop(block, None)
-                tokens[index] = ()
+                tokens[index] = b""
                 computed[index] = False
                 last_accessed[index] = NEVER_ACCESSED
                 stamps[index] = 0
@@ -524,7 +537,7 @@ class OptimizedBlockPool:
                 is not None
             ):  # the block and the tokens pass: the prefix is checked next
                 held = self._tokens[index]
-                room = self._block_size - len(held)
+                room = self._block_size - len(held) // TOKEN_BYTES
                 entry = self._checked_prefixes.get(id(prefix))
                 if entry is not None and entry[0] is prefix:
                     key_bytes = entry[1]
@@ -533,8 +546,10 @@ class OptimizedBlockPool:
                 else:  # a block filled (or too many tokens) takes no more under this prefix
                     key_bytes = self._prefixes.check(prefix)
                 new_tokens = tokens if type(tokens) is tuple else tuple(tokens)
+                if packed is None:  # one token, checked
+                    packed = _pack_one(token)
                 if count < room and holders == 1:  # the caller's own block, not filled: in place
-                    self._tokens[index] = held + new_tokens
+                    self._tokens[index] = held + packed
                     return block
                 if count <= room:
                     return self._append(block, prefix, new_tokens, key_bytes, packed)
@@ -550,26 +565,28 @@ class OptimizedBlockPool:
         packed: bytes | None = None,
     ) -> BlockId:
         """``append_tokens`` once its input is checked; ``packed``: the new tokens' encoding when
-        the check made it (a run filling an empty block is then encoded once, for both)."""
+        the check made it (they are then encoded once, for both the block and its hash)."""
         index = block - self._first_id
         held = self._tokens[index]
-        if len(held) + len(new_tokens) < self._block_size:
+        if packed is None:
+            packed = struct.pack(f"<{len(new_tokens)}Q", *new_tokens)
+        if len(held) + len(packed) < self._block_bytes:
             if self._ref_counts[index] == 1:  # the caller's own block: in place
-                self._tokens[index] = held + new_tokens
+                self._tokens[index] = held + packed
                 return block
-            return self.fill(block, None, new_tokens, None)  # a copy may raise, first thing
+            return self.fill(block, None, packed, None)  # a copy may raise, first thing
         content_hash = None
         parent, start, key = prefix.hash, prefix.num_tokens, prefix.extra_key
         if self._caching:
-            filled = held + new_tokens if held else new_tokens
-            encoded = packed if packed is not None and not held else self._pack_block(*filled)
-            content_hash = packed_block_hash(parent, encoded, key_bytes)
-            remember_block_hash(parent, filled, key, content_hash)
+            filled = held + packed if held else packed
+            content_hash = packed_block_hash(parent, filled, key_bytes)
+            whole = unpacked(held) + new_tokens if held else new_tokens
+            remember_block_hash(parent, whole, key, content_hash)
             if self._ref_counts[index] == 1 and content_hash not in self._cached:
                 # the common fill: the caller's own block becomes the cached one (``fill``)
                 self._cache(block, (parent, start, key), filled, content_hash)
                 return block
-        return self.fill(block, (parent, start, key), new_tokens, content_hash)
+        return self.fill(block, (parent, start, key), packed, content_hash)
 
     def clear_copy_on_writes(self) -> list[CopyPair]:
         """The (source, destination) pairs the copy kernel must run, in order; the list empties."""
@@ -616,7 +633,8 @@ class OptimizedBlockPool:
             self._last_accessed[index] = time
             self._access_stamps[index] = stamp
             if block in self._evictor:
-                num_hashed = self._starts[index] + len(self._tokens[index])
+                # a hashed block is full: its hashed tokens end at its start + a block
+                num_hashed = self._starts[index] + self._block_size
                 self._evictor.add(block, time, num_hashed)
 
     def mark_computed(self, blocks: Sequence[BlockId]) -> None:
@@ -627,8 +645,8 @@ class OptimizedBlockPool:
             self._check_known(block)
         if not self._caching:
             return
-        size, tokens = self._block_size, self._tokens
-        self.set_computed(b for b in checked if len(tokens[b - self._first_id]) == size)
+        full, tokens = self._block_bytes, self._tokens
+        self.set_computed(b for b in checked if len(tokens[b - self._first_id]) == full)
 
     def common_computed_prefix(self, chains: Sequence[Sequence[BlockId]]) -> list[BlockId]:
         """The longest run of leading computed blocks that every chain shares. A chain's last block
@@ -649,10 +667,10 @@ class OptimizedBlockPool:
     fewer per block on the manager's hot path."""
 
     def take_full(
-        self, prefix: PrefixParts, tokens: tuple[Token, ...], content_hash: BlockHash | None
+        self, prefix: PrefixParts, tokens: bytes, content_hash: BlockHash | None
     ) -> BlockId:
-        """``allocate_immutable`` of a full block whose hash (None without caching) the caller
-        computed: a hit, or a new block cached under ``content_hash``."""
+        """``allocate_immutable`` of a full block (``tokens`` packed) whose hash (None without
+        caching) the caller computed: a hit, or a new block cached under ``content_hash``."""
         if content_hash is None:
             block = self._take_block()
             self._tokens[block - self._first_id] = tokens
@@ -670,13 +688,14 @@ class OptimizedBlockPool:
 
     def take_full_blocks(
         self,
-        blocks: Sequence[tuple[Token, ...]],
+        blocks: Sequence[bytes],
         hashes: Sequence[BlockHash] | None,
         extra_key: ExtraKey,
         parent: BlockHash = ROOT,
         start: int = 0,
     ) -> list[BlockId]:
-        """``take_full`` for each of a sequence's consecutive full blocks in turn, their hashes
+        """``take_full`` for each of a sequence's consecutive full blocks (packed) in turn, their
+        hashes
         (None without caching) given by the caller: block ``i`` follows ``hashes[i - 1]``
         (``parent`` first) and ``start + i * block_size`` tokens. One call for a whole prompt,
         so the loop is written out: a hit is a held block more, a miss takes the lowest free
@@ -741,7 +760,7 @@ class OptimizedBlockPool:
                         BlockStored(
                             (content_hash,),
                             None if start == 0 else parent,
-                            tokens,
+                            unpacked(tokens),
                             size,
                             extra_key.lora_id,
                             0,
@@ -761,11 +780,12 @@ class OptimizedBlockPool:
         self,
         block: BlockId,
         prefix: PrefixParts | None,
-        tokens: tuple[Token, ...],
+        tokens: bytes,
         content_hash: BlockHash | None,
     ) -> BlockId:
-        """``append_tokens`` for a caller that passes the hash of the block's whole contents when
-        they fill it in a caching pool (None otherwise); ``prefix`` is stored with that hash."""
+        """``append_tokens`` of packed tokens, for a caller that passes the hash of the block's
+        whole contents when they fill it in a caching pool (None otherwise); ``prefix`` is stored
+        with that hash."""
         if content_hash is not None:
             cached = self._cached.get(content_hash)
             if cached is not None:
@@ -781,9 +801,9 @@ class OptimizedBlockPool:
             self._cache(block, prefix, filled, content_hash)
         return block
 
-    def append_in_place(self, block: BlockId, tokens: tuple[Token, ...]) -> bool:
-        """Append tokens that do not fill ``block``, if its only holder is the caller (no copy,
-        no hash: the block stays the caller's); False, changing nothing, if it is shared."""
+    def append_in_place(self, block: BlockId, tokens: bytes) -> bool:
+        """Append packed tokens that do not fill ``block``, if its only holder is the caller (no
+        copy, no hash: the block stays the caller's); False, changing nothing, if it is shared."""
         index = block - self._first_id
         if self._ref_counts[index] != 1:
             return False
@@ -838,7 +858,8 @@ class OptimizedBlockPool:
             start += 1
         return start
 
-    def tokens_of(self, block: BlockId) -> tuple[Token, ...]:
+    def tokens_of(self, block: BlockId) -> bytes:
+        """The block's tokens, packed."""
         return self._tokens[block - self._first_id]
 
     def hash_of(self, block: BlockId) -> BlockHash | None:
@@ -898,7 +919,7 @@ class OptimizedBlockPool:
         found = self._prefixes_of.get(index)
         return BlockView(
             ref_count=self._ref_counts[index],
-            tokens=self._tokens[index],
+            tokens=unpacked(self._tokens[index]),
             content_hash=self._hashes[index],
             prefix=None if found is None else Prefix(found[0], self._starts[index], found[1]),
             computed=self._computed[index] == 1,

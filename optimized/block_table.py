@@ -45,20 +45,19 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.optimized.tokens import TOKEN_BYTES
 from pagedkv.specs.accounting import blocks_touched_by_append
 from pagedkv.specs.compact_state import GroupFields
 from pagedkv.specs.content_hash import ROOT, BlockHasher
 from pagedkv.specs.types import BlockHash, BlockId, Device, ExtraKey, Token
 
-TOKEN_BYTES = 8
-"""A token's size in ``BlockTable.tokens``: u64 little-endian, the content hash's encoding, so a
-full block's bytes are hashed as they are."""
-
 _pack_one = struct.Struct("<Q").pack
 
 
 def packed(tokens: Sequence[Token]) -> bytes:
-    """Tokens as ``BlockTable.tokens`` holds them (they are checked: each fits in 63 bits)."""
+    """Tokens as ``BlockTable.tokens`` and the pool hold them (``TOKEN_BYTES`` each, u64
+    little-endian, the content hash's encoding: a full block's bytes are hashed as they are; they
+    are checked: each fits in 63 bits)."""
     return struct.pack(f"<{len(tokens)}Q", *tokens)
 
 
@@ -98,14 +97,15 @@ class BlockTable:
         """Full chunks of the prompt as immutable blocks (cache hits where possible), the tail as
         a mutable block. The caller has checked that the pool has a block for every chunk."""
         size = pool.block_size
-        prompt = tuple(tokens)
-        num_full = len(prompt) // size * size
-        chunks = [prompt[start : start + size] for start in range(0, num_full, size)]
-        hashes = group.hasher.chain(ROOT, chunks) if pool.caching else None
+        prompt = packed(tokens)
+        step = size * TOKEN_BYTES
+        full = len(prompt) // step * step
+        chunks = [prompt[start : start + step] for start in range(0, full, step)]
+        hashes = group.hasher.chain_of_packed(ROOT, prompt[:full], size) if pool.caching else None
         blocks = pool.take_full_blocks(chunks, hashes, group.extra_key)
-        if num_full < len(prompt):
-            blocks.append(pool.fill(pool.take(), None, prompt[num_full:], None))
-        return cls(group, bytearray(packed(prompt)), tuple(blocks), hashes[-1] if hashes else ROOT)
+        if full < len(prompt):
+            blocks.append(pool.fill(pool.take(), None, prompt[full:], None))
+        return cls(group, bytearray(prompt), tuple(blocks), hashes[-1] if hashes else ROOT)
 
     def fork(self) -> BlockTable:
         """A child's table: the same entries (the caller raises their ref counts). The parent's
@@ -192,7 +192,8 @@ class BlockTable:
         size = pool.block_size
         position = len(tokens) // TOKEN_BYTES
         # a decode step's one token packs with a prepared Struct (as fast as array.extend)
-        tokens += _pack_one(new_tokens[0]) if len(new_tokens) == 1 else packed(new_tokens)
+        new = _pack_one(new_tokens[0]) if len(new_tokens) == 1 else packed(new_tokens)
+        tokens += new
         end = position + len(new_tokens)
         if position < end:
             index = position // size
@@ -201,25 +202,23 @@ class BlockTable:
             if not (
                 end < (index + 1) * size
                 and index < len(blocks)
-                and pool.append_in_place(blocks[index], new_tokens)
+                and pool.append_in_place(blocks[index], new)
             ):
                 if self.access_end > index:
                     self.settle(pool, index)  # the block receiving tokens may be replaced
-                self._fill_blocks(pool, new_tokens, position)
+                self._fill_blocks(pool, new, position)
         if len(self.blocks) * size < end + lookahead:  # lookahead slots past the last block
             missing = -((end + lookahead) // -size) - len(self.blocks)
             self.blocks += tuple(pool.take() for _ in range(missing))
 
-    def _fill_blocks(
-        self, pool: OptimizedBlockPool, new_tokens: tuple[Token, ...], position: int
-    ) -> None:
-        """Hand ``new_tokens`` (already in ``tokens``, from ``position`` on) to their blocks, one
-        block at a time, taking new blocks past the table's end; a block that fills is hashed,
-        once, from its bytes in ``tokens``."""
-        size = pool.block_size
+    def _fill_blocks(self, pool: OptimizedBlockPool, new: bytes, position: int) -> None:
+        """Hand the packed tokens ``new`` (already in ``tokens``, from ``position`` on) to their
+        blocks, one block at a time, taking new blocks past the table's end; a block that fills
+        is hashed, once, from its bytes in ``tokens``."""
+        size, width = pool.block_size, TOKEN_BYTES
         tokens = self.tokens
         base = position
-        end = position + len(new_tokens)
+        end = position + len(new) // width
         first = position // size
         kept = self.blocks[first:]  # the entries that may change, from the first one
         blocks = list(kept)
@@ -229,14 +228,15 @@ class BlockTable:
                 blocks.append(pool.take())
             block_end = (index + first + 1) * size
             if end < block_end:  # the last tokens, which do not fill their block
-                blocks[index] = pool.fill(blocks[index], None, new_tokens[position - base :], None)
+                chunk = new[(position - base) * width :]
+                blocks[index] = pool.fill(blocks[index], None, chunk, None)
                 break
-            chunk = new_tokens[position - base : block_end - base]
+            chunk = new[(position - base) * width : (block_end - base) * width]
             if pool.caching:
                 start = block_end - size
                 parent = self.last_hash  # the block before's: the blocks fill in order
                 content_hash = self.last_hash = self.group.hasher.of_packed(
-                    parent, tokens[start * TOKEN_BYTES : block_end * TOKEN_BYTES]
+                    parent, tokens[start * width : block_end * width]
                 )
                 prefix = (parent, start, self.group.extra_key)
                 blocks[index] = pool.fill(blocks[index], prefix, chunk, content_hash)
@@ -294,16 +294,19 @@ class BlockTable:
 @dataclass(slots=True)
 class SequenceGroup:
     """A sequence group (``specs/block_manager.md`` §3, "Group"): the sequences that share a prompt
-    and move between devices together. It lives beside its tables because each holds the other.
-    ``members`` maps each live sequence id to its table, in the group's order (``allocate``'s
-    ids, then forked children). An encoder-decoder group also owns its cross-attention table.
+    and move between devices together. It lives beside its tables because each table holds it.
+    ``seq_ids``: its live sequences, in the group's order (``allocate``'s ids, then forked
+    children), whose tables the manager looks up: a tuple of ints, which the garbage collector
+    stops tracking once it has seen it, where a dict of the tables was one more object per group
+    for every full collection to walk (most groups have one sequence). An encoder-decoder group
+    also owns its cross-attention table.
     ``hasher`` hashes the group's full blocks under its extra key (every group with that key
     shares it, as an empty ``cross_blocks`` is shared: a manager may hold tens of thousands of
     groups, and the garbage collector walks every object each of them keeps).
     ``common_ids``: see its note."""
 
     group_id: int
-    members: dict[int, BlockTable]
+    seq_ids: tuple[int, ...]
     device: Device
     extra_key: ExtraKey
     encoder_tokens: tuple[Token, ...] = ()
@@ -317,17 +320,11 @@ class SequenceGroup:
     def __post_init__(self) -> None:
         self.hasher = hasher_for(self.extra_key)
 
-    @property
-    def seq_ids(self) -> tuple[int, ...]:
-        """The live sequences, in the group's order."""
-        return tuple(self.members)
-
     def fields(self) -> GroupFields:
         """The group as the compact state holds it (``specs/compact_state.py``): the cross
         table lives with the group, so it is on the group's device."""
-        device = self.device
-        members = tuple(self.members)
-        return (members, device, self.extra_key, self.encoder_tokens, self.cross_blocks, device)
+        device, seq_ids = self.device, self.seq_ids
+        return (seq_ids, device, self.extra_key, self.encoder_tokens, self.cross_blocks, device)
 
 
 @lru_cache(maxsize=1024)

@@ -10,6 +10,9 @@ packed as unsigned 64-bit little-endian integers, which ``struct`` refuses for a
 so those bytes, taken every eighth, are ASCII exactly when every token is at most ``MAX_TOKEN``.
 When this says no, the caller runs ``check_tokens``, which accepts what is fine after all (an int
 subclass) or raises its error for the first bad token.
+
+Checked tokens are kept in that encoding (``TOKEN_BYTES`` each): a ``bytes`` is no object for the
+garbage collector, where a tuple is one more tracked object per block or sequence.
 """
 
 from __future__ import annotations
@@ -21,6 +24,20 @@ from operator import countOf
 from pagedkv.specs.types import MAX_TOKEN
 
 assert MAX_TOKEN == 2**63 - 1, "the top bit of each packed token is the bound"
+
+TOKEN_BYTES = 8
+"""A packed token's size: u64 little-endian, the content hash's encoding."""
+
+_unpackers: dict[int, Callable[[bytes | bytearray], tuple[int, ...]]] = {}
+
+
+def unpacked(packed: bytes | bytearray) -> tuple[int, ...]:
+    """The tokens ``packed_tokens`` packed, as a tuple."""
+    count = len(packed) // TOKEN_BYTES
+    unpack = _unpackers.get(count)
+    if unpack is None:
+        unpack = _unpackers[count] = struct.Struct(f"<{count}Q").unpack
+    return unpack(packed)
 
 
 def plain_tokens(tokens: list[object] | tuple[object, ...]) -> bool:

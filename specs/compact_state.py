@@ -18,22 +18,22 @@ a few ``==`` on lists in C, and each sequence and group as a plain tuple of its 
                        cross_blocks, cross_device)``
 ``null_block``         ``null_block``
 ``PoolView.config``    ``config``
-``blocks[b]``          entry ``b - first_id`` of the columns ``ref_counts``, ``tokens``,
-                       ``hashes``, ``parents``, ``starts``, ``keys``, ``computed``,
-                       ``last_accessed`` (a prefix as its three fields, ``(None, 0, None)``
-                       for none)
+``blocks[b]``          entry ``b - first_id`` of the columns ``ref_counts``, ``tokens``
+                       (packed, as a sequence's), ``hashes``, ``parents``, ``starts``,
+                       ``keys``, ``computed``, ``last_accessed`` (a prefix as its three
+                       fields, ``(None, 0, None)`` for none)
 ``free`` ...           ``free``, ``evictable``, ``cached``, ``duplicates``,
                        ``pending_cows``, ``hits``, ``queries``, as they are
 =====================  ==============================================================
 
-A sequence's tokens are packed, 8 bytes each, little-endian and signed (every token fits:
-``MAX_TOKEN``; the content hash's encoding, ``packed_tokens``), as ``bytes`` or ``bytearray``,
-which compare equal exactly when their bytes are: an implementation that keeps them packed (the
-optimized block table) hands its own ``bytearray`` over with no copy, and two of them compare in
-C, where a tuple would make an int object per token at every call. A view whose tokens do not
-pack (a target's bad value) keeps them as a tuple, which no bytes equal: its compact state then
-differs from any packed one, and the views, compared next, say whether the states do. (Never a
-column type that compares unequal to another holding the same values, as a ``list`` to an
+A sequence's tokens, and a block's, are packed, 8 bytes each, little-endian and signed (every
+token fits: ``MAX_TOKEN``; the content hash's encoding, ``packed_tokens``), as ``bytes`` or
+``bytearray``, which compare equal exactly when their bytes are: an implementation that keeps them
+packed (the optimized block table and pool) hands its own over with no copy, and two of them
+compare in C, where a tuple would make an int object per token at every call. A view whose
+tokens do not pack (a target's bad value) keeps them as a tuple, which no bytes equal: its compact
+state then differs from any packed one, and the views, compared next, say whether the states do.
+(Never a column type that compares unequal to another holding the same values, as a ``list`` to an
 ``array``: every column has one type, or, for the tokens, types that compare by content.)
 
 ``compact_manager`` is that mapping, and ``view_of_compact`` undoes it: every field of the view
@@ -79,7 +79,8 @@ class CompactPool(NamedTuple):
 
     config: PoolConfig
     ref_counts: list[int]
-    tokens: list[tuple[Token, ...]]
+    tokens: Sequence[bytes | tuple[Token, ...]]
+    """Each block's tokens, packed (``packed_tokens``): a list, as every column."""
     hashes: list[BlockHash | None]
     parents: list[BlockHash | None]
     starts: list[int]
@@ -126,7 +127,7 @@ def compact_pool(view: PoolView) -> CompactPool:
     return CompactPool(
         view.config,
         [block.ref_count for block in blocks],
-        [block.tokens for block in blocks],
+        [packed_tokens(block.tokens) for block in blocks],
         [block.content_hash for block in blocks],
         [None if prefix is None else prefix.hash for prefix in prefixes],
         [0 if prefix is None else prefix.num_tokens for prefix in prefixes],
@@ -144,9 +145,9 @@ def compact_pool(view: PoolView) -> CompactPool:
 
 
 def packed_tokens(tokens: Sequence[Token]) -> bytes | tuple[Token, ...]:
-    """A sequence's tokens as the compact state holds them: 8 bytes each, little-endian, or
-    where they do not all pack (a value that is not an int of 64 bits) a tuple, which no bytes
-    equal."""
+    """A sequence's (or a block's) tokens as the compact state holds them: 8 bytes each,
+    little-endian, or where they do not all pack (a value that is not an int of 64 bits) a tuple,
+    which no bytes equal."""
     try:
         packed = array("q", tokens)
     except (TypeError, OverflowError):
@@ -214,13 +215,13 @@ def view_of_pool(pool: CompactPool) -> PoolView:
     blocks = {
         block: BlockView(
             count,
-            tokens,
+            unpacked_tokens(packed),
             content_hash,
             None if parent is None or key is None else Prefix(parent, start, key),
             computed,
             accessed,
         )
-        for block, count, tokens, content_hash, parent, start, key, computed, accessed in columns
+        for block, count, packed, content_hash, parent, start, key, computed, accessed in columns
     }
     return PoolView(
         pool.config,

@@ -151,6 +151,12 @@ class BlockHasher:
         """The same hash of tokens already packed (u64 little-endian each)."""
         return packed_block_hash(parent, packed_tokens, self._key_bytes)
 
+    def chain_of_packed(
+        self, parent: BlockHash, packed_tokens: bytes, block_size: int
+    ) -> list[BlockHash]:
+        """``chain`` of full blocks packed end to end (``packed_chain_hashes``)."""
+        return packed_chain_hashes(parent, packed_tokens, block_size, self._key_bytes)
+
     def chain(self, parent: BlockHash, blocks: Sequence[Sequence[Token]]) -> list[BlockHash]:
         """The hashes of consecutive full blocks (all of one length) after ``parent``: a
         prompt's blocks, hashed in one loop, each after the one before."""

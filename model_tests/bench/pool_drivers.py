@@ -21,10 +21,13 @@ vLLM v1's caller, the third, is a peer's (``pagedkv.model_tests.peers.vllm_v1_po
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.optimized.block_table import packed
+from pagedkv.optimized.tokens import TOKEN_BYTES
 from pagedkv.specs.content_hash import ROOT, BlockHasher, Prefix, hasher_for
 from pagedkv.specs.types import BlockHash, BlockId, ExtraKey, PoolConfig, Token
 
@@ -142,6 +145,9 @@ class _CoreSequence:
         self.hasher = hasher
 
 
+_pack_one = struct.Struct("<Q").pack
+
+
 class PagedkvCore:
     def __init__(self, num_blocks: int, block_size: int) -> None:
         config = PoolConfig(num_blocks=num_blocks, block_size=block_size, enable_caching=True)
@@ -154,13 +160,14 @@ class PagedkvCore:
         tokens, key = payload
         pool, size = self.pool, self.size
         hasher = hasher_for(key)
-        full = len(tokens) // size * size
-        chunks = [tokens[start : start + size] for start in range(0, full, size)]
-        hashes = hasher.chain(ROOT, chunks)
+        data, step = packed(tokens), size * TOKEN_BYTES  # the core takes tokens packed
+        full = len(data) // step * step
+        chunks = [data[start : start + step] for start in range(0, full, step)]
+        hashes = hasher.chain_of_packed(ROOT, data[:full], size)
         blocks = pool.take_full_blocks(chunks, hashes, key)
-        if full < len(tokens):
+        if full < len(data):
             block = pool.take()
-            pool.append_in_place(block, tokens[full:])
+            pool.append_in_place(block, data[full:])
             blocks.append(block)
         parent = hashes[-1] if hashes else ROOT
         self.seqs[seq] = _CoreSequence(blocks, list(tokens), parent, key, hasher)
@@ -171,13 +178,14 @@ class PagedkvCore:
         if len(tokens) % size == 0:
             blocks.append(pool.take())
         tokens.append(token)
+        one = _pack_one(token)
         if len(tokens) % size:
-            if not pool.append_in_place(blocks[-1], (token,)):
-                blocks[-1] = pool.fill(blocks[-1], None, (token,), None)
+            if not pool.append_in_place(blocks[-1], one):
+                blocks[-1] = pool.fill(blocks[-1], None, one, None)
             return
         content_hash = state.hasher(state.parent, tokens[-size:])
         prefix = (state.parent, len(tokens) - size, state.key)
-        blocks[-1] = pool.fill(blocks[-1], prefix, (token,), content_hash)
+        blocks[-1] = pool.fill(blocks[-1], prefix, one, content_hash)
         state.parent = content_hash
 
     def free(self, seq: int, _: None) -> None:

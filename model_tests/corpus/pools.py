@@ -327,7 +327,7 @@ class RecordsTheHashFirst(OptimizedBlockPool):
     atomic = True
 
     def take_full(
-        self, prefix: PrefixParts, tokens: tuple[Token, ...], content_hash: BlockHash | None
+        self, prefix: PrefixParts, tokens: bytes, content_hash: BlockHash | None
     ) -> BlockId:
         full = not self.num_free  # no free or evictable block: it will raise
         if content_hash is not None and content_hash not in self._cached and full:
@@ -344,7 +344,7 @@ class KeepsItsBlockWhenFilled(OptimizedBlockPool):
         self,
         block: BlockId,
         prefix: PrefixParts | None,
-        tokens: tuple[Token, ...],
+        tokens: bytes,
         content_hash: BlockHash | None,
     ) -> BlockId:
         if content_hash is not None and content_hash in self._cached:

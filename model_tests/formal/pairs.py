@@ -182,7 +182,7 @@ def optimized_block_prefixes(tokens: list[int], split: int, block_size: int) -> 
         return None
     key = ExtraKey()
     pool = OptimizedBlockPool(PoolConfig(2 * MAX_BLOCKS, block_size))
-    table = BlockTable.for_prompt(SequenceGroup(0, {}, Device.GPU, key), pool, tokens[:split])
+    table = BlockTable.for_prompt(SequenceGroup(0, (), Device.GPU, key), pool, tokens[:split])
     table.append(pool, tuple(tokens[split:]), 0)
     # The table keeps its last full block's hash (the next block's parent); the pool, the hash
     # each earlier block was filled with.

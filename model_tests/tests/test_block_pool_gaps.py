@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.optimized.block_table import packed
 from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.interface import BlockPoolFactory
@@ -96,11 +97,11 @@ def test_the_trusted_core_on_a_pool_whose_ids_do_not_start_at_zero() -> None:
     """The CPU pool's ids start after the GPU's: the core's index is the id less the first id,
     also in ``take_full_blocks`` without caching and in ``append_in_place``."""
     pool = OptimizedBlockPool(PoolConfig(4, 2, enable_caching=False, first_id=10))
-    (full,) = pool.take_full_blocks([(1, 2)], None, NO_EXTRA_KEY)
-    assert pool.tokens_of(full) == (1, 2)
+    (full,) = pool.take_full_blocks([packed((1, 2))], None, NO_EXTRA_KEY)
+    assert pool.tokens_of(full) == packed((1, 2))
     tail = pool.take()
-    assert pool.append_in_place(tail, (3,))
-    assert pool.tokens_of(tail) == (3,)
+    assert pool.append_in_place(tail, packed((3,)))
+    assert pool.tokens_of(tail) == packed((3,))
     assert pool.block(tail).tokens == (3,) and pool.block(full).tokens == (1, 2)
 
 

@@ -150,7 +150,7 @@ def _group(m: Manager) -> Any:
 
 
 def _pair(m: Manager) -> Any:
-    return next(g for g in m._groups.values() if len(g.members) > 1)
+    return next(g for g in m._groups.values() if len(g.seq_ids) > 1)
 
 
 def _column(name: str, at: Callable[[Manager], int], change: Callable[[Any], Any]) -> Plant:
@@ -188,9 +188,9 @@ def _field(of: Callable[[Manager], Any], name: str, change: Callable[[Any], Any]
     return plant
 
 
-def _swap_first_two(members: dict[int, Any]) -> dict[int, Any]:
-    first, second, *rest = members.items()
-    return dict([second, first, *rest])
+def _swap_first_two(members: tuple[int, ...]) -> tuple[int, ...]:
+    first, second, *rest = members
+    return (second, first, *rest)
 
 
 def _other_group(m: Manager) -> None:
@@ -215,7 +215,7 @@ def _other_device(device: Device) -> Device:
 
 CORRUPTIONS: dict[str, Plant] = {
     "ref_counts": _column("_ref_counts", _used, lambda count: count + 1),
-    "tokens": _column("_tokens", _used, lambda tokens: (*tokens[:-1], tokens[-1] + 1)),
+    "tokens": _column("_tokens", _used, lambda packed: bytes([packed[0] ^ 1]) + packed[1:]),
     "hashes": _column("_hashes", _hashed, lambda _: None),
     "parents": _prefix(change_parent=True),
     "starts": _column("_starts", _hashed, lambda start: start + 1),
@@ -231,7 +231,7 @@ CORRUPTIONS: dict[str, Plant] = {
     "seq group": _other_group,
     "seq tokens": _flip_first_token,
     "seq blocks": _field(_table, "blocks", lambda blocks: (*blocks, 0)),
-    "group seq_ids": _field(_pair, "members", _swap_first_two),
+    "group seq_ids": _field(_pair, "seq_ids", _swap_first_two),
     "group device": _field(_group, "device", _other_device),
     "group extra_key": _field(_group, "extra_key", lambda _: ExtraKey(lora_id=99)),
     "group encoder_tokens": _field(_group, "encoder_tokens", lambda tokens: (*tokens, 5)),
