@@ -143,7 +143,8 @@ class IsomorphicManagerSession:
             self.model.state = saved
             self.model.pick = self._picker(prefer)
             try:
-                model_result, model_error = run_call(self.model, call)
+                # the reference changes no argument, and the target had its own copy
+                model_result, model_error = run_call(self.model, call, detach=False)
             finally:
                 self.model.pick = lowest_ids
             if model_error is not None or target_error is not None:
