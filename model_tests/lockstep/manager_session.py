@@ -418,15 +418,20 @@ class IsomorphicManagerSession:
             old, new = before.pool(device), after.pool(device)
             if not old.evictable:
                 continue  # nothing cached to evict: most calls (this runs on every one)
+            gone = [  # not kept, nor revived as a hit: most calls, none
+                (block, content)
+                for block in old.evictable
+                if block not in new.evictable
+                and _content(new, block) != (content := _content(old, block))
+            ]
+            if not gone:
+                continue
             serving: dict[BlockId, set[object]] = {}  # the contents each target block sits at
             for _, where_device, mine, theirs in slots:
                 if where_device is device:
                     serving.setdefault(theirs, set()).add(_content(new, mine))
-            for block in old.evictable:
-                content = _content(old, block)
+            for block, content in gone:
                 counterpart = self.maps[device].to_target.get(block)
-                if block in new.evictable or _content(new, block) == content:
-                    continue  # kept, or revived as a hit
                 if counterpart in serving and content not in serving[counterpart]:
                     evicted[device].add(block)
         return evicted
@@ -434,8 +439,9 @@ class IsomorphicManagerSession:
     def _forget_freed(self, after: ManagerView) -> None:
         """Free blocks are interchangeable: their correspondence ends when they are freed."""
         for device in DEVICES:
-            for block in after.pool(device).free:
-                self.maps[device].unbind_model(block)
+            ids = self.maps[device]
+            for block in after.pool(device).free & ids.to_target.keys():
+                ids.unbind_model(block)
 
     # --- agreeing on results -------------------------------------------------------------------
 
