@@ -180,6 +180,8 @@ class IsomorphicManagerSession:
     def _picker(self, prefer: dict[Device, set[BlockId]]) -> Any:
         def for_device(device: Device) -> Picker:
             def pick(pool: PoolState) -> BlockId | None:
+                if not prefer[device]:  # the first attempt: nothing to prefer
+                    return None
                 chosen = allowed_choices(pool) & prefer[device]
                 return min(chosen) if chosen else None
 
@@ -378,8 +380,10 @@ class IsomorphicManagerSession:
 
         Only a model block that left one of its places (``previous``) can have left them all:
         most calls move no block, and are done after one pass over the places."""
-        now = {where: (mine, theirs) for where, _, mine, theirs in slots}
         released: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
+        if previous == slots:  # every place as it was (the queries, most appends): none left
+            return released
+        now = {where: (mine, theirs) for where, _, mine, theirs in slots}
         nowhere = (None, None)
         left = {
             (device, mine)
