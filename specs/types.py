@@ -27,6 +27,12 @@ class Device(enum.Enum):
     GPU = "gpu"
     CPU = "cpu"
 
+    __hash__ = object.__hash__
+    """A member is its own only equal (an enum compares by identity), so the identity's hash
+    serves: every lockstep step keys dicts by device hundreds of times, and ``Enum``'s own hash
+    (of the member's name) is a Python call each time. (No code reads the order of a set of
+    devices: with the name's hash it already changed from one process to the next.)"""
+
 
 class AllocStatus(enum.Enum):
     """Answer of the ``can_*`` questions (vLLM's AllocStatus)."""

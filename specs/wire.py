@@ -52,8 +52,9 @@ Errors are ``{"error": "<class name in pagedkv.specs.errors>", "message": "..."}
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, fields
+from functools import cache
 from typing import Any, cast
 
 from pagedkv.specs import errors as error_module
@@ -681,52 +682,105 @@ def exact_result(level: Level, op: str, result: object) -> Any:
     The answers every lockstep step reads (ids, counts, flags, a block table, copy pairs) take a
     short way when they are already of the builtin types: what the round trip would give, without
     building the JSON (``model_tests/tests/test_exact_answers.py`` holds the two ways equal)."""
-    kind = op_spec(level, op).result
-    plain = _plain_exact(kind, result)
-    if plain is not NOT_PLAIN:
-        return plain
-    return decode_result(level, op, encode_result(level, op, result))
+    return exact_reader(level, op)(result)
 
+
+def exact_reader(level: Level, op: str) -> Callable[[object], Any]:
+    """``exact_result`` of one operation: its result kind looked up once (an observation reads
+    the same few operations after every call)."""
+    try:
+        return _READERS[(level, op)]
+    except (KeyError, TypeError):  # TypeError: an unhashable name, refused by op_spec
+        pass
+    plain = _plain_reader(op_spec(level, op).result)
+
+    def read(result: object) -> Any:
+        value = plain(result)
+        if value is not NOT_PLAIN:
+            return value
+        return decode_result(level, op, encode_result(level, op, result))
+
+    _READERS[(level, op)] = read
+    return read
+
+
+_READERS: dict[tuple[Level, str], Callable[[object], Any]] = {}
 
 NOT_PLAIN = object()
-"""``_plain_exact``'s answer for a value that must take the round trip."""
+"""A plain reader's answer for a value that must take the round trip."""
 
 
-def _plain_exact(kind: str, value: object) -> Any:
-    """``value`` as the round trip of ``exact_result`` gives it, where that is plain to see (the
-    builtin types themselves, never a subclass); else ``NOT_PLAIN``."""
+@cache
+def _plain_reader(kind: str) -> Callable[[object], Any]:
+    """For one result kind: a value as the round trip of ``exact_result`` gives it, where that
+    is plain to see (the builtin types themselves, never a subclass); else ``NOT_PLAIN``."""
     optional = kind.endswith("?")
-    if value is None and optional:
-        return None
     name = kind[:-1] if optional else kind
     base = _JSON_KIND.get(name, name)
+    plain = _PLAIN.get(base, _not_plain)
+    if not optional:
+        return plain
+
+    def or_none(value: object) -> Any:
+        return None if value is None else plain(value)
+
+    return or_none
+
+
+def _plain_int(value: object) -> Any:
+    return value if type(value) is int else NOT_PLAIN
+
+
+def _plain_bool(value: object) -> Any:
+    return value if type(value) is bool else NOT_PLAIN
+
+
+def _plain_none(value: object) -> Any:
+    return None if value is None else NOT_PLAIN
+
+
+def _plain_status(value: object) -> Any:
+    return value if type(value) is AllocStatus else NOT_PLAIN
+
+
+def _plain_ids(value: object) -> Any:
     cls = type(value)
-    if base == "int":
-        return value if cls is int else NOT_PLAIN
-    if base == "bool":
-        return value if cls is bool else NOT_PLAIN
-    if base == "none":
-        return None if value is None else NOT_PLAIN
-    if base == "status":
-        return value if cls is AllocStatus else NOT_PLAIN
     if not isinstance(value, list | tuple) or (cls is not list and cls is not tuple):
         return NOT_PLAIN  # isinstance narrows for mypy; the type test refuses subclasses
-    if base in ("ids", "tokens"):  # every table read: a loop, not a generator
-        for item in value:
-            if type(item) is not int:
-                return NOT_PLAIN
-        return list(value)
-    if base == "pairs":
-        pairs = []
-        for pair in value:
-            if type(pair) is not tuple or len(pair) != 2:
-                return NOT_PLAIN
-            source, destination = pair
-            if type(source) is not int or type(destination) is not int:
-                return NOT_PLAIN
-            pairs.append((source, destination))
-        return pairs
+    for item in value:  # every table read: a loop, not a generator
+        if type(item) is not int:
+            return NOT_PLAIN
+    return list(value)
+
+
+def _plain_pairs(value: object) -> Any:
+    cls = type(value)
+    if not isinstance(value, list | tuple) or (cls is not list and cls is not tuple):
+        return NOT_PLAIN
+    pairs = []
+    for pair in value:
+        if type(pair) is not tuple or len(pair) != 2:
+            return NOT_PLAIN
+        source, destination = pair
+        if type(source) is not int or type(destination) is not int:
+            return NOT_PLAIN
+        pairs.append((source, destination))
+    return pairs
+
+
+def _not_plain(value: object) -> Any:
     return NOT_PLAIN
+
+
+_PLAIN: dict[str, Callable[[object], Any]] = {
+    "int": _plain_int,
+    "bool": _plain_bool,
+    "none": _plain_none,
+    "status": _plain_status,
+    "ids": _plain_ids,
+    "tokens": _plain_ids,
+    "pairs": _plain_pairs,
+}
 
 
 # --- errors ---------------------------------------------------------------------------------------

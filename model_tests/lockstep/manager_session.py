@@ -143,7 +143,8 @@ class IsomorphicManagerSession:
             self.model.state = saved
             self.model.pick = self._picker(prefer)
             try:
-                model_result, model_error = run_call(self.model, call)
+                # the reference changes no argument, and the target had its own copy
+                model_result, model_error = run_call(self.model, call, detach=False)
             finally:
                 self.model.pick = lowest_ids
             if model_error is not None or target_error is not None:
@@ -179,6 +180,8 @@ class IsomorphicManagerSession:
     def _picker(self, prefer: dict[Device, set[BlockId]]) -> Any:
         def for_device(device: Device) -> Picker:
             def pick(pool: PoolState) -> BlockId | None:
+                if not prefer[device]:  # the first attempt: nothing to prefer
+                    return None
                 chosen = allowed_choices(pool) & prefer[device]
                 return min(chosen) if chosen else None
 
@@ -377,8 +380,10 @@ class IsomorphicManagerSession:
 
         Only a model block that left one of its places (``previous``) can have left them all:
         most calls move no block, and are done after one pass over the places."""
-        now = {where: (mine, theirs) for where, _, mine, theirs in slots}
         released: dict[Device, set[BlockId]] = {Device.GPU: set(), Device.CPU: set()}
+        if previous == slots:  # every place as it was (the queries, most appends): none left
+            return released
+        now = {where: (mine, theirs) for where, _, mine, theirs in slots}
         nowhere = (None, None)
         left = {
             (device, mine)
@@ -417,15 +422,20 @@ class IsomorphicManagerSession:
             old, new = before.pool(device), after.pool(device)
             if not old.evictable:
                 continue  # nothing cached to evict: most calls (this runs on every one)
+            gone = [  # not kept, nor revived as a hit: most calls, none
+                (block, content)
+                for block in old.evictable
+                if block not in new.evictable
+                and _content(new, block) != (content := _content(old, block))
+            ]
+            if not gone:
+                continue
             serving: dict[BlockId, set[object]] = {}  # the contents each target block sits at
             for _, where_device, mine, theirs in slots:
                 if where_device is device:
                     serving.setdefault(theirs, set()).add(_content(new, mine))
-            for block in old.evictable:
-                content = _content(old, block)
+            for block, content in gone:
                 counterpart = self.maps[device].to_target.get(block)
-                if block in new.evictable or _content(new, block) == content:
-                    continue  # kept, or revived as a hit
                 if counterpart in serving and content not in serving[counterpart]:
                     evicted[device].add(block)
         return evicted
@@ -433,8 +443,9 @@ class IsomorphicManagerSession:
     def _forget_freed(self, after: ManagerView) -> None:
         """Free blocks are interchangeable: their correspondence ends when they are freed."""
         for device in DEVICES:
-            for block in after.pool(device).free:
-                self.maps[device].unbind_model(block)
+            ids = self.maps[device]
+            for block in after.pool(device).free & ids.to_target.keys():
+                ids.unbind_model(block)
 
     # --- agreeing on results -------------------------------------------------------------------
 

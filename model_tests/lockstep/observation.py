@@ -44,12 +44,24 @@ def observe(target: Any, seq_ids: Iterable[int], group_ids: Iterable[int]) -> Ob
     return Observation(tables, cross, free)
 
 
+_READERS = {
+    operation: wire.exact_reader("manager", operation)
+    for operation in (
+        "get_block_table",
+        "get_cross_block_table",
+        "get_num_free_gpu_blocks",
+        "get_num_free_cpu_blocks",
+    )
+}
+"""``wire.exact_result`` of each operation read here, its kind looked up once."""
+
+
 def _read(operation: str, method: Any, *args: Any) -> Any:
     """``method(*args)``'s answer as the exact value of ``operation``'s result
     (``calls.exact_answer``; the call is written out only for a divergence)."""
     answer = method(*args)
     try:
-        return wire.exact_result("manager", operation, answer)
+        return _READERS[operation](answer)
     except wire.NotExact:
         return exact_answer("manager", operation, show_call(operation, args), answer)
 

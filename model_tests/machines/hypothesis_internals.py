@@ -113,9 +113,12 @@ class QuickDataObject(DataObject):
         self.shared = shared
         """The run's own ``st.data()`` object (Hypothesis's stateful runner draws one first):
         it numbers the draws a report lists."""
+        self.noting = should_note()
+        """Whether a report lists the draws (a falsifying example replayed, a verbose run):
+        the same for the whole run, asked once per rule."""
 
     def draw(self, strategy: SearchStrategy[Drawn], label: Any = None) -> Drawn:
-        if should_note():  # a report lists the draws: draw as st.data() does
+        if self.noting:  # a report lists the draws: draw as st.data() does
             return self.shared.draw(strategy, label)
         return self.conjecture_data.draw(strategy)
 

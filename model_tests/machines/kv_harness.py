@@ -179,11 +179,15 @@ class AbstractKV(KVSide):
 
     def mismatches(self, device: Device, batch: Batch) -> list[int]:
         kv, contents = self.kv, batch.contents
-        return [
-            i
-            for i, (block, slot) in enumerate(self.positions(device, batch.places))
-            if kv_model.read(kv, (device, block, slot)) != contents[i]
-        ]
+        where: dict[BlockId, int] = {}  # each block's position, found once for its slots
+        found = []
+        for i, (block, slot) in enumerate(batch.places):
+            position = where.get(block)
+            if position is None:
+                position = where[block] = self.position(device, block)
+            if kv_model.read(kv, (device, position, slot)) != contents[i]:
+                found.append(i)
+        return found
 
 
 Label = tuple[str, int, int]
@@ -276,12 +280,20 @@ def expected_kv(view: ManagerView, prefixes: CachedPrefixes) -> dict[Device, Bat
     for seq_id, seq in view.seqs.items():
         group = view.groups[seq.group_id]
         batch = batches[group.device]
-        for position in range(len(seq.tokens)):
-            block, slot = slot_of(seq.blocks, position, size)
-            if block == view.null_block:
+        tokens, key, blocks = seq.tokens, group.extra_key, seq.blocks
+        if len(tokens) > len(blocks) * size:
+            slot_of(blocks, len(tokens) - 1, size)  # a table too short: the IndexError
+        places, contents, labels = batch.places, batch.contents, batch.labels
+        # block by block: the slots of position p are (blocks[p // size], p % size)
+        for index, block in enumerate(blocks):
+            start = index * size
+            if block == view.null_block or start >= len(tokens):
                 continue
-            content = SlotContent(seq.tokens[: position + 1], group.extra_key)
-            batch.add((block, slot), content, ("sequence", seq_id, position))
+            for slot in range(min(size, len(tokens) - start)):
+                position = start + slot
+                places.append((block, slot))
+                contents.append(SlotContent(tokens[: position + 1], key))
+                labels.append(("sequence", seq_id, position))
     for group_id, group in view.groups.items():
         batch = batches[group.cross_device]
         for position in range(len(group.encoder_tokens)):

@@ -8,8 +8,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import TypeVar
 
-from hypothesis.stateful import invariant
-
 from pagedkv.model_tests.lockstep.calls import assert_same_state
 from pagedkv.model_tests.machines.kv_harness import expected_kv, kv_problems
 from pagedkv.model_tests.machines.manager_base import ManagerMachineBase
@@ -88,9 +86,8 @@ def pair_problems(pairs: list[tuple[int, int]], what: str, *, each_block_once: b
 
 
 class Invariants(ManagerMachineBase):
-    """The invariants checked after every step."""
+    """The invariants checked after every step (``ManagerLockstep.after_every_step``)."""
 
-    @invariant()
     def same_state(self) -> None:
         if self.model is not None and self.mode == "exact":
             model, target = self.model_view(), self.target_view()
@@ -100,7 +97,6 @@ class Invariants(ManagerMachineBase):
                 assert_same_state(model, target, "manager state")
                 self.passed_checks["same state"] = (model, target)
 
-    @invariant()
     def kv_data_intact(self) -> None:
         """I5, on the model and on a target with tensors (the safety session checks its own)."""
         if self.model is None or self.unchanged_since_passed("kv"):
@@ -114,7 +110,6 @@ class Invariants(ManagerMachineBase):
             problems = kv_problems(side, expected)
             assert not problems, f"{name} KV: " + "; ".join(problems)
 
-    @invariant()
     def invariants_hold(self) -> None:
         if self.model is None or self.unchanged_since_passed("invariants"):
             return

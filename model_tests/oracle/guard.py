@@ -27,12 +27,20 @@ import time
 import weakref
 from collections.abc import Callable
 from functools import partial
+from threading import get_ident
 from typing import Any
 
 from pagedkv.model_tests.oracle import codec
 from pagedkv.model_tests.oracle.exec_target import ExecFactory
 from pagedkv.model_tests.oracle.timeout import FOREVER, TargetTimeout, resolve, show, wait_limit
-from pagedkv.model_tests.oracle.watchdog import WATCHDOG, Call, Interrupted, here, watching
+from pagedkv.model_tests.oracle.watchdog import (
+    MAIN_THREAD,
+    WATCHDOG,
+    Call,
+    Interrupted,
+    here,
+    watching,
+)
 
 
 class TargetCrash(Exception):
@@ -93,15 +101,12 @@ class GuardedFactory:
         """``function(*args)`` under the timeout; ``describe(args)`` names the call in messages.
         (The arguments come last, so that a target's operation is ``partial(guard.call,
         describe, method)``: one frame between the session and the guard's own call.)"""
-
-        def what() -> str:
-            return describe(args)
-
         if self.hung is not None:
             raise TargetTimeout(
                 f"the target was not called again: it hung earlier, in {self.hung}, and may"
                 " have been left anywhere"
             )
+        what = partial(describe, args)
         if self.timeout == FOREVER:  # nothing to wait for: call it here
             try:
                 return function(*args)
@@ -109,6 +114,9 @@ class GuardedFactory:
                 raise  # (and an interrupt is an outer guard's)
             except BaseException as crash:
                 raise _crash(crash, what) from None
+        dog = WATCHDOG
+        if dog.depth and dog.usable and get_ident() == MAIN_THREAD:  # a check's every call
+            return self._direct(function, args, what)
         if here():
             if WATCHDOG.depth:
                 if WATCHDOG.usable:

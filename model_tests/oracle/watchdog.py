@@ -279,4 +279,4 @@ def watched(function: Callable[P, R]) -> Callable[P, R]:
     return run
 
 
-__all__ = ["WATCHDOG", "Call", "Interrupted", "here", "watched", "watching"]
+__all__ = ["MAIN_THREAD", "WATCHDOG", "Call", "Interrupted", "here", "watched", "watching"]
