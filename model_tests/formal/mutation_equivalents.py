@@ -370,7 +370,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     },
     (
         "optimized/block_pool.py",
-        "num_hashed = self._starts[index] + self._block_size",
+        "num_hashed = self._starts[index] + self.block_size",
         "Add -> Sub",
     ): (
         "only hashed blocks are ranked, and a hashed block is full: start - block_size instead"
