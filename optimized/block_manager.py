@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pagedkv.optimized.block_pool import OptimizedBlockPool, common_length
-from pagedkv.optimized.block_table import BlockTable, SequenceGroup
+from pagedkv.optimized.block_table import BlockTable, SequenceGroup, pack_one, packed
 from pagedkv.optimized.changes import Changes
 from pagedkv.optimized.checked_prompts import CheckedPrompts
 from pagedkv.optimized.tokens import TOKEN_BYTES
@@ -296,24 +296,25 @@ class OptimizedBlockSpaceManager:
             and type(token := tokens[0]) is int
             and (0 <= token <= MAX_TOKEN)
         ):  # a decode step's one token: check_new_tokens' answer without the call
-            new_tokens: tuple[Token, ...] = (token,)
+            new, count = pack_one(token), 1
         else:
-            new_tokens = check_new_tokens(tokens)
+            checked = check_new_tokens(tokens)
+            new, count = packed(checked), len(checked)
         lookahead = num_lookahead_slots
         if type(lookahead) is not int or lookahead < 0:
             lookahead = check_count("num_lookahead_slots", num_lookahead_slots)
         gpu = self._gpu
-        if len(new_tokens) + lookahead + 1 > gpu.num_free:  # most_blocks_touched, inline
-            needed = table.blocks_touched_by_append(self._block_size, len(new_tokens), lookahead)
+        if count + lookahead + 1 > gpu.num_free:  # most_blocks_touched, inline
+            needed = table.blocks_touched_by_append(self._block_size, count, lookahead)
             if needed > gpu.num_free:
                 raise OutOfBlocksError(
                     f"sequence {seq_id} may need {needed} GPU blocks, only {gpu.num_free} are free"
                 )
         if self._changes is not None:
             self._changes.seqs.add(seq_id)
-        if self._null_block is not None and new_tokens:  # a null block means a sliding window
+        if self._null_block is not None and count:  # a null block means a sliding window
             table.release_out_of_window(gpu, self._window, self._null_block)
-        table.append(gpu, new_tokens, lookahead)
+        table.append(gpu, new, lookahead)
         return gpu.clear_copy_on_writes() if gpu.pending_cows else []
 
     def fork(self, parent_id: int, child_id: int) -> None:

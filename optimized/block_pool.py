@@ -103,7 +103,7 @@ class OptimizedBlockPool:
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
-        self._pack_block = struct.Struct(f"<{self._block_size}Q").pack
+        self._pack_block = struct.Struct(f"<{self.block_size}Q").pack
 
     def __init__(self, config: PoolConfig, publish_events: bool = True) -> None:
         check_pool_config(config)
@@ -112,12 +112,13 @@ class OptimizedBlockPool:
         """The KV events not yet taken (``block_pool.md`` §9); None when nobody reads them (the
         manager's pools), so that they do not pile up."""
         self._first_id = config.first_id
-        self._block_size = config.block_size
-        self._block_bytes = config.block_size * TOKEN_BYTES
-        """A full block's packed tokens, in bytes."""
-        self._caching = config.enable_caching
+        # Fewer than 30 fields: past 29, CPython 3.11 drops the compact layout that makes each
+        # ``self.x`` read fast (``model_tests/tests/test_attribute_layout.py``), so a field is
+        # not kept twice (the tables read ``block_size`` and ``caching`` too).
         self.block_size = config.block_size
         self.caching = config.enable_caching
+        self._block_bytes = config.block_size * TOKEN_BYTES
+        """A full block's packed tokens, in bytes."""
         num_blocks = config.num_blocks
         self._num_blocks = num_blocks
         self._end_id = config.first_id + num_blocks
@@ -263,7 +264,7 @@ class OptimizedBlockPool:
             heappush(self._free.heap, block)
         else:
             # a hashed block is full: its hashed tokens end at its start + a block
-            num_hashed = self._starts[index] + self._block_size
+            num_hashed = self._starts[index] + self.block_size
             self._evictor.add(block, self._last_accessed[index], num_hashed)
 
     def _cache(
@@ -288,7 +289,7 @@ class OptimizedBlockPool:
                     (content_hash,),
                     None if start == 0 else parent,
                     unpacked(tokens),
-                    self._block_size,
+                    self.block_size,
                     key.lora_id,
                     0,
                 )
@@ -303,7 +304,7 @@ class OptimizedBlockPool:
         """A full block of ``tokens`` after ``prefix``: the cached block when there is one (a hit),
         else a new block that becomes the cached block for its hash. A hit leaves the computed
         mark alone: a block filled in this very step holds no KV until ``mark_computed``."""
-        size = self._block_size
+        size = self.block_size
         packed = (
             packed_tokens(tokens, self._pack_block)
             if (type(tokens) is tuple or type(tokens) is list) and len(tokens) == size
@@ -319,7 +320,7 @@ class OptimizedBlockPool:
             entry[1] if entry is not None and entry[0] is prefix else self._prefixes.check(prefix)
         )
         content_hash = None
-        if self._caching:
+        if self.caching:
             content_hash = packed_block_hash(prefix.hash, packed, key_bytes)
             remember_block_hash(prefix.hash, checked, prefix.extra_key, content_hash)
         return self.take_full(
@@ -349,8 +350,8 @@ class OptimizedBlockPool:
                 except PagedKVError as error:
                     raise in_batch(error, "token_blocks", 0) from None
         hashes = (
-            packed_chain_hashes(prefix.hash, packed, self._block_size, key_bytes)
-            if self._caching
+            packed_chain_hashes(prefix.hash, packed, self.block_size, key_bytes)
+            if self.caching
             else None
         )
         self._check_room(hashes, len(blocks))
@@ -369,7 +370,7 @@ class OptimizedBlockPool:
         ``allocate_immutable`` would refuse, and that one's error (None if all pass). Lists or
         tuples of plain int tokens, each a full block, pass in C passes; anything else goes
         block by block through the shared checks."""
-        size = self._block_size
+        size = self.block_size
         kind = type(token_blocks)
         if (kind is list or kind is tuple) and token_blocks:
             kinds = set(map(type, token_blocks))
@@ -444,7 +445,7 @@ class OptimizedBlockPool:
         # _release for each block, inlined: a sequence's blocks come back together
         hashes, tokens, computed = self._hashes, self._tokens, self._computed
         last_accessed, stamps, starts = self._last_accessed, self._access_stamps, self._starts
-        free_heap, cows, size = self._free.heap, self.pending_cows, self._block_size
+        free_heap, cows, size = self._free.heap, self.pending_cows, self.block_size
         evictable: list[BlockId] = []
         blanked = 0
         for block in blocks:
@@ -531,13 +532,13 @@ class OptimizedBlockPool:
                 else count > 1
                 and (
                     packed := packed_tokens(
-                        tokens, self._pack_block if count == self._block_size else None
+                        tokens, self._pack_block if count == self.block_size else None
                     )
                 )
                 is not None
             ):  # the block and the tokens pass: the prefix is checked next
                 held = self._tokens[index]
-                room = self._block_size - len(held) // TOKEN_BYTES
+                room = self.block_size - len(held) // TOKEN_BYTES
                 entry = self._checked_prefixes.get(id(prefix))
                 if entry is not None and entry[0] is prefix:
                     key_bytes = entry[1]
@@ -577,7 +578,7 @@ class OptimizedBlockPool:
             return self.fill(block, None, packed, None)  # a copy may raise, first thing
         content_hash = None
         parent, start, key = prefix.hash, prefix.num_tokens, prefix.extra_key
-        if self._caching:
+        if self.caching:
             filled = held + packed if held else packed
             content_hash = packed_block_hash(parent, filled, key_bytes)
             whole = unpacked(held) + new_tokens if held else new_tokens
@@ -634,7 +635,7 @@ class OptimizedBlockPool:
             self._access_stamps[index] = stamp
             if block in self._evictor:
                 # a hashed block is full: its hashed tokens end at its start + a block
-                num_hashed = self._starts[index] + self._block_size
+                num_hashed = self._starts[index] + self.block_size
                 self._evictor.add(block, time, num_hashed)
 
     def mark_computed(self, blocks: Sequence[BlockId]) -> None:
@@ -643,7 +644,7 @@ class OptimizedBlockPool:
         checked = check_block_ids(self._config, blocks)
         for block in checked:
             self._check_known(block)
-        if not self._caching:
+        if not self.caching:
             return
         full, tokens = self._block_bytes, self._tokens
         self.set_computed(b for b in checked if len(tokens[b - self._first_id]) == full)
@@ -655,7 +656,7 @@ class OptimizedBlockPool:
         for chain in checked:
             for block in chain:
                 self._check_live(block)
-        if not self._caching or not checked:
+        if not self.caching or not checked:
             return []
         runs = [self.computed_run(chain, 0, len(chain) - 1) for chain in checked]
         return checked[0][: common_length(checked, min(runs))]
@@ -709,7 +710,7 @@ class OptimizedBlockPool:
             self._cached,
             self._ref_counts,
             self._first_id,
-            self._block_size,
+            self.block_size,
         )
         all_tokens, all_hashes, starts = self._tokens, self._hashes, self._starts
         free_heap, events, evictor_remove = self._free.heap, self._events, self._evictor.remove
@@ -880,7 +881,7 @@ class OptimizedBlockPool:
 
     def hit_rate(self) -> float:
         """Hits over lookups of ``allocate_immutable``; 0.0 before any, -1.0 without caching."""
-        if not self._caching:
+        if not self.caching:
             return -1.0
         return self._hits / self._queries if self._queries else 0.0
 

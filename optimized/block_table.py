@@ -51,7 +51,9 @@ from pagedkv.specs.compact_state import GroupFields
 from pagedkv.specs.content_hash import ROOT, BlockHasher
 from pagedkv.specs.types import BlockHash, BlockId, Device, ExtraKey, Token
 
-_pack_one = struct.Struct("<Q").pack
+pack_one = struct.Struct("<Q").pack
+"""One token as ``packed`` packs it: a decode step's, with a prepared ``Struct`` (as fast as
+``array.extend``)."""
 
 
 def packed(tokens: Sequence[Token]) -> bytes:
@@ -182,19 +184,15 @@ class BlockTable:
         self.num_released = num_out
         self.computed_ids = ()  # a null entry ends every run
 
-    def append(
-        self, pool: OptimizedBlockPool, new_tokens: tuple[Token, ...], lookahead: int
-    ) -> None:
-        """Append ``new_tokens`` block by block (the pool copies shared blocks and dedups filled
-        ones), then make sure ``lookahead`` empty slots follow them. The caller has checked the
-        worst case (``blocks_touched_by_append``) against the free blocks."""
+    def append(self, pool: OptimizedBlockPool, new: bytes, lookahead: int) -> None:
+        """Append the packed tokens ``new`` block by block (the pool copies shared blocks and
+        dedups filled ones), then make sure ``lookahead`` empty slots follow them. The caller has
+        checked the worst case (``blocks_touched_by_append``) against the free blocks."""
         tokens, blocks = self.tokens, self.blocks
         size = pool.block_size
         position = len(tokens) // TOKEN_BYTES
-        # a decode step's one token packs with a prepared Struct (as fast as array.extend)
-        new = _pack_one(new_tokens[0]) if len(new_tokens) == 1 else packed(new_tokens)
         tokens += new
-        end = position + len(new_tokens)
+        end = len(tokens) // TOKEN_BYTES
         if position < end:
             index = position // size
             # The common case: the tokens go into the block that holds the last ones, which is

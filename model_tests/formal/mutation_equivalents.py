@@ -173,7 +173,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ),
     (
         "optimized/block_manager.py",
-        "if len(new_tokens) + lookahead + 1 > gpu.num_free:  # most_blocks_touched, inline",
+        "if count + lookahead + 1 > gpu.num_free:  # most_blocks_touched, inline",
         "Gt -> GtE",
     ): (
         "at equality the exact count runs, which is at most the bound (specs/accounting.py,"
@@ -370,7 +370,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     },
     (
         "optimized/block_pool.py",
-        "num_hashed = self._starts[index] + self._block_size",
+        "num_hashed = self._starts[index] + self.block_size",
         "Add -> Sub",
     ): (
         "only hashed blocks are ranked, and a hashed block is full: start - block_size instead"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from pagedkv.optimized.block_pool import OptimizedBlockPool
-from pagedkv.optimized.block_table import BlockTable, SequenceGroup, num_out_of_window
+from pagedkv.optimized.block_table import BlockTable, SequenceGroup, num_out_of_window, packed
 from pagedkv.optimized.evictor import Evictor
 from pagedkv.reference import block_pool
 from pagedkv.reference.allocation import first_to_evict, own_eviction_pick
@@ -183,7 +183,7 @@ def optimized_block_prefixes(tokens: list[int], split: int, block_size: int) -> 
     key = ExtraKey()
     pool = OptimizedBlockPool(PoolConfig(2 * MAX_BLOCKS, block_size))
     table = BlockTable.for_prompt(SequenceGroup(0, (), Device.GPU, key), pool, tokens[:split])
-    table.append(pool, tuple(tokens[split:]), 0)
+    table.append(pool, packed(tokens[split:]), 0)
     # The table keeps its last full block's hash (the next block's parent); the pool, the hash
     # each earlier block was filled with.
     full = len(tokens) // block_size
