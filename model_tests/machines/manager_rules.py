@@ -186,6 +186,9 @@ class ProtocolRules(Steering):
             event("outcome: swapped in")
             for side in self.kv_sides():
                 side.run_swap(pairs, Device.GPU)
+            # as vLLM's scheduler asks of every group it runs: what a swap kept of the
+            # sequences' computed prefixes shows at once (policy computed_list_swap)
+            self.both(calls.get_common_computed_block_ids(self.ledger.members(group) or [group]))
         if status is AllocStatus.OK and lookahead:
             self._lookahead_promised(group, lookahead)
 
