@@ -392,10 +392,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     if written == trace_out:  # named as the user did, from the directory pagedkv started in
         result.trace_path = Path(args.trace_out)
     if result.trace_path is not None:
-        hint = (
-            f"pagedkv replay {shlex.quote(str(result.trace_path))}"
-            f" --target {shlex.quote(args.target)}"
-        )
+        hint = _replay_command(result.trace_path, args.target, args.timeout)
     report = check_report(result, args.target, hint)
     shown_page = None
     if result.trace is not None and written is not None and result.trace_path is not None:
@@ -614,13 +611,21 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
         )
     if result.trace_path == trace_out:  # named as the user did (see cmd_check)
         result.trace_path = Path(args.trace_out)
-    report, hint = _soak_report(result, args.target, level, layouts, exact, seed)
-    changed = soak_model.patched() if exact and level == "manager" else []
-    if changed and not args.reference_model:
+    report, hint = _soak_report(result, args.target, level, layouts, exact, seed, args.timeout)
+    changed = result.stand_in_changed or (
+        soak_model.patched() if exact and level == "manager" and not args.reference_model else []
+    )
+    if changed:
+        when = "while the soak ran" if result.stand_in_changed else "after it was loaded"
         report.notes.append(
-            f"note: the reference is the model: pagedkv's optimized code was changed after it"
-            f" was loaded ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''}), and"
-            " the optimized stand-in would run those changes"
+            f"note: the reference is the model: pagedkv's optimized code was changed {when}"
+            f" ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''}), and the"
+            " optimized stand-in would run those changes"
+            + (
+                "; the episode it was found in was replayed against the reference"
+                if result.stand_in_changed
+                else ""
+            )
         )
     out.report(report)
     code = EXIT_PASS if result.passed else EXIT_FAIL
@@ -644,6 +649,13 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
     return code
 
 
+def _replay_command(path: Path, target: str, timeout: float | None) -> str:
+    """The ``pagedkv replay`` of a written trace, with the ``--timeout`` the run had (a hang
+    replayed under the default 30 s would not show)."""
+    command = f"pagedkv replay {shlex.quote(str(path))} --target {shlex.quote(target)}"
+    return command if timeout is None else f"{command} --timeout {timeout:g}"
+
+
 def _soak_report(
     result: SoakResult,
     target: str,
@@ -651,6 +663,7 @@ def _soak_report(
     layouts: Sequence[str],
     exact: bool,
     seed: int,
+    timeout: float | None,
 ) -> tuple[Report, str | None]:
     """What ``soak`` prints, and the command that replays its trace (if one was written)."""
     mode = "exact mode" if exact else "isomorphic mode"
@@ -695,10 +708,7 @@ def _soak_report(
         notes = ["note: not shrunk or replayed: the target hung, and is not called again"]
         hint = None
         if result.trace_path is not None:
-            hint = (
-                f"pagedkv replay {shlex.quote(str(result.trace_path))}"
-                f" --target {shlex.quote(target)}"
-            )
+            hint = _replay_command(result.trace_path, target, timeout)
             notes += [
                 f"trace: {result.trace_path} (the episode's {counted(result.unshrunk, 'call')},"
                 " the one that hung last)",
@@ -755,9 +765,7 @@ def _soak_report(
         )
     hint = None
     if result.trace_path is not None:
-        command = (
-            f"pagedkv replay {shlex.quote(str(result.trace_path))} --target {shlex.quote(target)}"
-        )
+        command = _replay_command(result.trace_path, target, timeout)
         report.notes.append(f"trace: {result.trace_path}")
         if result.replays:
             hint = command

@@ -62,8 +62,9 @@ def own_code_only(manager: OptimizedBlockSpaceManager) -> bool:
     """Whether every method the manager runs is pagedkv's own, so that its record of its changes
     can be trusted between checkpoints: its class is the optimized manager or a subclass whose
     classes define nothing but names, nothing of the class is replaced on the instance, and its
-    pools are the optimized pool itself, likewise; and pagedkv's optimized code is what was
-    loaded (``stand_in_guard``: a target may have patched the base class itself)."""
+    pools are the optimized pool itself, likewise; each of its and its pools' attributes is of
+    the type a freshly built manager's is (``_same_kinds``); and pagedkv's optimized code is what
+    was loaded (``stand_in_guard``: a target may have patched the base class itself)."""
     if patched():
         return False
     found = type(manager)
@@ -75,9 +76,29 @@ def own_code_only(manager: OptimizedBlockSpaceManager) -> bool:
             return False
     if set(vars(manager)) & set(dir(OptimizedBlockSpaceManager)):
         return False
-    return all(
+    pools = OptimizedBlockSpaceManager.pools(manager)
+    if not all(
         type(pool) is OptimizedBlockPool and not set(vars(pool)) & set(dir(OptimizedBlockPool))
-        for pool in OptimizedBlockSpaceManager.pools(manager)
+        for pool in pools
+    ):
+        return False
+    fresh = OptimizedBlockSpaceManager(manager._config)
+    return _same_kinds(manager, fresh) and all(
+        _same_kinds(pool, new) for pool, new in zip(pools, fresh.pools(), strict=True)
+    )
+
+
+READERS = frozenset({"_changes"})
+"""What a reader of the manager sets (its record of changes): not the manager's own state."""
+
+
+def _same_kinds(found: object, fresh: object) -> bool:
+    """Whether every attribute of ``found`` is of the type the same attribute of a freshly built
+    one has: a factory may have put a container of its own in (a ``dict`` subclass for the
+    tables, say), whose code would change state behind the record's back."""
+    mine, theirs = vars(found), vars(fresh)
+    return mine.keys() == theirs.keys() and all(
+        type(mine[name]) is type(theirs[name]) for name in mine.keys() - READERS
     )
 
 

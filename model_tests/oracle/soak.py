@@ -59,6 +59,7 @@ from pagedkv.model_tests.oracle.soak_model import (
     WalkState,
     compact_reader,
 )
+from pagedkv.model_tests.oracle.stand_in_guard import patched
 from pagedkv.model_tests.oracle.watchdog import watched
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import invariants
@@ -118,6 +119,9 @@ class SoakResult:
     ended its episode, whose calls were replayed comparing fresh states after every call. A
     divergence there is the target's (``failure``); none at all makes the staleness a bug of
     pagedkv's (``own_bug``), never a PASS: the comparisons after each call missed a change."""
+    stand_in_changed: list[str] = field(default_factory=list)
+    """What of pagedkv's optimized code the target changed while the stand-in was the model (the
+    reference was the model from then on)."""
 
     @property
     def passed(self) -> bool:
@@ -270,6 +274,23 @@ def _unreadable(when: str, error: Exception) -> Divergence:
         f"{when}: reading the target's whole state (its view(), or compact()) raised"
         f" {type(error).__name__}: {error}"
     )
+
+
+class StandInChanged(Exception):
+    """pagedkv's optimized code is no longer what was loaded (``stand_in_guard``), while the
+    optimized manager stands in for the reference: it runs the target's change too."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(", ".join(names))
+        self.names = names
+
+
+def _check_stand_in(model: Model) -> None:
+    """At each checkpoint: a target may patch pagedkv's code at any call, not only at import."""
+    if model is not REFERENCE:
+        changed = patched()
+        if changed:
+            raise StandInChanged(changed)
 
 
 class StaleCache(Exception):
@@ -578,10 +599,21 @@ def soak(
                 walk.step()
                 if len(side.calls) >= next_check:
                     side.check_state(f"at step {len(side.calls)} of the episode")
+                    _check_stand_in(model)
                     result.checkpoints += 1
                     next_check += CHECKPOINT
             side.check_state("at the end of the episode")
+            _check_stand_in(model)
             result.checkpoints += 1
+        except StandInChanged as changed:
+            # the target changed pagedkv's optimized code while it ran, and the stand-in ran the
+            # change too: the reference is the model from now on, and this episode is replayed
+            # against it (every call since the last look is in it)
+            model = REFERENCE
+            result.model, result.stand_in_changed = REFERENCE.name, changed.names
+            found = diverges(factory, config, side.calls, exact, level)
+            if found is not None:
+                result.failure, result.config, result.calls = found, config, list(side.calls)
         except StaleCache as stale:
             result.stale.append(str(stale))  # the episode ends here, replayed fresh
             found = diverges(factory, config, side.calls, exact, level)

@@ -164,3 +164,39 @@ def test_a_target_that_patches_the_optimized_manager_is_soaked_against_the_refer
     patched_class = OptimizedBlockSpaceManager.__subclasses__()[-1]  # the target's, loaded
     assert patched_class.__name__ == "Patched"
     assert not own_code_only(patched_class(_config()))  # its state read by fingerprints
+
+
+PATCHES_THE_BASE_LATER = """
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+
+_counted = OptimizedBlockSpaceManager.get_num_free_gpu_blocks
+
+
+def _one_more(self):
+    return _counted(self) + 1
+
+
+class Later(OptimizedBlockSpaceManager):
+    def allocate(self, *args, **kwargs):
+        OptimizedBlockSpaceManager.get_num_free_gpu_blocks = _one_more  # at its first call
+        return super().allocate(*args, **kwargs)
+"""
+
+
+def test_a_target_that_patches_the_optimized_manager_at_a_call_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stand-in was chosen before any call, so a patch made at the target's first call ran
+    in the model too: a PASS, with a note that the reference had been the model (the tryout's
+    ``lazy_patch``). Each checkpoint now looks again."""
+    base = OptimizedBlockSpaceManager
+    monkeypatch.setattr(base, "get_num_free_gpu_blocks", base.get_num_free_gpu_blocks)  # undone
+    (tmp_path / "patches_the_base_later.py").write_text(PATCHES_THE_BASE_LATER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["soak", "--target", "patches_the_base_later:Later", "--exact", "--steps", "3000"]
+    code = cli.main([*argv, "--seed", "1", "--trace-out", str(tmp_path / "t.jsonl")], out, err)
+    said = out.getvalue()
+    assert code == 1, said + err.getvalue()
+    assert "pagedkv's optimized code was changed while the soak ran" in said
+    assert "get_num_free_gpu_blocks" in said

@@ -9,6 +9,7 @@ the record (``own_code_only``)."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -114,6 +115,21 @@ def test_own_code_only() -> None:
     other_pool = OptimizedBlockSpaceManager(CONFIG)
     other_pool._cpu = OwnPool(CONFIG.pool_config(Device.CPU), publish_events=False)
     assert not own_code_only(other_pool)
+    own_tables = Twin(CONFIG)  # a factory's container, whose code runs at every insertion
+    own_tables._tables = OwnTables()
+    assert not own_code_only(own_tables)
+    own_free_list = OptimizedBlockSpaceManager(CONFIG)
+    own_free_list._gpu._tokens = OwnList(own_free_list._gpu._tokens)
+    assert not own_code_only(own_free_list)
+
+
+class OwnTables(dict[int, Any]):
+    """A dict of the tables with code of its own (the tryout's changed a token behind the record's
+    back at an insertion, and undid it at the next: a PASS through the record)."""
+
+
+class OwnList(list[Any]):
+    pass
 
 
 @pytest.mark.parametrize("seed", [0, 1])

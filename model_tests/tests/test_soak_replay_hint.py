@@ -25,7 +25,7 @@ def test_a_replay_command_is_offered_only_where_replay_shows_the_divergence(
         trace_path=Path("t.jsonl"),
         replays=replays,
     )
-    report, hint = cli._soak_report(result, "mine:Target", "manager", (), True, 7)
+    report, hint = cli._soak_report(result, "mine:Target", "manager", (), True, 7, None)
     said = report.plain()
     if replays:
         assert hint is not None and hint.startswith("pagedkv replay t.jsonl")

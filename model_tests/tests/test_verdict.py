@@ -191,7 +191,9 @@ def test_a_hang_under_soak_is_a_fail_not_an_internal_error(hostile: Path) -> Non
     # the episode up to the hang is a trace (it had none), its last call the fork that hung
     written = trace.read(Path("pagedkv-divergence.jsonl"))
     assert written.ops[-1].op == "fork" and "the one that hung last" in out
-    assert "replay: pagedkv replay pagedkv-divergence.jsonl --target ends:SleepsOnFork" in out
+    # with the run's --timeout: under the default 30 s the replay waits the sleep out and PASSes
+    replay = "pagedkv replay pagedkv-divergence.jsonl --target ends:SleepsOnFork --timeout 1"
+    assert f"replay: {replay}\n" in out
 
 
 def test_bench_has_the_same_per_call_timeout_as_check(hostile: Path) -> None:
