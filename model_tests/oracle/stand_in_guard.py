@@ -14,6 +14,7 @@ monkeypatch from passing itself. ``--reference-model`` takes the reference in an
 from __future__ import annotations
 
 import sys
+from types import FunctionType
 
 import pagedkv.optimized.block_manager  # noqa: F401  (all the stand-in runs, loaded)
 
@@ -32,11 +33,19 @@ def names() -> Names:
         if module is None or not _optimized(module_name):
             continue
         for name, value in list(vars(module).items()):
-            found[f"{module_name}.{name}"] = value
+            _take_down(found, f"{module_name}.{name}", value)
             if isinstance(value, type) and value.__module__ == module_name:
                 for attribute, member in list(vars(value).items()):
-                    found[f"{module_name}.{name}.{attribute}"] = member
+                    _take_down(found, f"{module_name}.{name}.{attribute}", member)
     return found
+
+
+def _take_down(found: Names, name: str, value: object) -> None:
+    """A name's object, and a function's code: the same function object may be given other
+    code (``f.__code__ = ...``)."""
+    found[name] = value
+    if isinstance(value, FunctionType):
+        found[f"{name}.__code__"] = value.__code__
 
 
 LOADED = names()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pagedkv import cli
-from pagedkv.model_tests.oracle import soak_model
+from pagedkv.model_tests.oracle import soak_model, stand_in_guard
 from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.model_tests.oracle.incremental_compact import own_code_only
 from pagedkv.model_tests.oracle.soak import diverges, soak
@@ -200,3 +200,14 @@ def test_a_target_that_patches_the_optimized_manager_at_a_call_is_caught(
     assert code == 1, said + err.getvalue()
     assert "pagedkv's optimized code was changed while the soak ran" in said
     assert "get_num_free_gpu_blocks" in said
+
+
+def test_a_function_given_other_code_counts_as_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same function object with a new ``__code__`` (the tryout's ``code_swap``) passed the
+    identity check alone."""
+    counted = OptimizedBlockSpaceManager.get_num_free_gpu_blocks
+    monkeypatch.setattr(counted, "__code__", (lambda self: 0).__code__)
+    assert stand_in_guard.patched() == [
+        "pagedkv.optimized.block_manager.OptimizedBlockSpaceManager.get_num_free_gpu_blocks"
+        ".__code__"
+    ]
