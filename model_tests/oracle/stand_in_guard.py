@@ -14,50 +14,73 @@ monkeypatch from passing itself. ``--reference-model`` takes the reference in an
 from __future__ import annotations
 
 import sys
-from types import FunctionType
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import CodeType, FunctionType
 
 import pagedkv.optimized.block_manager  # noqa: F401  (all the stand-in runs, loaded)
 
-Names = dict[str, object]
+Binding = tuple[str, Mapping[str, object], str, object]
+"""(dotted name, the namespace, the key, the object it held)."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """pagedkv's optimized code as it was taken down (``take_down``): what each name was bound
+    to, each function's code, and how many names each namespace held (a name added to a class,
+    a ``__getattr__`` say, is a change too). The namespaces are the live ones (a class's
+    ``vars`` is a view of it), so a look is a pass of identity tests, about 20 us."""
+
+    bindings: tuple[Binding, ...]
+    codes: tuple[tuple[str, FunctionType, CodeType], ...]
+    sizes: tuple[tuple[str, Mapping[str, object], int], ...]
 
 
 def _optimized(module_name: str) -> bool:
     return module_name == "pagedkv.optimized" or module_name.startswith("pagedkv.optimized.")
 
 
-def names() -> Names:
+def take_down() -> Loaded:
     """Every global of every loaded ``pagedkv.optimized`` module, and every attribute of every
-    class defined there, by its dotted name."""
-    found: Names = {}
+    class defined there."""
+    bindings: list[Binding] = []
+    codes: list[tuple[str, FunctionType, CodeType]] = []
+    sizes: list[tuple[str, Mapping[str, object], int]] = []
+
+    def namespace(prefix: str, names: Mapping[str, object]) -> None:
+        sizes.append((prefix, names, len(names)))
+        for key, value in list(names.items()):
+            bindings.append((f"{prefix}.{key}", names, key, value))
+            if isinstance(value, FunctionType):
+                codes.append((f"{prefix}.{key}", value, value.__code__))
+
     for module_name, module in list(sys.modules.items()):
         if module is None or not _optimized(module_name):
             continue
+        namespace(module_name, vars(module))
         for name, value in list(vars(module).items()):
-            _take_down(found, f"{module_name}.{name}", value)
             if isinstance(value, type) and value.__module__ == module_name:
-                for attribute, member in list(vars(value).items()):
-                    _take_down(found, f"{module_name}.{name}.{attribute}", member)
-    return found
+                namespace(f"{module_name}.{name}", vars(value))
+    return Loaded(tuple(bindings), tuple(codes), tuple(sizes))
 
 
-def _take_down(found: Names, name: str, value: object) -> None:
-    """A name's object, and a function's code: the same function object may be given other
-    code (``f.__code__ = ...``)."""
-    found[name] = value
-    if isinstance(value, FunctionType):
-        found[f"{name}.__code__"] = value.__code__
-
-
-LOADED = names()
-"""The names as pagedkv loaded them. A test that plants a bug in pagedkv's own code takes them
-down again (``monkeypatch.setattr(stand_in_guard, "LOADED", names())``): the bug is then
+LOADED = take_down()
+"""The code as pagedkv loaded it. A test that plants a bug in pagedkv's own code takes it down
+again (``monkeypatch.setattr(stand_in_guard, "LOADED", take_down())``): the bug is then
 pagedkv's code, not a target's patch."""
+
+_GONE = object()
 
 
 def patched() -> list[str]:
-    """The names loaded with pagedkv that are now bound to something else, or gone (sorted)."""
-    now = names()
-    return sorted(name for name, value in LOADED.items() if now.get(name, _GONE) is not value)
-
-
-_GONE = object()
+    """What of the code loaded with pagedkv is now otherwise: a name bound to something else or
+    gone, a function given other code, a namespace with a name more (sorted)."""
+    loaded = LOADED
+    changed = [
+        name for name, names, key, value in loaded.bindings if names.get(key, _GONE) is not value
+    ]
+    changed += [
+        f"{name}.__code__" for name, function, code in loaded.codes if function.__code__ is not code
+    ]
+    changed += [f"{name} (a name added)" for name, names, size in loaded.sizes if len(names) > size]
+    return sorted(changed)

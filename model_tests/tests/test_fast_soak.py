@@ -211,3 +211,14 @@ def test_a_function_given_other_code_counts_as_changed(monkeypatch: pytest.Monke
         "pagedkv.optimized.block_manager.OptimizedBlockSpaceManager.get_num_free_gpu_blocks"
         ".__code__"
     ]
+
+
+def test_a_name_added_to_an_optimized_class_counts_as_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ``__getattr__`` (or any new name) on the optimized manager changes what it runs, yet no
+    name loaded with it is bound otherwise."""
+    monkeypatch.setattr(OptimizedBlockSpaceManager, "extra", 1, raising=False)
+    assert stand_in_guard.patched() == [
+        "pagedkv.optimized.block_manager.OptimizedBlockSpaceManager (a name added)"
+    ]

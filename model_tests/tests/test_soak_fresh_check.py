@@ -102,7 +102,7 @@ def stale_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
     manager's own record of its changes is not read): the soak's rule for a stale state still
     goes by whose code the target runs (``soak.own_code_only``)."""
     monkeypatch.setattr(OptimizedBlockPool, "fingerprint", blind_to_ref_counts)
-    monkeypatch.setattr(stand_in_guard, "LOADED", stand_in_guard.names())  # pagedkv's code
+    monkeypatch.setattr(stand_in_guard, "LOADED", stand_in_guard.take_down())  # pagedkv's code
     monkeypatch.setattr(incremental_compact, "own_code_only", lambda manager: False)
 
 

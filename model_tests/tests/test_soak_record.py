@@ -41,7 +41,7 @@ def unrecorded_access(self: OptimizedBlockSpaceManager, seq_id: int, now: float)
 @pytest.fixture
 def record_misses_accesses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(OptimizedBlockSpaceManager, "access_all_blocks_in_seq", unrecorded_access)
-    monkeypatch.setattr(stand_in_guard, "LOADED", stand_in_guard.names())  # pagedkv's code
+    monkeypatch.setattr(stand_in_guard, "LOADED", stand_in_guard.take_down())  # pagedkv's code
 
 
 def test_the_comparison_after_the_call_misses_it_and_the_checkpoint_does_not(
