@@ -143,24 +143,31 @@ class Patched(OptimizedBlockSpaceManager):
 """
 
 
+def _soak_a_patching_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, factory: str
+) -> tuple[int, str]:
+    """``pagedkv soak --exact`` of ``factory`` in a module of that text, which patches
+    ``get_num_free_gpu_blocks`` on the optimized manager itself (undone after the test)."""
+    base = OptimizedBlockSpaceManager
+    monkeypatch.setattr(base, "get_num_free_gpu_blocks", base.get_num_free_gpu_blocks)
+    (tmp_path / f"patching_{factory.lower()}.py").write_text(module)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["soak", "--target", f"patching_{factory.lower()}:{factory}", "--exact"]
+    argv += ["--steps", "3000", "--seed", "1", "--trace-out", str(tmp_path / "t.jsonl")]
+    code = cli.main(argv, out, err)
+    return code, out.getvalue() + err.getvalue()
+
+
 def test_a_target_that_patches_the_optimized_manager_is_soaked_against_the_reference(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its patch reached the stand-in model as well, which then agreed with it: a PASS of a
     manager that miscounts its free blocks at every call (``stand_in_guard.py``)."""
-    base = OptimizedBlockSpaceManager
-    monkeypatch.setattr(base, "get_num_free_gpu_blocks", base.get_num_free_gpu_blocks)  # undone
-    (tmp_path / "patches_the_base.py").write_text(PATCHES_THE_BASE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    out, err = io.StringIO(), io.StringIO()
-    argv = ["soak", "--target", "patches_the_base:Patched", "--exact", "--steps", "2000"]
-    code = cli.main([*argv, "--seed", "1", "--trace-out", str(tmp_path / "t.jsonl")], out, err)
-    assert code == 1, out.getvalue() + err.getvalue()
-    assert "get_num_free_gpu_blocks" in out.getvalue()
-    assert (
-        "note: the reference is the model: pagedkv's optimized code was changed" in out.getvalue()
-    )
-    assert "OptimizedBlockSpaceManager.get_num_free_gpu_blocks" in out.getvalue()
+    code, said = _soak_a_patching_target(tmp_path, monkeypatch, PATCHES_THE_BASE, "Patched")
+    assert code == 1, said
+    assert "note: the reference is the model: pagedkv's optimized code was changed" in said
+    assert "OptimizedBlockSpaceManager.get_num_free_gpu_blocks" in said
     patched_class = OptimizedBlockSpaceManager.__subclasses__()[-1]  # the target's, loaded
     assert patched_class.__name__ == "Patched"
     assert not own_code_only(patched_class(_config()))  # its state read by fingerprints
@@ -189,15 +196,8 @@ def test_a_target_that_patches_the_optimized_manager_at_a_call_is_caught(
     """The stand-in was chosen before any call, so a patch made at the target's first call ran
     in the model too: a PASS, with a note that the reference had been the model (the tryout's
     ``lazy_patch``). Each checkpoint now looks again."""
-    base = OptimizedBlockSpaceManager
-    monkeypatch.setattr(base, "get_num_free_gpu_blocks", base.get_num_free_gpu_blocks)  # undone
-    (tmp_path / "patches_the_base_later.py").write_text(PATCHES_THE_BASE_LATER)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    out, err = io.StringIO(), io.StringIO()
-    argv = ["soak", "--target", "patches_the_base_later:Later", "--exact", "--steps", "3000"]
-    code = cli.main([*argv, "--seed", "1", "--trace-out", str(tmp_path / "t.jsonl")], out, err)
-    said = out.getvalue()
-    assert code == 1, said + err.getvalue()
+    code, said = _soak_a_patching_target(tmp_path, monkeypatch, PATCHES_THE_BASE_LATER, "Later")
+    assert code == 1, said
     assert "pagedkv's optimized code was changed while the soak ran" in said
     assert "get_num_free_gpu_blocks" in said
 
