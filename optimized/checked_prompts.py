@@ -16,8 +16,8 @@ remembered (``specs/block_manager.md`` §5.1).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import is_
 
+from pagedkv.optimized.same_objects import same_objects
 from pagedkv.optimized.tokens import plain_tokens
 from pagedkv.specs.types import Token
 from pagedkv.specs.validation import check_tokens
@@ -43,7 +43,7 @@ class CheckedPrompts:
         found = self._known.get(id(prompt))
         if found is not None and found[0] is prompt:
             known = found[1]
-            if type(prompt) is tuple or _same_objects(prompt, known):  # type: ignore[arg-type]
+            if type(prompt) is tuple or same_objects(prompt, known):  # type: ignore[arg-type]
                 return known
         return self._first_sight(prompt)
 
@@ -62,7 +62,3 @@ class CheckedPrompts:
         if len(known) >= CAPACITY:
             del known[next(iter(known))]
         known[id(prompt)] = (prompt, tokens)
-
-
-def _same_objects(prompt: list[object], known: list[Token]) -> bool:
-    return len(prompt) == len(known) and all(map(is_, prompt, known))

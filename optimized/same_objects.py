@@ -14,11 +14,18 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Sequence
 from operator import is_
 
 _ITEMS_OFFSET = tuple.__basicsize__
 _POINTER_SIZE = tuple.__itemsize__
 _CPYTHON = sys.implementation.name == "cpython"
+
+
+def same_objects(items: Sequence[object], known: Sequence[object]) -> bool:
+    """Whether ``items`` holds exactly the objects of ``known``, position by position (any
+    sequences: a list's items are not inline, so this is the walk, in C through ``map``)."""
+    return len(items) == len(known) and all(map(is_, items, known))
 
 
 def starts_with_same_objects(items: tuple[object, ...], prefix: tuple[object, ...]) -> bool:
@@ -27,7 +34,7 @@ def starts_with_same_objects(items: tuple[object, ...], prefix: tuple[object, ..
     if len(items) < count:
         return False
     if not _CPYTHON:
-        return all(map(is_, items, prefix))
+        return same_objects(items[:count], prefix)
     size = count * _POINTER_SIZE
     return ctypes.string_at(id(items) + _ITEMS_OFFSET, size) == ctypes.string_at(
         id(prefix) + _ITEMS_OFFSET, size
