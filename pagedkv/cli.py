@@ -604,7 +604,7 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
             seed,
             exact=exact,
             trace_out=trace_out,
-            progress=lambda steps: shown(steps),
+            progress=shown,
             level=level,
             layouts=layouts,
             model=model,

@@ -534,7 +534,9 @@ class Walk:
 # --- running and shrinking ----------------------------------------------------------------------
 
 
-Progress = Callable[[int], None]
+Progress = Callable[[int, int | None, str], None]
+"""Told the steps so far, and while shrinking the calls left and the phase's name
+(``progress.Progress``)."""
 Side = Lockstep | RequestLockstep
 
 
@@ -642,7 +644,7 @@ def soak(
         if isinstance(side, Lockstep):
             result.states_compared += side.compared
         if progress is not None:
-            progress(result.steps)
+            progress(result.steps, None, "")
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu
     if result.hung and result.config is not None and result.calls:
@@ -650,11 +652,21 @@ def soak(
     if result.failure is not None and result.config is not None and not result.hung:
         if model is not REFERENCE:
             confirm(result, model)
+        shrinking = None if progress is None else _shrinking(progress, result.steps)
         if result.own_bug is None:
-            _shrink_and_write(result, factory, exact, trace_out, level)
+            _shrink_and_write(result, factory, exact, trace_out, level, shrinking)
         else:
-            _shrink_and_write(result, model.build, True, trace_out, level)
+            _shrink_and_write(result, model.build, True, trace_out, level, shrinking)
     return result
+
+
+def _shrinking(progress: Progress, steps: int) -> Callable[[int], None]:
+    """What ``shrink`` tells: the calls left, shown as the shrink's progress."""
+
+    def left(calls: int) -> None:
+        progress(steps, calls, "shrinking a divergence")
+
+    return left
 
 
 def confirm(result: SoakResult, model: Model) -> None:
@@ -701,15 +713,19 @@ def shrink(
     calls: list[RecordedCall],
     exact: bool,
     level: Level = "manager",
+    left: Callable[[int], None] | None = None,
 ) -> list[RecordedCall]:
     """Delete chunks of calls (halves, then quarters, ... then single calls) while the replay
-    still diverges; what is left ends at the call that diverges."""
+    still diverges; what is left ends at the call that diverges. ``left`` is told the calls
+    left before each replay (a long episode's shrink takes minutes)."""
     current = list(calls)
     chunk = max(1, len(current) // 2)
     while chunk >= 1:
         index = 0
         removed = False
         while index < len(current):
+            if left is not None:
+                left(len(current))
             candidate = current[:index] + current[index + chunk :]
             if candidate and diverges(factory, config, candidate, exact, level) is not None:
                 current = candidate
@@ -740,10 +756,11 @@ def _shrink_and_write(
     exact: bool,
     trace_out: str | Path | None,
     level: Level = "manager",
+    left: Callable[[int], None] | None = None,
 ) -> None:
     assert result.config is not None
     result.unshrunk = len(result.calls)
-    result.calls = shrink(factory, result.config, result.calls, exact, level)
+    result.calls = shrink(factory, result.config, result.calls, exact, level, left)
     message = diverges(factory, result.config, result.calls, exact, level)
     if message is not None:
         result.failure = message
