@@ -47,8 +47,8 @@ PairsLike: TypeAlias = torch.Tensor | Sequence[Sequence[int]]
 DEFAULT_PAD_SIZES: tuple[int, ...] = DEFRAG_PAD_SIZES
 
 MAX_RUNS = 4
-"""Pairs that coalesce into at most this many runs are copied run by run and tensor by tensor;
-more runs are moved as the scattered pairs they are (see above)."""
+"""On an accelerator, pairs that coalesce into at most this many runs are copied run by run (each
+one ``copy_`` of every layer); more runs are moved as the scattered pairs they are (see above)."""
 
 EXCHANGE_BUFFER_BYTES = 4 * 2**20
 """A batch of the exchange holds at most about this much of one tensor in its buffer (never
