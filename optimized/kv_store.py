@@ -2,17 +2,17 @@
 
 Each cache tensor is ``[num_blocks, block_size, num_kv_heads, head_dim]``, blocks first, and all of
 them are views of one allocation (``blocks``) laid out **block by block**: ``[num_blocks, tensors,
-block_size, ...]``. Block ``b`` of every layer, K and V, is one contiguous slab, and so is a run
-of consecutive blocks: that is what lets ``pagedkv.optimized.kernels`` move a run of all layers
-with a single copy. A cache tensor's own block is contiguous too, but its blocks are a whole
-block's slab apart (``stride(0)``), as a paged attention kernel that is given the strides expects.
+block_size, ...]``. Block ``b`` of every layer, K and V, is one contiguous slab, and so is a run of
+consecutive blocks: that is what lets ``pagedkv.optimized.kernels`` move a run of all layers with a
+single copy. A cache tensor's own block is contiguous too, but its blocks are a whole block's slab
+apart (``stride(0)``): a kernel that reads a cache tensor through its strides sees no difference.
 (The layout was layer by layer before: a scattered block then took one copy per cache tensor, a
-``memcpy`` of 32 KiB at 16 tokens of 8 KV heads of 128 in fp16, and those ran at 0.86 of a
-contiguous copy of as many bytes where one copy of the block's 256 KiB over 8 tensors runs at
-1.4.) On the host (unless pinned for a GPU) the allocation is private memory advised for huge
-pages (``optimized/host_memory.py``), which scattered block copies need to run at ``memcpy``
-speed. Indices here are 0-based positions in this store; a pool whose ids start at ``first_id``
-subtracts it before calling in.
+``memcpy`` of 32 KiB at 16 tokens of 8 KV heads of 128 in fp16, and ``copy_blocks`` of 64 scattered
+blocks ran at 0.74-0.81 of a contiguous ``copy_`` of as many bytes; one copy of each block's 256 KiB
+over 8 tensors runs at 1.23-1.40, ``specs/defragmenter.md`` §4.) On the host (unless pinned for a
+GPU) the allocation is private memory advised for huge pages (``optimized/host_memory.py``), which
+scattered block copies need to run at ``memcpy`` speed. Indices here are 0-based positions in this
+store; a pool whose ids start at ``first_id`` subtracts it before calling in.
 
 The model runner's side is ``KVStore.write`` (each token's K and V into its slot, as vLLM's
 ``reshape_and_cache`` does; ``specs/slots.py`` says which slot) and ``KVStore.read``. A store
