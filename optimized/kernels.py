@@ -347,7 +347,7 @@ _DEFAULT_PAD_SIZES_SORTED = _check_pad_sizes(list(DEFAULT_PAD_SIZES))
 def _check_disjoint(pairs: Sequence[tuple[int, int]]) -> None:
     """An exchange batch is a set of disjoint transpositions; anything else has no single answer
     (``(1, 2), (2, 3)`` gives a different result per order) and breaks the padding argument."""
-    if len(pairs) == 1 and pairs[0][0] != pairs[0][1]:  # a defragmenter's most common batch
+    if len(pairs) == 1 and pairs[0][0] != pairs[0][1]:  # one pair: no set to build
         return
     if len({block for pair in pairs for block in pair}) == 2 * len(pairs):
         return
