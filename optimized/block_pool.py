@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from heapq import heappop, heappush
 from itertools import chain as concatenated
+from itertools import starmap
 from operator import countOf, itemgetter
 
 from pagedkv.optimized.block_prefixes import BlockPrefixes
@@ -46,7 +47,7 @@ from pagedkv.specs.content_hash import (
     ROOT,
     Prefix,
     packed_block_hash,
-    packed_chain_hashes,
+    packed_blocks_chain,
     remember_block_hash,
 )
 from pagedkv.specs.errors import DoubleFreeError, OutOfBlocksError, PagedKVError
@@ -81,7 +82,6 @@ from pagedkv.specs.validation import (
 
 _PLAIN_SEQUENCES = frozenset({tuple, list})
 _pack_one = struct.Struct("<Q").pack
-_TUPLES = frozenset({tuple})
 
 PrefixParts = tuple[BlockHash, int, ExtraKey]
 """A ``Prefix``'s fields: (hash of the block before, tokens before the block, extra key)."""
@@ -336,11 +336,11 @@ class OptimizedBlockPool:
         the blocks before it, all or nothing. Every block is checked, hashed and counted against
         the free blocks before the first is taken: a failure raises what the first failing
         single call would, and changes nothing."""
-        blocks, packed, bad = self._checked_token_blocks(token_blocks)
-        if not blocks and bad is None:
+        chunks, bad = self._checked_token_blocks(token_blocks)
+        if not chunks and bad is None:
             return []
         key_bytes = b""
-        if blocks:  # the prefix is the first block's, checked after its tokens
+        if chunks:  # the prefix is the first block's, checked after its tokens
             entry = self._checked_prefixes.get(id(prefix))
             if entry is not None and entry[0] is prefix:
                 key_bytes = entry[1]
@@ -349,52 +349,48 @@ class OptimizedBlockPool:
                     key_bytes = self._prefixes.check(prefix)
                 except PagedKVError as error:
                     raise in_batch(error, "token_blocks", 0) from None
-        hashes = (
-            packed_chain_hashes(prefix.hash, packed, self.block_size, key_bytes)
-            if self.caching
-            else None
-        )
-        self._check_room(hashes, len(blocks))
+        hashes = packed_blocks_chain(prefix.hash, chunks, key_bytes) if self.caching else None
+        self._check_room(hashes, len(chunks))
         if bad is not None:
             raise bad
-        step = self._block_bytes
-        chunks = [packed[start : start + step] for start in range(0, len(packed), step)]
         return self.take_full_blocks(
             chunks, hashes, prefix.extra_key, prefix.hash, prefix.num_tokens
         )
 
     def _checked_token_blocks(
         self, token_blocks: Sequence[Sequence[Token]]
-    ) -> tuple[list[tuple[Token, ...]], bytes, PagedKVError | None]:
-        """The blocks as tuples and packed end to end, up to the first that a single
+    ) -> tuple[list[bytes], PagedKVError | None]:
+        """Each block packed (as the pool keeps it), up to the first that a single
         ``allocate_immutable`` would refuse, and that one's error (None if all pass). Lists or
-        tuples of plain int tokens, each a full block, pass in C passes; anything else goes
-        block by block through the shared checks."""
-        size = self.block_size
+        tuples of plain int tokens, each a full block, pass in C passes (each block packed
+        straight from its sequence, which also checks its length); anything else goes block by
+        block through the shared checks."""
+        size, pack = self.block_size, self._pack_block
         kind = type(token_blocks)
-        if (kind is list or kind is tuple) and token_blocks:
-            kinds = set(map(type, token_blocks))
-            if kinds <= _PLAIN_SEQUENCES and set(map(len, token_blocks)) == {size}:
-                packed = packed_tokens(list(concatenated.from_iterable(token_blocks)))
-                if packed is not None:
-                    if kinds == _TUPLES:
-                        return list(token_blocks), packed, None  # type: ignore[arg-type]
-                    return list(map(tuple, token_blocks)), packed, None
-        blocks: list[tuple[Token, ...]] = []
+        if (
+            (kind is list or kind is tuple)
+            and token_blocks
+            and set(map(type, token_blocks)) <= _PLAIN_SEQUENCES
+            and countOf(map(type, concatenated.from_iterable(token_blocks)), int)
+            == size * len(token_blocks)
+        ):
+            try:
+                chunks = list(starmap(pack, token_blocks))
+            except struct.error:  # a block not of ``size`` tokens, or a token out of u64
+                chunks = None
+            if chunks is not None and b"".join(chunks)[7::8].isascii():  # all <= MAX_TOKEN
+                return chunks, None
+        checked: list[bytes] = []
         try:
             items = check_batch("token_blocks", token_blocks)
         except PagedKVError as error:
-            return blocks, b"", error
+            return checked, error
         for index, tokens in enumerate(items):
             try:
-                blocks.append(tuple(check_full_block(tokens, size)))
+                checked.append(pack(*check_full_block(tokens, size)))
             except PagedKVError as error:
-                return (
-                    blocks,
-                    b"".join(self._pack_block(*b) for b in blocks),
-                    in_batch(error, "token_blocks", index),
-                )
-        return blocks, b"".join(self._pack_block(*b) for b in blocks), None
+                return checked, in_batch(error, "token_blocks", index)
+        return checked, None
 
     def _check_room(self, hashes: list[BlockHash] | None, count: int) -> None:
         """Raise what the first of ``count`` allocations to run out would: each takes a block

@@ -24,6 +24,7 @@ from pagedkv.specs.content_hash import (
     block_hash,
     encode_extra_key,
     packed_block_hash,
+    packed_blocks_chain,
     remember_block_hash,
 )
 from pagedkv.specs.errors import PagedKVError
@@ -186,6 +187,15 @@ def test_packed_hashes_are_the_spec_hashes() -> None:
             assert packed_block_hash(ROOT, packed, encode_extra_key(key)) == block_hash(
                 ROOT, tokens, key
             )
+    blocks = [(1, 2, 3), (MAX_TOKEN, 0, 7), (4, 5, 6)]
+    packed_blocks = [packed_tokens(block) or b"" for block in blocks]
+    for key in (ExtraKey(), KEY):
+        expected, parent = [], ROOT
+        for block in blocks:
+            parent = block_hash(parent, block, key)
+            expected.append(parent)
+        assert packed_blocks_chain(ROOT, packed_blocks, encode_extra_key(key)) == expected
+    assert packed_blocks_chain(ROOT, [], b"\x00\x00") == []
 
 
 def test_the_last_hash_remembered_is_read_only_for_the_same_block() -> None:
