@@ -196,8 +196,9 @@ class OptimizedBlockPool:
         self._access_stamps[index] = 0
 
     def _take_block(self) -> BlockId:
-        """A block with ref count 1: the lowest free id, else the evictor's choice (which loses
-        its hash). Raises before changing anything when neither is left."""
+        """A block with ref count 1: the lowest free id, else the evictor's choice, blanked (its
+        hash dropped from the index and published, a copy into it dropped). Raises before
+        changing anything when neither is left."""
         if not self.num_free:
             raise OutOfBlocksError(
                 f"no free or evictable block left (all {self._config.num_blocks} are in use)"
@@ -206,33 +207,25 @@ class OptimizedBlockPool:
         if free_ids:
             block = heappop(free_ids)
             self._ref_counts[block - self._first_id] = 1
-        else:  # the free list is empty: evict, and blank what _evict leaves (``_blank``)
-            block = self._evict()
+        else:  # the free list is empty: evict (``_blank`` written out, one call fewer)
+            block = self._evictor.pop()
             index = block - self._first_id
+            evicted_hash = self._hashes[index]
+            assert evicted_hash is not None
+            del self._cached[evicted_hash]
+            if self._events is not None:
+                self._events.append(BlockRemoved((evicted_hash,), 0))
+            if self.pending_cows:
+                self.pending_cows.pop(block, None)
             self._tokens[index] = b""
             self._hashes[index] = None
             self._prefixes_of.clear(index)
             self._starts[index] = 0
+            self._computed[index] = 0
+            self._last_accessed[index] = NEVER_ACCESSED
+            self._access_stamps[index] = 0
             self._ref_counts[index] = 1
         self.num_free -= 1
-        return block
-
-    def _evict(self) -> BlockId:
-        """The evictor's choice, its hash dropped from the index (and published), a copy into
-        it dropped, and the fields a block keeps while evictable (its computed mark and access)
-        reset; the caller blanks or overwrites the rest."""
-        block = self._evictor.pop()
-        index = block - self._first_id
-        evicted_hash = self._hashes[index]
-        assert evicted_hash is not None
-        del self._cached[evicted_hash]
-        if self._events is not None:
-            self._events.append(BlockRemoved((evicted_hash,), 0))
-        if self.pending_cows:
-            self.pending_cows.pop(block, None)
-        self._computed[index] = False
-        self._last_accessed[index] = NEVER_ACCESSED
-        self._access_stamps[index] = 0
         return block
 
     def _acquire(self, block: BlockId) -> None:
@@ -428,28 +421,33 @@ class OptimizedBlockPool:
         if not count:
             return
         first_id, refs = self._first_id, self._ref_counts
-        if not (
+        held: Sequence[int] = ()
+        if (
             count > 1
             and countOf(map(type, blocks), int) == count
             and first_id <= min(blocks)
             and max(blocks) < self._end_id
             and len(set(blocks)) == count
-            and 0
-            not in itemgetter(*(blocks if not first_id else map(first_id.__rsub__, blocks)))(refs)
-        ):  # plain distinct held ids pass in C passes; anything else, one by one in order
+        ):  # plain distinct ids in range: their holders read in one C pass
+            indices = list(map(first_id.__rsub__, blocks)) if first_id else blocks
+            held = itemgetter(*indices)(refs)
+        if not held or 0 in held:  # anything else, one by one in order (a block twice included)
             self._check_frees(blocks)
+            indices = [block - first_id for block in blocks]
+            held = ()
         # _release for each block, inlined: a sequence's blocks come back together
         hashes, tokens, computed = self._hashes, self._tokens, self._computed
         last_accessed, stamps, starts = self._last_accessed, self._access_stamps, self._starts
         free_heap, cows, size = self._free.heap, self.pending_cows, self.block_size
         evictable: list[BlockId] = []
         blanked = 0
-        for block in blocks:
-            index = block - first_id
-            holders = refs[index] - 1
-            refs[index] = holders
-            if holders:
+        # the slow path reads each count as it comes: a block listed twice sees its first free
+        counts = held or map(refs.__getitem__, indices)
+        for block, index, holders in zip(blocks, indices, counts, strict=True):
+            if holders > 1:
+                refs[index] = holders - 1
                 continue
+            refs[index] = 0
             if hashes[index] is None:
                 blanked += 1
                 if cows:
@@ -517,6 +515,44 @@ class OptimizedBlockPool:
         index = block - self._first_id if type(block) is int else -1
         kind = type(tokens)
         if 0 <= index < self._num_blocks and (kind is tuple or kind is list):
+            count = len(tokens)
+            held = self._tokens[index]
+            if (
+                count
+                and len(held) + count * TOKEN_BYTES == self._block_bytes
+                and self._ref_counts[index] == 1
+                and self.caching
+                and countOf(map(type, tokens), int) == count
+            ):  # the common fill: plain ints that fill the caller's own block, written out
+                try:
+                    appended = (
+                        struct.pack(f"<{count}Q", *tokens) if held else self._pack_block(*tokens)
+                    )
+                except struct.error:  # a negative token, or one of 2**64 or more
+                    appended = b"\x80" * TOKEN_BYTES
+                if appended[7::8].isascii():  # every token <= MAX_TOKEN: the prefix is next
+                    entry = self._checked_prefixes.get(id(prefix))
+                    key_bytes = (
+                        entry[1]
+                        if entry is not None and entry[0] is prefix
+                        else self._prefixes.check(prefix)
+                    )
+                    filled = held + appended if held else appended
+                    parent, key = prefix.hash, prefix.extra_key
+                    content_hash = packed_block_hash(parent, filled, key_bytes)
+                    new_tokens = tuple(tokens)  # the same tuple if it is one
+                    remember_block_hash(
+                        parent,
+                        unpacked(held) + new_tokens if held else new_tokens,
+                        key,
+                        content_hash,
+                    )
+                    if content_hash in self._cached:  # dedup onto the cached block (``fill``)
+                        return self.fill(
+                            block, (parent, prefix.num_tokens, key), appended, content_hash
+                        )
+                    self._cache(block, (parent, prefix.num_tokens, key), filled, content_hash)
+                    return block
             # the common call, checked at C speed: a held block, plain tokens that fit, a prefix
             # checked before; anything else goes to the shared checks, which raise in order
             holders = self._ref_counts[index]
@@ -732,7 +768,7 @@ class OptimizedBlockPool:
                 if free_heap:
                     block = heappop(free_heap)
                     index = block - first_id
-                else:  # ``_evict`` written out
+                else:  # eviction, as ``_take_block`` does it
                     block = evictor_pop()
                     index = block - first_id
                     evicted_hash = all_hashes[index]
