@@ -121,6 +121,12 @@ class IncrementalCompact:
         self.held: tuple[Held, Held] = ({}, {})
         self.marks = (0, 0)
         """The record's counts of pool changes no sequence shows, as last read."""
+        self.partner: IncrementalCompact | None = None
+        """The other side's reader in a soak, both on the record route (``share``): a pool's
+        part it built from a pool with the same fingerprint is this one's too."""
+        self.fingerprints = False
+        """Whether a pool's part is kept with its pool's fingerprint on the record route too
+        (a partner reads it)."""
 
     def __call__(self) -> CompactManager:
         changes = self.changes
@@ -253,7 +259,40 @@ class IncrementalCompact:
             and (known[2] is untouched or known[2] == untouched)
         ):
             return known[3]
-        return self.build(index, pool, (), untouched)
+        if self.partner is not None:
+            return self.shared(index, pool, untouched, self.partner)
+        return self.build(index, pool, pool.fingerprint() if self.fingerprints else (), untouched)
+
+    def share(self, partner: IncrementalCompact) -> None:
+        """Take pool parts from ``partner`` (the model's reader, read first after each call):
+        where this pool's fingerprint and pending accesses are those ``partner``'s part was
+        built from, the part is the same, and is not built twice (``pagedkv soak``, two
+        optimized managers whose code is all pagedkv's). Only on the record route, both sides:
+        each pool then is the optimized pool itself (``own_code_only``)."""
+        if self.changes is not None and partner.changes is not None:
+            self.partner = partner
+            partner.fingerprints = True
+
+    def shared(
+        self, index: int, pool: OptimizedBlockPool, held: Held, partner: IncrementalCompact
+    ) -> CompactPool:
+        """``partner``'s part of the same pool if it came from the same fingerprint, pending
+        accesses, configuration and first id; else built here (``share``). A fingerprint that
+        missed something would leave this side's kept part stale: the checkpoint's fresh
+        look finds that as any other (``soak.Lockstep.fresh_check``)."""
+        fingerprint = pool.fingerprint()
+        theirs = partner.pools[index]
+        if theirs is not None:
+            other, their_fingerprint, their_held, part = theirs
+            if (
+                their_fingerprint == fingerprint
+                and (their_held is held or their_held == held)
+                and other._first_id == pool._first_id
+                and other._config == pool._config
+            ):
+                self.pools[index] = (pool, fingerprint, held, part)
+                return part
+        return self.build(index, pool, fingerprint, held)
 
     def build(
         self, index: int, pool: OptimizedBlockPool, fingerprint: tuple[object, ...], held: Held

@@ -61,6 +61,8 @@ from pagedkv.model_tests.oracle.soak_model import (
 )
 from pagedkv.model_tests.oracle.stand_in_guard import patched
 from pagedkv.model_tests.oracle.watchdog import watched
+from pagedkv.optimized import block_manager
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import invariants
 from pagedkv.specs import manager_calls as calls
@@ -158,8 +160,14 @@ class Lockstep:
         parts between calls."""
         if exact and every_call:
             self.target_compact, self.target_fresh = compact_reader(
-                self.target, keep=keep_target_parts
+                self.target, keep=keep_target_parts, partner=self.read_compact
             )
+        self.model_renders = self.fresh_compact is LOADED_COMPACT and renders_its_compact(
+            self.model
+        )
+        self.target_renders = self.target_fresh is not None and renders_its_compact(self.target)
+        """Whether a side's ``view`` is ``view_of_compact`` of the fresh compact state the
+        checkpoint builds (``same_views``, which looks again)."""
         self.agreed: tuple[CompactManager, CompactManager] | None = None
         """The last two compact states found equal (``same_parts``)."""
         self.compared = 0
@@ -222,12 +230,27 @@ class Lockstep:
             self.agreed = None
             self.same_views(f"after {show_call(call.name, call.args)}")
 
-    def same_views(self, when: str) -> ManagerView:
-        """The model's view, once the target's has been found equal to it (exact mode)."""
-        view: ManagerView = self.model.view()
+    def same_views(
+        self, when: str, fresh: tuple[CompactManager, CompactManager] | None = None
+    ) -> ManagerView:
+        """The model's view, once the target's has been found equal to it (exact mode).
+        ``fresh``: both sides' compact states just built fresh (``fresh_check``), of which a
+        side whose ``view`` is rendered from its ``compact`` (``renders_its_compact``) has its
+        view rendered here, without building its compact state again; if both do and the two
+        compact states are equal, the target's view is the model's (the same function of an
+        equal value) and is not rendered twice."""
+        mine = theirs_fresh = None
+        if fresh is not None:
+            if self.model_renders and renders_its_compact(self.model):
+                mine = fresh[0]
+            if self.target_renders and renders_its_compact(self.target):
+                theirs_fresh = fresh[1]
+        view: ManagerView = self.model.view() if mine is None else rendered(mine)
         if self.exact:
+            if mine is not None and theirs_fresh is not None and mine == theirs_fresh:
+                return view
             try:
-                theirs = self.target.view()
+                theirs = self.target.view() if theirs_fresh is None else rendered(theirs_fresh)
             except Exception as error:
                 raise _unreadable(when, error) from None
             if not isinstance(theirs, ManagerView):
@@ -242,29 +265,62 @@ class Lockstep:
         """The whole state (exact mode) and invariants I1-I4 of the model's. Where the compact
         states compared after every call keep parts between calls, each is first held equal to
         one built fresh: else ``StaleCache``."""
-        self.fresh_check(when)
-        view = self.same_views(when)
+        view = self.same_views(when, self.fresh_check(when))
         problems = state_problems(view)
         if problems:
             raise Divergence(f"{when}: invariants: " + "; ".join(problems))
 
-    def fresh_check(self, when: str) -> None:
+    def fresh_check(self, when: str) -> tuple[CompactManager, CompactManager] | None:
         """Each side's kept compact state equals the one built fresh, with nothing kept: the
-        comparisons after every call since the last checkpoint saw the whole state."""
+        comparisons after every call since the last checkpoint saw the whole state. The two
+        fresh states, where both sides keep parts (else None)."""
         if self.target_compact is None:
-            return
+            return None
         stale = []
         fresh = self.fresh_compact
-        if fresh is not None and self.read_compact() != fresh(self.model):
-            stale.append("the model's")
+        mine = theirs = None
+        if fresh is not None:
+            mine = fresh(self.model)
+            if self.read_compact() != mine:
+                stale.append("the model's")
         try:
-            if self.target_fresh is not None and self.target_compact() != self.target_fresh():
-                stale.append("the target's")
+            if self.target_fresh is not None:
+                theirs = self.target_fresh()
+                if self.target_compact() != theirs:
+                    stale.append("the target's")
         except Exception as error:
             raise _unreadable(when, error) from None
         if stale:
             message = f"{when}: {' and '.join(stale)} kept compact state is stale"
             raise StaleCache(message, model=stale[0] == "the model's")
+        return None if mine is None or theirs is None else (mine, theirs)
+
+
+LOADED_VIEW, LOADED_COMPACT = OptimizedBlockSpaceManager.view, OptimizedBlockSpaceManager.compact
+LOADED_CODES = (LOADED_VIEW.__code__, LOADED_COMPACT.__code__)
+"""The optimized manager's ``view`` and ``compact`` as pagedkv loaded them (before any target)."""
+
+
+def renders_its_compact(manager: Any) -> bool:
+    """Whether ``manager.view()`` is ``view_of_compact(manager.compact())`` with both methods
+    the optimized manager's as loaded (``LOADED_VIEW``, their code too), none set on the
+    instance, ``compact`` as loaded. ``manager`` may be guarded."""
+    found = unguarded(manager)
+    kind = type(found)
+    return (
+        kind.view is LOADED_VIEW
+        and kind.compact is LOADED_COMPACT
+        and (LOADED_VIEW.__code__, LOADED_COMPACT.__code__) == LOADED_CODES
+        and isinstance(found, OptimizedBlockSpaceManager)
+        and not {"compact", "view"} & getattr(found, "__dict__", {}).keys()
+    )
+
+
+def rendered(compact: CompactManager) -> ManagerView:
+    """The view the optimized manager's ``view`` renders from ``compact``: through the very
+    function it calls (looked up where it looks it up)."""
+    render: Callable[[CompactManager], ManagerView] = vars(block_manager)["view_of_compact"]
+    return render(compact)
 
 
 def _unreadable(when: str, error: Exception) -> Divergence:

@@ -204,7 +204,9 @@ OPTIMIZED = Model(
 Reader = Callable[[], CompactManager]
 
 
-def compact_reader(target: Any, keep: bool = True) -> tuple[Reader, Reader | None]:
+def compact_reader(
+    target: Any, keep: bool = True, partner: Any = None
+) -> tuple[Reader, Reader | None]:
     """How to read a target's whole state, compact, after every call, and fresh at a checkpoint
     (None: the first keeps nothing between calls). Where the target's ``compact`` and ``view``
     are the optimized manager's: its compact state kept between calls (``IncrementalCompact``,
@@ -214,7 +216,9 @@ def compact_reader(target: Any, keep: bool = True) -> tuple[Reader, Reader | Non
     ``compact_manager`` of its ``view``, which loses nothing of it and keeps nothing.
     ``target`` may be guarded (``guard.py``): its class is looked at through the guard, its
     methods are called through it. ``keep=False``: nothing kept, the target's own ``compact``
-    after every call (a subclass whose kept state went stale: ``soak``)."""
+    after every call (a subclass whose kept state went stale: ``soak``). ``partner``: the
+    model's reader, read first after each call; where it is an ``IncrementalCompact`` too, the
+    target's may take its pools' parts (``IncrementalCompact.share``)."""
     found = type(unguarded(target))
     if (
         issubclass(found, OptimizedBlockSpaceManager)
@@ -225,6 +229,8 @@ def compact_reader(target: Any, keep: bool = True) -> tuple[Reader, Reader | Non
         if not keep:
             return fresh, None
         kept = as_its_call(target, "compact", IncrementalCompact, unguarded(target))
+        if isinstance(partner, IncrementalCompact):
+            kept.share(partner)
         if unguarded(target) is not target:
             guarded = partial(as_its_call, target, "compact", kept)
             if kept.changes is not None:  # all pagedkv's code: a call that changed nothing

@@ -1,0 +1,148 @@
+"""Two optimized managers whose code is all pagedkv's (a subclass without code of its own
+soaked against the optimized stand-in) build the same pool parts: the target's reader takes the
+model's part where its pool has the same fingerprint (``IncrementalCompact.share``), and the
+checkpoint renders the views from the compact states it just built fresh
+(``soak.Lockstep.same_views``). Each shortcut is shown unable to hide a difference."""
+
+from __future__ import annotations
+
+import random
+from typing import TypeVar, cast
+
+import pytest
+
+from pagedkv.model_tests.lockstep.calls import Divergence, run_call
+from pagedkv.model_tests.oracle import soak, stand_in_guard
+from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact
+from pagedkv.model_tests.oracle.soak import Lockstep, StaleCache, Walk, random_config
+from pagedkv.model_tests.oracle.soak_model import OPTIMIZED
+from pagedkv.model_tests.tests.test_fast_soak import Twin
+from pagedkv.optimized.block_pool import OptimizedBlockPool
+from pagedkv.specs import manager_calls as calls
+from pagedkv.specs.errors import PagedKVError
+from pagedkv.specs.manager_calls import ManagerCall
+from pagedkv.specs.types import ManagerConfig
+
+T = TypeVar("T")
+
+CONFIG = ManagerConfig(block_size=2, num_gpu_blocks=8, num_cpu_blocks=4, enable_caching=True)
+
+
+def one_more_hit(config: ManagerConfig) -> Twin:
+    """A target built with a GPU hit count one too high: code all pagedkv's, state not the
+    model's."""
+    manager = Twin(config)
+    manager._gpu._hits += 1
+    return manager
+
+
+FINGERPRINT = OptimizedBlockPool.fingerprint
+
+
+def blind_to_hits(self: OptimizedBlockPool) -> tuple[object, ...]:
+    """A planted staleness: the fingerprint without the hit count."""
+    return FINGERPRINT(self)[:-2] + FINGERPRINT(self)[-1:]
+
+
+@pytest.fixture
+def stale_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(OptimizedBlockPool, "fingerprint", blind_to_hits)
+    monkeypatch.setattr(stand_in_guard, "LOADED", stand_in_guard.take_down())  # pagedkv's code
+
+
+def _reader(side: Lockstep) -> IncrementalCompact:
+    reader = side.target_compact
+    assert isinstance(reader, IncrementalCompact)
+    return reader
+
+
+def test_the_target_takes_the_models_parts() -> None:
+    side = Lockstep(Twin, CONFIG, True, OPTIMIZED, every_call=True)
+    side.begin()
+    side.call(calls.allocate(1, [1], [1, 2, 3]))
+    assert _reader(side).partner is side.read_compact
+    mine, theirs = side.read_compact(), _reader(side)()
+    assert mine.gpu is theirs.gpu and mine.cpu is theirs.cpu
+
+
+def test_a_pool_that_is_not_the_models_is_built_its_own() -> None:
+    """The hit count is in the fingerprint: the target's part is its own, and the comparison
+    after the very first call sees the difference."""
+    side = Lockstep(one_more_hit, CONFIG, True, OPTIMIZED, every_call=True)
+    side.begin()
+    with pytest.raises(Divergence, match="hits"):
+        side.call(calls.allocate(1, [1], [1, 2, 3]))
+
+
+class BothRun(Lockstep):
+    """Each call made on both sides, nothing compared: the readers alone are looked at."""
+
+    def call(self, call: ManagerCall[T]) -> T | PagedKVError:
+        self.calls.append((call.name, call.args))
+        result, error = run_call(self.model, call, detach=False)
+        run_call(self.target, call)
+        return cast(T, result) if error is None else cast(PagedKVError, error)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_kept_state_is_the_fresh_one_at_every_call(seed: int) -> None:
+    """Each side's kept state, parts taken from the other included, equals its own built fresh
+    after every call of random walks; the target's pools differ from the model's by a hit
+    count, so a part taken where the fingerprints differ would show."""
+    rng = random.Random(seed)
+    for _ in range(4):
+        side = BothRun(Twin, random_config(rng), True, OPTIMIZED, every_call=True)
+        side.target._gpu._hits += 1  # before any read: a pool never the model's
+        walk = Walk(rng, side)
+        side.begin()
+        assert _reader(side).partner is not None
+        while len(side.calls) < 400:
+            walk.step()
+            assert side.target_compact is not None
+            assert side.target_compact() == side.target.compact()
+            assert side.read_compact() == side.model.compact()
+
+
+def test_a_part_taken_by_a_stale_fingerprint_is_found_at_the_checkpoint(
+    stale_fingerprint: None,
+) -> None:
+    """A fingerprint blind to the hit count: the target takes the model's part, whose hit count
+    is not its own, and the comparison after each call misses the difference. The checkpoint's
+    fresh look does not: the target's kept state is stale."""
+    side = Lockstep(one_more_hit, CONFIG, True, OPTIMIZED, every_call=True)
+    side.begin()
+    side.call(calls.allocate(1, [1], [1, 2, 3]))  # no Divergence: the part was the model's
+    assert side.read_compact().gpu is _reader(side)().gpu
+    with pytest.raises(StaleCache, match="the target's kept compact state is stale"):
+        side.check_state("at the checkpoint")
+
+
+def test_the_soak_replays_it_fresh_and_reports_the_divergence(stale_fingerprint: None) -> None:
+    result = soak.soak(one_more_hit, 3000, 1, exact=True, model=OPTIMIZED)
+    assert result.stale and "the target's kept compact state is stale" in result.stale[0]
+    assert not result.passed and result.confirmed and "hits" in (result.failure or "")
+
+
+def test_the_checkpoint_compares_the_fresh_states_before_it_renders_one_view() -> None:
+    """Fresh states that differ with neither kept state stale (the target built unlike the
+    model, and no call yet): the views of both are compared, and differ."""
+    side = Lockstep(one_more_hit, CONFIG, True, OPTIMIZED, every_call=True)
+    with pytest.raises(Divergence, match="hits"):
+        side.check_state("before any call")
+
+
+def test_a_view_set_on_the_instance_is_the_targets_view() -> None:
+    """Its class's ``view`` renders the compact state, but not the one set on the instance:
+    the checkpoint calls the target's own."""
+
+    def claims_no_state(config: ManagerConfig) -> Twin:
+        manager = Twin(config)
+        manager.view = lambda: 42  # type: ignore[method-assign, assignment, return-value]
+        return manager
+
+    side = Lockstep(claims_no_state, CONFIG, True, OPTIMIZED, every_call=True)
+    assert side.target_fresh is not None and not side.target_renders
+    side.begin()
+    side.call(calls.allocate(1, [1], [1, 2, 3]))
+    with pytest.raises(Divergence, match="view\\(\\) returned 42, not a ManagerView"):
+        side.check_state("at the checkpoint")
