@@ -44,8 +44,8 @@ from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import close_target
-from pagedkv.model_tests.oracle.guard import unguarded
-from pagedkv.model_tests.oracle.incremental_compact import own_code_only
+from pagedkv.model_tests.oracle.guard import as_its_call, unguarded
+from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact, Looked, own_code_only
 from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.request_soak import (
     RequestLockstep,
@@ -158,10 +158,18 @@ class Lockstep:
         self.target_fresh: Reader | None = None
         """The target's compact state built with nothing kept, where ``target_compact`` keeps
         parts between calls."""
+        self.pair: tuple[IncrementalCompact, IncrementalCompact] | None = None
+        """The model's reader and the target's, paired (``IncrementalCompact.pair``): the
+        states compared part by part after each call (``same_pair``)."""
+        self.agreed_parts: tuple[object, ...] | None = None
+        """The parts of the two states last found equal by ``same_pair``."""
         if exact and every_call:
-            self.target_compact, self.target_fresh = compact_reader(
-                self.target, keep=keep_target_parts, partner=self.read_compact
+            self.target_compact, self.target_fresh, kept = compact_reader(
+                self.target, keep=keep_target_parts
             )
+            mine = self.read_compact
+            if isinstance(mine, IncrementalCompact) and kept is not None and kept.pair(mine):
+                self.pair = (mine, kept)
         self.model_renders = self.fresh_compact is LOADED_COMPACT and renders_its_compact(
             self.model
         )
@@ -219,6 +227,8 @@ class Lockstep:
         when the views are. Only when they differ are the views built, to say where."""
         assert self.target_compact is not None
         self.compared += 1
+        if self.pair is not None and self.same_pair(call):
+            return
         mine = self.read_compact()
         try:
             theirs = self.target_compact()
@@ -229,6 +239,49 @@ class Lockstep:
         else:
             self.agreed = None
             self.same_views(f"after {show_call(call.name, call.args)}")
+
+    def same_pair(self, call: ManagerCall[Any]) -> bool:
+        """``same_state`` of two paired readers (``IncrementalCompact.pair``), part by part
+        from what each record says changed: the sequences' rows, the groups', each pool by its
+        fingerprint with its pending accesses, configuration and first id (equal exactly when
+        the columns ``compact`` would build are: ``OptimizedBlockPool.compact_of``), the
+        configuration and the null block. A part that is on both sides the object it was when
+        last found equal is equal without a look. True: the two states are equal; False: they
+        may not be (two pools whose fingerprints differ, say, a heap in another order, or a
+        record no longer read), and ``same_state`` compares the compact states themselves."""
+        assert self.pair is not None
+        mine, theirs = self.pair
+        if mine.changes is None or mine.changes.detached:
+            return False
+        if theirs.changes is None or theirs.changes.detached:
+            return False
+        changed = mine.update()
+        if not theirs.quiet():  # the target's reader runs as one of its calls (its timeout)
+            try:
+                as_its_call(self.target, "compact", theirs.update)
+            except Exception as error:
+                raise _unreadable(f"after {show_call(call.name, call.args)}", error) from None
+            changed = True
+        agreed = self.agreed_parts
+        if not changed and agreed is not None:
+            return True
+        gpu, their_gpu = mine.pools[0], theirs.pools[0]
+        cpu, their_cpu = mine.pools[1], theirs.pools[1]
+        assert gpu is not None and their_gpu is not None
+        assert cpu is not None and their_cpu is not None
+        parts = (mine.seqs, theirs.seqs, mine.groups, theirs.groups, gpu, their_gpu, cpu, their_cpu)
+        if agreed is None:
+            agreed = (None,) * len(parts)
+        same = (
+            ((parts[0] is agreed[0] and parts[1] is agreed[1]) or parts[0] == parts[1])
+            and ((parts[2] is agreed[2] and parts[3] is agreed[3]) or parts[2] == parts[3])
+            and ((gpu is agreed[4] and their_gpu is agreed[5]) or _same_pool(gpu, their_gpu))
+            and ((cpu is agreed[6] and their_cpu is agreed[7]) or _same_pool(cpu, their_cpu))
+            and mine.manager.config == theirs.manager.config
+            and mine.manager.get_null_block() == theirs.manager.get_null_block()
+        )
+        self.agreed_parts = parts if same else None
+        return same
 
     def same_views(
         self, when: str, fresh: tuple[CompactManager, CompactManager] | None = None
@@ -294,6 +347,18 @@ class Lockstep:
             message = f"{when}: {' and '.join(stale)} kept compact state is stale"
             raise StaleCache(message, model=stale[0] == "the model's")
         return None if mine is None or theirs is None else (mine, theirs)
+
+
+def _same_pool(mine: Looked, theirs: Looked) -> bool:
+    """Two optimized pools as paired readers last looked at them: the same fingerprint, pending
+    accesses, configuration and first id (``OptimizedBlockPool.compact_of`` reads nothing
+    else, so their columns are the same)."""
+    return (
+        mine.fingerprint == theirs.fingerprint
+        and (mine.held is theirs.held or mine.held == theirs.held)
+        and mine.pool._first_id == theirs.pool._first_id
+        and mine.pool._config == theirs.pool._config
+    )
 
 
 LOADED_VIEW, LOADED_COMPACT = OptimizedBlockSpaceManager.view, OptimizedBlockSpaceManager.compact

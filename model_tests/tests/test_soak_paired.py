@@ -1,7 +1,8 @@
 """Two optimized managers whose code is all pagedkv's (a subclass without code of its own
-soaked against the optimized stand-in) build the same pool parts: the target's reader takes the
-model's part where its pool has the same fingerprint (``IncrementalCompact.share``), and the
-checkpoint renders the views from the compact states it just built fresh
+soaked against the optimized stand-in) are compared part by part after each call, a pool by its
+fingerprint, its columns built only where two fingerprints differ and at each checkpoint
+(``IncrementalCompact.pair``, ``soak.Lockstep.same_pair``, ``OptimizedBlockPool.compact_of``);
+the checkpoint renders the views from the compact states it just built fresh
 (``soak.Lockstep.same_views``). Each shortcut is shown unable to hide a difference."""
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import pytest
 
 from pagedkv.model_tests.lockstep.calls import Divergence, run_call
 from pagedkv.model_tests.oracle import soak, stand_in_guard
-from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact
 from pagedkv.model_tests.oracle.soak import Lockstep, StaleCache, Walk, random_config
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED
 from pagedkv.model_tests.tests.test_fast_soak import Twin
@@ -40,8 +40,9 @@ FINGERPRINT = OptimizedBlockPool.fingerprint
 
 
 def blind_to_hits(self: OptimizedBlockPool) -> tuple[object, ...]:
-    """A planted staleness: the fingerprint without the hit count."""
-    return FINGERPRINT(self)[:-2] + FINGERPRINT(self)[-1:]
+    """A planted staleness: the fingerprint with no hit count (0 in its place)."""
+    found = FINGERPRINT(self)
+    return (*found[:-2], 0, found[-1])
 
 
 @pytest.fixture
@@ -50,28 +51,39 @@ def stale_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stand_in_guard, "LOADED", stand_in_guard.take_down())  # pagedkv's code
 
 
-def _reader(side: Lockstep) -> IncrementalCompact:
-    reader = side.target_compact
-    assert isinstance(reader, IncrementalCompact)
-    return reader
-
-
-def test_the_target_takes_the_models_parts() -> None:
+def test_the_readers_are_paired_and_build_no_columns_after_a_call() -> None:
     side = Lockstep(Twin, CONFIG, True, OPTIMIZED, every_call=True)
+    assert side.pair is not None
     side.begin()
     side.call(calls.allocate(1, [1], [1, 2, 3]))
-    assert _reader(side).partner is side.read_compact
-    mine, theirs = side.read_compact(), _reader(side)()
-    assert mine.gpu is theirs.gpu and mine.cpu is theirs.cpu
+    for reader in side.pair:
+        assert all(looked is not None and looked.part is None for looked in reader.pools)
+    assert side.agreed_parts is not None
 
 
-def test_a_pool_that_is_not_the_models_is_built_its_own() -> None:
-    """The hit count is in the fingerprint: the target's part is its own, and the comparison
-    after the very first call sees the difference."""
+def test_a_pool_that_is_not_the_models_is_seen_at_the_call() -> None:
+    """The hit count is in the fingerprint: the first call's comparison sees the difference."""
     side = Lockstep(one_more_hit, CONFIG, True, OPTIMIZED, every_call=True)
     side.begin()
     with pytest.raises(Divergence, match="hits"):
         side.call(calls.allocate(1, [1], [1, 2, 3]))
+
+
+def heap_in_another_order(config: ManagerConfig) -> Twin:
+    """The same free blocks as the model's, in another valid heap order: another fingerprint,
+    the same columns."""
+    manager = Twin(config)
+    heap = manager._gpu._free.heap
+    heap[1], heap[2] = heap[2], heap[1]
+    return manager
+
+
+def test_pools_whose_fingerprints_differ_are_compared_by_their_columns() -> None:
+    side = Lockstep(heap_in_another_order, CONFIG, True, OPTIMIZED, every_call=True)
+    side.begin()
+    side.call(calls.get_num_free_gpu_blocks())
+    assert side.agreed_parts is None and side.agreed is not None  # the compact states agreed
+    assert soak.soak(heap_in_another_order, 2000, 1, exact=True, model=OPTIMIZED).passed
 
 
 class BothRun(Lockstep):
@@ -86,40 +98,41 @@ class BothRun(Lockstep):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_kept_state_is_the_fresh_one_at_every_call(seed: int) -> None:
-    """Each side's kept state, parts taken from the other included, equals its own built fresh
-    after every call of random walks; the target's pools differ from the model's by a hit
-    count, so a part taken where the fingerprints differ would show."""
+    """Each paired reader's kept state, its pools' columns built from their fingerprints,
+    equals its manager's built fresh after every call of random walks (the target's GPU pool
+    not the model's, by a hit count)."""
     rng = random.Random(seed)
     for _ in range(4):
         side = BothRun(Twin, random_config(rng), True, OPTIMIZED, every_call=True)
         side.target._gpu._hits += 1  # before any read: a pool never the model's
         walk = Walk(rng, side)
         side.begin()
-        assert _reader(side).partner is not None
+        assert side.pair is not None
+        mine, theirs = side.pair
         while len(side.calls) < 400:
             walk.step()
-            assert side.target_compact is not None
-            assert side.target_compact() == side.target.compact()
-            assert side.read_compact() == side.model.compact()
+            assert theirs() == side.target.compact()
+            assert mine() == side.model.compact()
+            for pool in side.target.pools():
+                assert pool.compact_of(pool.fingerprint()) == pool.compact()
 
 
-def test_a_part_taken_by_a_stale_fingerprint_is_found_at_the_checkpoint(
+def test_a_difference_a_fingerprint_misses_is_found_at_the_checkpoint(
     stale_fingerprint: None,
 ) -> None:
-    """A fingerprint blind to the hit count: the target takes the model's part, whose hit count
-    is not its own, and the comparison after each call misses the difference. The checkpoint's
-    fresh look does not: the target's kept state is stale."""
+    """A fingerprint blind to the hit count: the comparison after each call misses the
+    target's extra hit. The checkpoint's fresh look does not: the target's kept state (its
+    columns built from that fingerprint) is stale."""
     side = Lockstep(one_more_hit, CONFIG, True, OPTIMIZED, every_call=True)
     side.begin()
-    side.call(calls.allocate(1, [1], [1, 2, 3]))  # no Divergence: the part was the model's
-    assert side.read_compact().gpu is _reader(side)().gpu
+    side.call(calls.allocate(1, [1], [1, 2, 3]))  # no Divergence
     with pytest.raises(StaleCache, match="the target's kept compact state is stale"):
         side.check_state("at the checkpoint")
 
 
 def test_the_soak_replays_it_fresh_and_reports_the_divergence(stale_fingerprint: None) -> None:
     result = soak.soak(one_more_hit, 3000, 1, exact=True, model=OPTIMIZED)
-    assert result.stale and "the target's kept compact state is stale" in result.stale[0]
+    assert result.stale and "kept compact state is stale" in result.stale[0], result.stale
     assert not result.passed and result.confirmed and "hits" in (result.failure or "")
 
 
