@@ -14,6 +14,7 @@ import pytest
 
 from pagedkv.model_tests.lockstep.calls import Divergence, run_call
 from pagedkv.model_tests.oracle import soak, stand_in_guard
+from pagedkv.model_tests.oracle.incremental_compact import Looked
 from pagedkv.model_tests.oracle.soak import Lockstep, StaleCache, Walk, random_config
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED
 from pagedkv.model_tests.tests.test_fast_soak import Twin
@@ -21,7 +22,7 @@ from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.specs import manager_calls as calls
 from pagedkv.specs.errors import PagedKVError
 from pagedkv.specs.manager_calls import ManagerCall
-from pagedkv.specs.types import ManagerConfig
+from pagedkv.specs.types import Device, ManagerConfig
 
 T = TypeVar("T")
 
@@ -159,3 +160,51 @@ def test_a_view_set_on_the_instance_is_the_targets_view() -> None:
     side.call(calls.allocate(1, [1], [1, 2, 3]))
     with pytest.raises(Divergence, match="view\\(\\) returned 42, not a ManagerView"):
         side.check_state("at the checkpoint")
+
+
+def test_a_change_on_one_side_only_is_seen_at_the_next_call() -> None:
+    """The target frees a sequence behind the lockstep's back (its record has it): the next
+    call, a query whose answer does not show it, finds the states apart."""
+    side = Lockstep(Twin, CONFIG, True, OPTIMIZED, every_call=True)
+    side.begin()
+    side.call(calls.allocate(1, [1], [1, 2, 3]))
+    side.call(calls.allocate(2, [2], [1, 2]))
+    side.target.free(2)
+    with pytest.raises(Divergence, match=r"after get_num_free_cpu_blocks\(\): gpu block"):
+        side.call(calls.get_num_free_cpu_blocks())
+
+
+def test_two_pools_are_the_same_only_with_everything_compact_of_reads() -> None:
+    pool = OptimizedBlockPool(CONFIG.pool_config(Device.GPU), publish_events=False)
+    other = OptimizedBlockPool(
+        ManagerConfig(block_size=3, num_gpu_blocks=8, num_cpu_blocks=4).pool_config(Device.GPU),
+        publish_events=False,
+    )
+    fingerprint = pool.fingerprint()
+    assert other.fingerprint() == fingerprint  # nothing held: the configurations differ only
+    assert soak._same_pool(Looked(pool, fingerprint, {}, None), Looked(pool, fingerprint, {}, None))
+    held = {1: (1, 2.0)}
+    assert not soak._same_pool(
+        Looked(pool, fingerprint, {}, None), Looked(pool, fingerprint, held, None)
+    )
+    assert not soak._same_pool(
+        Looked(pool, fingerprint, {}, None), Looked(other, fingerprint, {}, None)
+    )
+    assert not soak._same_pool(
+        Looked(pool, fingerprint, {}, None), Looked(pool, other.fingerprint()[1:], {}, None)
+    )
+
+
+def test_a_row_changed_on_one_side_only_is_seen_at_the_next_call() -> None:
+    """A token of the target's table changed (and recorded), its pool left as it was: only the
+    sequences' rows differ."""
+    side = Lockstep(Twin, CONFIG, True, OPTIMIZED, every_call=True)
+    side.begin()
+    side.call(calls.allocate(1, [1], [1, 2, 3]))
+    side.call(calls.get_num_free_cpu_blocks())
+    table = side.target._tables[1]
+    table.tokens[-1] ^= 1
+    assert side.target._changes is not None
+    side.target._changes.seqs.add(1)
+    with pytest.raises(Divergence, match=r"after get_num_free_cpu_blocks\(\): seqs"):
+        side.call(calls.get_num_free_cpu_blocks())
