@@ -20,11 +20,23 @@ to keep what did not change, by whose code the manager runs (``own_code_only``):
   pool's columns are kept with the pool's ``fingerprint`` (everything ``compact`` reads of it,
   copied at C speed) and the accesses still pending on it.
 
+Paired (``IncrementalCompact.pair``: the model's reader and the target's, both on the record
+route, in ``pagedkv soak`` of a subclass without code of its own against the optimized
+stand-in), a pool that a change may have reached is kept as its fingerprint alone, and the soak
+compares the two states part by part (``soak.Lockstep.same_pair``): the rows, and each pool by
+its fingerprint, pending accesses, configuration and first id, which are everything
+``OptimizedBlockPool.compact_of`` reads to build the pool's columns. The columns are built,
+from the fingerprint, only where two fingerprints differ (a free heap in another order) and at
+each checkpoint.
+
 A kept part can go stale: a change the record or the fingerprint missed would keep old rows or
 columns while the manager changed. So it is never the last word: at every checkpoint the soak
 builds the compact state fresh on both sides (``OptimizedBlockSpaceManager.compact``, nothing
 kept) and holds the kept one equal to it; a stale one sends the episode to a replay that
-compares fresh whole states after every call (``soak.Lockstep.fresh_check``).
+compares fresh whole states after every call (``soak.Lockstep.fresh_check``). A paired pool's
+columns, built at the checkpoint from its fingerprint, are held to the fresh ones the same way:
+a fingerprint that missed something (and ``compact_of``, which reads nothing else) would show
+there.
 """
 
 from __future__ import annotations

@@ -11,8 +11,11 @@ What is compared. Every step: the result, or the error type, and every promise (
 said yes is followed by its action, which must succeed; a NEVER must be NEVER on an empty
 manager too). In exact mode at the manager level, also the whole state after every call, failed
 ones included (I6), as compact states (``specs/compact_state.py``; the views only where those
-differ). Every ``CHECKPOINT`` steps and at the end of each episode: the views themselves, and
-invariants I1-I4 on the model's. In isomorphic mode the calls go through the oracle's
+differ), or, for two optimized managers running pagedkv's code alone, part by part from their
+records (``Lockstep.same_pair``). Every ``CHECKPOINT`` steps and at the end of each episode: the
+kept compact states held to fresh ones, the views themselves (rendered from those fresh
+compact states where a side's ``view`` is the optimized manager's), and invariants I1-I4 on the
+model's. In isomorphic mode the calls go through the oracle's
 isomorphic session, which compares block tables, mappings and free counts at every step.
 A divergence becomes a trace of the episode's calls, shrunk by deleting calls while the replay
 still diverges (comparing the whole state after every call), and written out for
