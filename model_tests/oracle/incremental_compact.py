@@ -144,6 +144,11 @@ class IncrementalCompact:
         """Whether the record was read once (``update``): before, everything is new."""
         self.seqs: dict[int, SeqFields] = {}
         self.groups: dict[int, GroupFields] = {}
+        self.since: tuple[dict[int, SeqFields], set[int], dict[int, GroupFields], set[int]]
+        self.since = (self.seqs, set(), self.groups, set())
+        """What the last update started from and read again: the sequences' rows before it and
+        the ids whose rows it read (every other row is the very one it was), and the same of
+        the groups (``soak.Lockstep.same_pair`` compares only those rows)."""
         self.pending: dict[int, tuple[Device, Pending]] = {}
         """The sequences with a pending access: their device and the access."""
         self.held: tuple[Held, Held] = ({}, {})
@@ -208,13 +213,21 @@ class IncrementalCompact:
             on_gpu, on_cpu = marks[0] != self.marks[0], marks[1] != self.marks[1]
         self.marks = marks
         self.last = None
-        if changes.seqs:
-            gpu_seqs, cpu_seqs = self.changed_seqs(changes.seqs)
+        changed_seqs, changed_groups = changes.seqs, changes.groups
+        self.since = (
+            self.seqs,
+            changed_seqs or set(),  # an empty record's set stays the record's: not kept
+            self.groups,
+            changed_groups or set(),
+        )
+        if changed_seqs:
+            changes.seqs = set()
+            gpu_seqs, cpu_seqs = self.changed_seqs(changed_seqs)
             on_gpu, on_cpu = on_gpu or gpu_seqs, on_cpu or cpu_seqs
-            changes.seqs.clear()
-        if changes.groups:
+        if changed_groups:
+            changes.groups = set()
             groups = dict(self.groups)
-            for group_id in changes.groups:
+            for group_id in changed_groups:
                 was = groups.get(group_id)
                 fields = manager.compact_group(group_id)
                 if fields is None:
@@ -228,7 +241,6 @@ class IncrementalCompact:
                         else:
                             on_cpu = True
             self.groups = groups
-            changes.groups.clear()
         self.look(0, gpu, self.held[0], on_gpu)
         self.look(1, cpu, self.held[1], on_cpu)
         return True

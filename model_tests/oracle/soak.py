@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -276,8 +277,10 @@ class Lockstep:
         if agreed is None:
             agreed = (None,) * len(parts)
         same = (
-            ((parts[0] is agreed[0] and parts[1] is agreed[1]) or parts[0] == parts[1])
-            and ((parts[2] is agreed[2] and parts[3] is agreed[3]) or parts[2] == parts[3])
+            _same_rows(parts[0], parts[1], agreed[0], agreed[1], mine.since[:2], theirs.since[:2])
+            and _same_rows(
+                parts[2], parts[3], agreed[2], agreed[3], mine.since[2:], theirs.since[2:]
+            )
             and ((gpu is agreed[4] and their_gpu is agreed[5]) or _same_pool(gpu, their_gpu))
             and ((cpu is agreed[6] and their_cpu is agreed[7]) or _same_pool(cpu, their_cpu))
             and mine.manager.config == theirs.manager.config
@@ -350,6 +353,30 @@ class Lockstep:
             message = f"{when}: {' and '.join(stale)} kept compact state is stale"
             raise StaleCache(message, model=stale[0] == "the model's")
         return None if mine is None or theirs is None else (mine, theirs)
+
+
+_ABSENT = object()
+
+
+def _same_rows(
+    mine: Mapping[int, object],
+    theirs: Mapping[int, object],
+    agreed_mine: object,
+    agreed_theirs: object,
+    my_update: tuple[Mapping[int, object], AbstractSet[int]],
+    their_update: tuple[Mapping[int, object], AbstractSet[int]],
+) -> bool:
+    """``mine == theirs`` for two paired readers' rows (sequences', or groups'), the pair last
+    found equal being ``agreed_mine`` and ``agreed_theirs``. Where each side's last update
+    started from its agreed rows (``IncrementalCompact.since``), only the ids either update
+    read again can differ: every other row is on each side the very row that was found equal
+    then, so those alone are compared; else the whole rows are."""
+    if mine is agreed_mine and theirs is agreed_theirs:
+        return True
+    (my_start, my_read), (their_start, their_read) = my_update, their_update
+    if my_start is not agreed_mine or their_start is not agreed_theirs:
+        return mine == theirs
+    return all(mine.get(key, _ABSENT) == theirs.get(key, _ABSENT) for key in my_read | their_read)
 
 
 def _same_pool(mine: Looked, theirs: Looked) -> bool:

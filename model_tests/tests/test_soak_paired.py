@@ -208,3 +208,39 @@ def test_a_row_changed_on_one_side_only_is_seen_at_the_next_call() -> None:
     side.target._changes.seqs.add(1)
     with pytest.raises(Divergence, match=r"after get_num_free_cpu_blocks\(\): seqs"):
         side.call(calls.get_num_free_cpu_blocks())
+
+
+def test_a_row_only_the_target_read_again_is_compared() -> None:
+    """Both sides read sequence 1 again after an append; the target also reads sequence 2,
+    whose tokens were changed behind the lockstep (and recorded): that row is compared too."""
+    side = Lockstep(Twin, CONFIG, True, OPTIMIZED, every_call=True)
+    side.begin()
+    side.call(calls.allocate(1, [1], [1, 2, 3]))
+    side.call(calls.allocate(2, [2], [1, 2]))
+    side.target._tables[2].tokens[-1] ^= 1
+    assert side.target._changes is not None
+    side.target._changes.seqs.add(2)
+    with pytest.raises(Divergence, match=r"after append_slots\(1, \[4\], 0\): seqs"):
+        side.call(calls.append_slots(1, [4]))
+
+
+def test_rows_are_compared_by_the_ids_read_only_from_the_rows_found_equal() -> None:
+    """``_same_rows``: only where each side's last update started from the rows last found
+    equal are the ids read again all that is compared; else the whole rows."""
+    agreed_mine, agreed_theirs = {1: "a", 2: "b"}, {1: "a", 2: "b"}
+    mine, theirs = {1: "a", 2: "b", 3: "c"}, {1: "a", 2: "x", 3: "c"}
+    read = {3}
+    same_rows = soak._same_rows
+    assert same_rows(
+        mine, theirs, agreed_mine, agreed_theirs, (agreed_mine, read), (agreed_theirs, read)
+    )
+    assert not same_rows(
+        mine, theirs, agreed_mine, agreed_theirs, (agreed_mine, read), (agreed_theirs, {2, 3})
+    )
+    assert not same_rows(mine, theirs, agreed_mine, agreed_theirs, (agreed_mine, read), ({}, read))
+    assert not same_rows(
+        mine, theirs, agreed_mine, agreed_theirs, ({}, read), (agreed_theirs, read)
+    )
+    assert same_rows(
+        agreed_mine, agreed_theirs, agreed_mine, agreed_theirs, ({}, set()), ({}, set())
+    )
