@@ -83,6 +83,13 @@ EPISODE = 2000
 HIT_RATE = "get_prefix_cache_hit_rate"
 """Compared within ``manager_session.RATE_TOLERANCE``, as under ``check``."""
 CHECKPOINT = 64
+LONGEST_CHECKPOINT = 512
+"""Between two paired readers (``Lockstep.same_pair``: two optimized managers that run
+pagedkv's code alone) the period doubles from ``CHECKPOINT`` after each checkpoint, up to this,
+within an episode: their comparison after each call rests on the record and the fingerprint,
+each held equal to a fresh compact state after every call of random walks by the tests
+(``test_soak_record.py``, ``test_soak_paired.py``), so the checkpoint there is the backstop of
+a property already held; every episode still ends with one."""
 TEMPLATE: tuple[Token, ...] = (3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8)
 EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=2), ExtraKey(cache_salt="s"))
 
@@ -118,6 +125,9 @@ class SoakResult:
     """The optimized model disagrees with the reference on the failing episode's calls: a bug of
     pagedkv's, not the target's (``failure`` then says what the stand-in saw). ``calls`` and
     ``trace`` are that disagreement, shrunk; ``pagedkv replay --target optimized`` shows it."""
+    paired: bool = False
+    """Some episode compared two paired readers (``Lockstep.same_pair``), whose checkpoints come
+    further apart as the episode goes (``LONGEST_CHECKPOINT``)."""
     confirmed: bool = False
     """A stand-in model's divergence was put to the reference, which confirmed it."""
     stale: list[str] = field(default_factory=list)
@@ -744,7 +754,9 @@ def soak(
             break
         walk = make_walk(level, rng, side)
         result.episodes += 1
-        next_check = CHECKPOINT
+        period = next_check = CHECKPOINT
+        grows = isinstance(side, Lockstep) and side.pair is not None
+        result.paired = result.paired or grows
         episode_end = min(steps, result.steps + EPISODE)
         try:
             side.begin()
@@ -754,7 +766,9 @@ def soak(
                     side.check_state(f"at step {len(side.calls)} of the episode")
                     _check_stand_in(model)
                     result.checkpoints += 1
-                    next_check += CHECKPOINT
+                    if grows:
+                        period = min(2 * period, LONGEST_CHECKPOINT)
+                    next_check += period
             side.check_state("at the end of the episode")
             _check_stand_in(model)
             result.checkpoints += 1
