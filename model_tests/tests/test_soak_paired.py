@@ -18,6 +18,7 @@ from pagedkv.model_tests.oracle.incremental_compact import Looked
 from pagedkv.model_tests.oracle.soak import Lockstep, StaleCache, Walk, random_config
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED
 from pagedkv.model_tests.tests.test_fast_soak import Twin
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.specs import manager_calls as calls
 from pagedkv.specs.errors import PagedKVError
@@ -244,3 +245,12 @@ def test_rows_are_compared_by_the_ids_read_only_from_the_rows_found_equal() -> N
     assert same_rows(
         agreed_mine, agreed_theirs, agreed_mine, agreed_theirs, ({}, set()), ({}, set())
     )
+
+
+def test_only_paired_readers_space_their_checkpoints_out() -> None:
+    """Paired: at calls 64, 192, 448, 960, 1472 and 1984 of a 2,000-call episode, and at its
+    end; else every 64 calls and at the end."""
+    paired = soak.soak(Twin, 2000, 1, exact=True, model=OPTIMIZED)
+    assert paired.passed and paired.paired and paired.checkpoints == 7, paired.checkpoints
+    alone = soak.soak(OptimizedBlockSpaceManager, 2000, 1, exact=True)
+    assert alone.passed and not alone.paired and alone.checkpoints == 32, alone.checkpoints
