@@ -415,7 +415,8 @@ def renders_its_compact(manager: Any) -> bool:
     return (
         kind.view is LOADED_VIEW
         and kind.compact is LOADED_COMPACT
-        and (LOADED_VIEW.__code__, LOADED_COMPACT.__code__) == LOADED_CODES
+        and LOADED_VIEW.__code__ is LOADED_CODES[0]
+        and LOADED_COMPACT.__code__ is LOADED_CODES[1]
         and isinstance(found, OptimizedBlockSpaceManager)
         and not {"compact", "view"} & getattr(found, "__dict__", {}).keys()
     )

@@ -254,3 +254,22 @@ def test_only_paired_readers_space_their_checkpoints_out() -> None:
     assert paired.passed and paired.paired and paired.checkpoints == 7, paired.checkpoints
     alone = soak.soak(OptimizedBlockSpaceManager, 2000, 1, exact=True)
     assert alone.passed and not alone.paired and alone.checkpoints == 32, alone.checkpoints
+
+
+def test_a_view_changed_on_the_class_is_not_rendered_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The checkpoint renders a side's view itself only while the optimized manager's ``view``
+    and ``compact`` are the ones pagedkv loaded, code and all."""
+    manager = Twin(CONFIG)
+    assert soak.renders_its_compact(manager)
+    with monkeypatch.context() as patch:
+        patch.setattr(OptimizedBlockSpaceManager, "view", lambda self: 42)
+        assert not soak.renders_its_compact(manager)
+    with monkeypatch.context() as patch:
+        patch.setattr(soak.LOADED_VIEW, "__code__", (lambda self: 42).__code__)
+        assert not soak.renders_its_compact(manager)
+    with monkeypatch.context() as patch:
+        patch.setattr(Twin, "compact", lambda self: None, raising=False)
+        assert not soak.renders_its_compact(manager)
+    assert soak.renders_its_compact(manager)
