@@ -36,8 +36,9 @@ from heapq import heappop, heappush
 from itertools import chain as concatenated
 from itertools import starmap
 from operator import countOf, itemgetter
+from typing import Any, cast
 
-from pagedkv.optimized.block_prefixes import BlockPrefixes
+from pagedkv.optimized.block_prefixes import BlockPrefixes, columns_of
 from pagedkv.optimized.checked_prefixes import CheckedPrefixes
 from pagedkv.optimized.evictor import Evictor
 from pagedkv.optimized.free_list import FreeList
@@ -993,6 +994,61 @@ class OptimizedBlockPool:
             self.pending_cows.copy(),
             self._hits,
             self._queries,
+        )
+
+    def compact_of(
+        self,
+        fingerprint: tuple[object, ...],
+        untouched: Mapping[BlockId, tuple[int, float]] | None = None,
+    ) -> CompactPool:
+        """``compact`` as it was when ``fingerprint`` was taken of this pool (its configuration
+        never changes): the same columns, read from the fingerprint's copies instead of the
+        pool. A reader that compares fingerprints after each call builds the columns only when
+        it must look at them (``model_tests/oracle/incremental_compact.py``); that they are
+        ``compact``'s is held at every checkpoint of ``pagedkv soak``, and after every call of
+        random walks by ``model_tests/tests/test_soak_paired.py``."""
+        (
+            ref_counts,
+            tokens,
+            hashes,
+            starts,
+            prefixes,
+            computed,
+            accessed,
+            access_stamps,
+            free,
+            evictable,
+            cached,
+            cows,
+            hits,
+            queries,
+        ) = cast(tuple[Any, ...], fingerprint)
+        last_accessed = array("d", accessed).tolist()
+        if untouched:
+            first_id, stamps = self._first_id, array("q", access_stamps)
+            for block, (stamp, now) in untouched.items():
+                if stamp > stamps[block - first_id]:
+                    last_accessed[block - first_id] = now
+        parents, keys = columns_of(prefixes)
+        return CompactPool(
+            self._config,
+            array("q", ref_counts).tolist(),
+            tokens,
+            hashes,
+            parents,
+            array("q", starts).tolist(),
+            keys,
+            [mark == 1 for mark in computed],
+            last_accessed,
+            frozenset(free),
+            frozenset(evictable),
+            cached,
+            {},
+            tuple((source, destination) for destination, (_, source) in cows.items())
+            if cows
+            else (),
+            hits,
+            queries,
         )
 
     def compact(self, untouched: Mapping[BlockId, tuple[int, float]] | None = None) -> CompactPool:

@@ -133,3 +133,20 @@ class BlockPrefixes:
                 parents[index] = bytes(view[start : start + HASH_SIZE])
                 keys[index] = table[slot]
         return parents, keys
+
+
+def columns_of(
+    fingerprint: tuple[bytes, bytes, list[ExtraKey | None]],
+) -> tuple[list[BlockHash | None], list[ExtraKey | None]]:
+    """``BlockPrefixes.columns`` as it was when ``fingerprint`` was taken
+    (``OptimizedBlockPool.compact_of``)."""
+    view, slots, table = fingerprint
+    found = array("q", slots)
+    parents: list[BlockHash | None] = [None] * len(found)
+    keys: list[ExtraKey | None] = [None] * len(found)
+    for index, slot in enumerate(found):
+        if slot != NO_PREFIX:
+            start = index * HASH_SIZE
+            parents[index] = bytes(view[start : start + HASH_SIZE])
+            keys[index] = table[slot]
+    return parents, keys

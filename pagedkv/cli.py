@@ -103,7 +103,7 @@ from pagedkv.model_tests.oracle.known import load as load_known
 from pagedkv.model_tests.oracle.record import CorpusError, check_out, record_level
 from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.shared_failures import DatabaseError, open_database
-from pagedkv.model_tests.oracle.soak import CHECKPOINT, SoakResult, soak
+from pagedkv.model_tests.oracle.soak import CHECKPOINT, LONGEST_CHECKPOINT, SoakResult, soak
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
 from pagedkv.model_tests.oracle.verdict_files import VerdictFiles
 from pagedkv.model_tests.oracle.verdict_json import (
@@ -683,8 +683,14 @@ def _soak_report(
             + (
                 f"results and the whole state compared at every step (compact,"
                 f" {counted(result.states_compared, 'time')}), the views, the invariants and the"
-                f" compact states built fresh every {CHECKPOINT} steps and at each episode's end"
-                f" ({counted(result.checkpoints, 'time')})"
+                f" compact states built fresh every {CHECKPOINT} steps"
+                + (
+                    f" (two optimized managers compared part by part: the period doubling to"
+                    f" {LONGEST_CHECKPOINT} within an episode)"
+                    if result.paired
+                    else ""
+                )
+                + f" and at each episode's end ({counted(result.checkpoints, 'time')})"
                 + (
                     f"; the target's kept compact state was found stale {len(result.stale)}"
                     " time(s) (a subclass whose own code changes what the optimized manager's"

@@ -160,18 +160,26 @@ def shared_error(
     return model_error
 
 
+_CONTAINERS = (list, tuple, dict, set)
+"""What ``detached`` copies (a tuple of types, not a union: ``isinstance`` reads it at C speed)."""
+_INTS = frozenset({int})
+
+
 def detached(value: Any) -> Any:
     """``value`` with every list, dict and set in it copied (tuples rebuilt around them): what
     a side is handed is its own. A target that changed a prompt it was passed in place would
     otherwise change what the reference is then given, and what the trace records, and the two
     would agree on the wrong input. (An int, most items of all, is taken as it is at once:
-    every call's arguments are detached, for each side.)"""
+    every call's arguments are detached, for each side; a list of ints alone, a prompt, is
+    copied in C.)"""
+    if type(value) is list and _INTS.issuperset(map(type, value)):
+        return value.copy()
     if isinstance(value, list):
         return [item if type(item) is int else detached(item) for item in value]
     if isinstance(value, tuple):
         for item in value:
-            if isinstance(item, list | tuple | dict | set):
-                return tuple(detached(item) for item in value)
+            if isinstance(item, _CONTAINERS):
+                return tuple([detached(item) for item in value])
         return value
     if isinstance(value, dict):
         return {key: detached(item) for key, item in value.items()}
