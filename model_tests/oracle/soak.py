@@ -633,7 +633,7 @@ class Walk:
             self.preempt(group_id)
             return
         for seq_id in self.side.state().groups[group_id].seq_ids:
-            start = len(self.side.state().seqs[seq_id].tokens)
+            start = self.side.state().seqs[seq_id].num_tokens()
             result = self.side.call(
                 calls.append_slots(seq_id, self.tokens(start, num_new), lookahead)
             )

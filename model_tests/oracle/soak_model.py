@@ -14,7 +14,7 @@ it cannot model the optimized manager itself (it would be compared with itself).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -39,7 +39,7 @@ from pagedkv.specs.compact_state import (
     packed_tokens,
 )
 from pagedkv.specs.manager_view import GroupView, SeqView
-from pagedkv.specs.types import Device, ManagerConfig, Token
+from pagedkv.specs.types import Device, ManagerConfig
 
 
 class WalkGroup(Protocol):
@@ -51,8 +51,9 @@ class WalkGroup(Protocol):
 
 
 class WalkSeq(Protocol):
-    @property
-    def tokens(self) -> Sequence[Token]: ...
+    def num_tokens(self) -> int:
+        """Its tokens (a live optimized table holds them packed: its ``len`` is not this)."""
+        ...
 
 
 class WalkState(Protocol):
