@@ -331,18 +331,18 @@ class OptimizedBlockPool:
         the free blocks before the first is taken: a failure raises what the first failing
         single call would, and changes nothing."""
         chunks, bad = self._checked_token_blocks(token_blocks)
-        if not chunks and bad is None:
+        if not chunks:  # nothing to take: the first block's error, if any, before the prefix's
+            if bad is not None:
+                raise bad
             return []
-        key_bytes = b""
-        if chunks:  # the prefix is the first block's, checked after its tokens
-            entry = self._checked_prefixes.get(id(prefix))
-            if entry is not None and entry[0] is prefix:
-                key_bytes = entry[1]
-            else:
-                try:
-                    key_bytes = self._prefixes.check(prefix)
-                except PagedKVError as error:
-                    raise in_batch(error, "token_blocks", 0) from None
+        entry = self._checked_prefixes.get(id(prefix))  # the first block's, after its tokens
+        if entry is not None and entry[0] is prefix:
+            key_bytes = entry[1]
+        else:
+            try:
+                key_bytes = self._prefixes.check(prefix)
+            except PagedKVError as error:
+                raise in_batch(error, "token_blocks", 0) from None
         hashes = packed_blocks_chain(prefix.hash, chunks, key_bytes) if self.caching else None
         self._check_room(hashes, len(chunks))
         if bad is not None:

@@ -139,7 +139,8 @@ def test_allocate_immutable_chain_is_the_fold_of_allocate_immutable(
     config, prompts, frees = case
     pools = prepared(config, prompts, frees)
     blocks = data.draw(token_blocks(config.block_size), label="token blocks")
-    prefix = data.draw(st.sampled_from([Prefix(), Prefix(extra_key=ExtraKey(lora_id=1))]))
+    prefixes: list[Any] = [Prefix(), Prefix(extra_key=ExtraKey(lora_id=1)), "not a prefix", None]
+    prefix = data.draw(st.sampled_from(prefixes))  # a bad one too: each block's error comes first
     problems = agree(
         pools,
         lambda pool: pool.allocate_immutable_chain(prefix, blocks),
