@@ -40,6 +40,7 @@ from pagedkv.optimized.kv_store import KVStore
 from pagedkv.specs.defrag_rule import padded_size
 from pagedkv.specs.errors import ForeignBlockError, InvalidArgumentError
 from pagedkv.specs.types import DEFRAG_PAD_SIZES
+from pagedkv.specs.validation import MAX_BLOCKS
 
 PairsLike: TypeAlias = torch.Tensor | Sequence[Sequence[int]]
 """``[N, 2]`` int64 CPU tensor, or a sequence of ``(src, dst)`` pairs."""
@@ -333,10 +334,14 @@ def _check_pad_sizes(pad_sizes: object) -> tuple[int, ...]:
         isinstance(pad_sizes, str | bytes)
         or not isinstance(pad_sizes, Sequence)
         or not pad_sizes
-        or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 1 for p in pad_sizes)
-    ):
+        or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 1 <= p <= MAX_BLOCKS
+            for p in pad_sizes
+        )
+    ):  # a batch holds at most half a store's blocks, and a store at most MAX_BLOCKS
         raise InvalidArgumentError(
-            f"pad_sizes must be a non-empty sequence of ints >= 1, got {pad_sizes!r}"
+            f"pad_sizes must be a non-empty sequence of ints from 1 to {MAX_BLOCKS},"
+            f" got {pad_sizes!r}"
         )
     return tuple(sorted(set(pad_sizes)))
 

@@ -950,11 +950,23 @@ def test_in_place_rejects_pairs_that_share_a_block(pairs: Pairs, block: int, for
     assert_same(store.tensors(), before)
 
 
-@pytest.mark.parametrize("pad_sizes", [(), (0,), (8, -4), (True,), (2.5,), "8", None])
-def test_in_place_rejects_bad_pad_sizes(pad_sizes: Any) -> None:
+@pytest.mark.parametrize(
+    "pad_sizes", [(), (0,), (8, -4), (True,), (2.5,), "8", None, (2**24 + 1,), (8, 2**70)]
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_in_place_rejects_bad_pad_sizes(pad_sizes: Any, threads: int) -> None:
+    """Whichever way the exchange runs (one thread moves bytes and pads nothing; two pad their
+    batches, and a pad size of 2**70 raised an untyped OverflowError there)."""
     store = make_store(8, seed=19)
-    with pytest.raises(InvalidArgumentError, match="pad_sizes"):
-        swap_blocks_in_place(store, [(0, 1)], pad_sizes=pad_sizes)
+    before = snapshot(store)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with pytest.raises(InvalidArgumentError, match="pad_sizes"):
+            swap_blocks_in_place(store, [(0, 1)], pad_sizes=pad_sizes)
+    finally:
+        torch.set_num_threads(previous)
+    assert_same(store.tensors(), before)
 
 
 @pytest.mark.parametrize(
