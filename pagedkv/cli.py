@@ -1165,11 +1165,13 @@ def main(
             return code
         except ONE_LINE_ERRORS as error:
             return fail(f"error: {error}")
+        # one write each (``print`` writes the newline apart: a second Ctrl-C between the two
+        # left the line open, and the supervisor's own line ran on from it)
         except Terminated:
-            print("pagedkv: terminated", file=err_stream)
+            _say_once(err_stream, "pagedkv: terminated\n")
             return EXIT_TERMINATED
         except KeyboardInterrupt:
-            print("pagedkv: interrupted", file=err_stream)
+            _say_once(err_stream, "pagedkv: interrupted\n")
             return EXIT_INTERRUPTED
         except BrokenPipeError:
             return _reader_gone(out_stream)
@@ -1183,6 +1185,12 @@ def main(
                 f"internal error: {type(error).__name__}{': ' + text if text else ''}"
                 f" ({TRACEBACK_VARIABLE}=1 shows where)"
             )
+
+
+def _say_once(stream: IO[str], line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # a closed stderr loses only the line
+        stream.write(line)
+        stream.flush()
 
 
 def _flush(stream: IO[str]) -> None:
