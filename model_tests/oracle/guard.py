@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from functools import partial
 from threading import get_ident
+from time import monotonic
 from typing import Any
 
 from pagedkv.model_tests.oracle import codec
@@ -106,33 +106,37 @@ class GuardedFactory:
                 f"the target was not called again: it hung earlier, in {self.hung}, and may"
                 " have been left anywhere"
             )
+        timeout = self.timeout
+        dog = WATCHDOG
+        if dog.depth and dog.usable and timeout != FOREVER and get_ident() == MAIN_THREAD:
+            return self._direct(function, args, describe)  # a check's every call
         what = partial(describe, args)
-        if self.timeout == FOREVER:  # nothing to wait for: call it here
+        if timeout == FOREVER:  # nothing to wait for: call it here
             try:
                 return function(*args)
             except (Exception, KeyboardInterrupt, Interrupted):  # Ctrl-C is the user's here
                 raise  # (and an interrupt is an outer guard's)
             except BaseException as crash:
                 raise _crash(crash, what) from None
-        dog = WATCHDOG
-        if dog.depth and dog.usable and get_ident() == MAIN_THREAD:  # a check's every call
-            return self._direct(function, args, what)
         if here():
             if WATCHDOG.depth:
                 if WATCHDOG.usable:
-                    return self._direct(function, args, what)
+                    return self._direct(function, args, describe)
             else:
                 with watching() as usable:
                     if usable:
-                        return self._direct(function, args, what)
+                        return self._direct(function, args, describe)
         return self._on_worker(function, args, what)
 
     def _direct(
-        self, function: Callable[..., Any], args: tuple[Any, ...], what: Callable[[], str]
+        self,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        describe: Callable[[tuple[Any, ...]], str],
     ) -> Any:
         """On this (the main) thread, the watchdog interrupting it after the timeout."""
         dog = WATCHDOG
-        call = Call(self.timeout, what, dog.current, time.monotonic())
+        call = Call(self.timeout, describe, args, dog.current, monotonic())
         stops = dog.stops
         dog.current = call
         try:
@@ -150,7 +154,7 @@ class GuardedFactory:
                 raise
             if isinstance(raised, KeyboardInterrupt) and dog.stops != stops:
                 raise  # the user's Ctrl-C or SIGTERM: it ends pagedkv
-            raise _crash(raised, what) from None
+            raise _crash(raised, call.what) from None
         if call.interrupts:  # it caught the interrupt and returned: still too late
             raise self._hang(call.what)
         return result
