@@ -55,6 +55,8 @@ def _is_int(value: object) -> bool:
 
 def _is_sequence(value: object) -> TypeGuard[Sequence[object]]:
     """A list-like of items; text and byte strings are not sequences of ids or tokens."""
+    if type(value) is list or type(value) is tuple:  # most arguments: no look at the ABC
+        return True
     return isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray)
 
 
