@@ -305,7 +305,7 @@ def common_computed_prefix(state: PoolState, chains: Sequence[Sequence[BlockId]]
 
 def num_free_blocks(state: PoolState) -> int:
     """Blocks an allocation could take now: free plus evictable, i.e. those nobody holds."""
-    return sum(1 for view in state.blocks.values() if view.ref_count == 0)
+    return len([view for view in state.blocks.values() if view.ref_count == 0])
 
 
 def hit_rate(state: PoolState) -> float:
