@@ -25,6 +25,9 @@ NOT_FOR_CHECK = (
     "pagedkv.model_tests.teaching.demo",
     "pagedkv.pages",
     "pagedkv.rich_output",
+    "pagedkv.model_tests.oracle.soak",  # the soak, its stand-in model and the optimized manager
+    "pagedkv.model_tests.oracle.soak_model",
+    "pagedkv.optimized",
 )
 """Modules of other commands, or of a check's failure or terminal, and their libraries."""
 
