@@ -34,9 +34,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from heapq import heappop, heappush
 from itertools import chain as concatenated
+from itertools import starmap
 from operator import countOf, itemgetter
+from typing import Any, cast
 
-from pagedkv.optimized.block_prefixes import BlockPrefixes
+from pagedkv.optimized.block_prefixes import BlockPrefixes, columns_of
 from pagedkv.optimized.checked_prefixes import CheckedPrefixes
 from pagedkv.optimized.evictor import Evictor
 from pagedkv.optimized.free_list import FreeList
@@ -46,7 +48,7 @@ from pagedkv.specs.content_hash import (
     ROOT,
     Prefix,
     packed_block_hash,
-    packed_chain_hashes,
+    packed_blocks_chain,
     remember_block_hash,
 )
 from pagedkv.specs.errors import DoubleFreeError, OutOfBlocksError, PagedKVError
@@ -81,7 +83,6 @@ from pagedkv.specs.validation import (
 
 _PLAIN_SEQUENCES = frozenset({tuple, list})
 _pack_one = struct.Struct("<Q").pack
-_TUPLES = frozenset({tuple})
 
 PrefixParts = tuple[BlockHash, int, ExtraKey]
 """A ``Prefix``'s fields: (hash of the block before, tokens before the block, extra key)."""
@@ -196,8 +197,9 @@ class OptimizedBlockPool:
         self._access_stamps[index] = 0
 
     def _take_block(self) -> BlockId:
-        """A block with ref count 1: the lowest free id, else the evictor's choice (which loses
-        its hash). Raises before changing anything when neither is left."""
+        """A block with ref count 1: the lowest free id, else the evictor's choice, blanked (its
+        hash dropped from the index and published, a copy into it dropped). Raises before
+        changing anything when neither is left."""
         if not self.num_free:
             raise OutOfBlocksError(
                 f"no free or evictable block left (all {self._config.num_blocks} are in use)"
@@ -206,33 +208,25 @@ class OptimizedBlockPool:
         if free_ids:
             block = heappop(free_ids)
             self._ref_counts[block - self._first_id] = 1
-        else:  # the free list is empty: evict, and blank what _evict leaves (``_blank``)
-            block = self._evict()
+        else:  # the free list is empty: evict (``_blank`` written out, one call fewer)
+            block = self._evictor.pop()
             index = block - self._first_id
+            evicted_hash = self._hashes[index]
+            assert evicted_hash is not None
+            del self._cached[evicted_hash]
+            if self._events is not None:
+                self._events.append(BlockRemoved((evicted_hash,), 0))
+            if self.pending_cows:
+                self.pending_cows.pop(block, None)
             self._tokens[index] = b""
             self._hashes[index] = None
             self._prefixes_of.clear(index)
             self._starts[index] = 0
+            self._computed[index] = 0
+            self._last_accessed[index] = NEVER_ACCESSED
+            self._access_stamps[index] = 0
             self._ref_counts[index] = 1
         self.num_free -= 1
-        return block
-
-    def _evict(self) -> BlockId:
-        """The evictor's choice, its hash dropped from the index (and published), a copy into
-        it dropped, and the fields a block keeps while evictable (its computed mark and access)
-        reset; the caller blanks or overwrites the rest."""
-        block = self._evictor.pop()
-        index = block - self._first_id
-        evicted_hash = self._hashes[index]
-        assert evicted_hash is not None
-        del self._cached[evicted_hash]
-        if self._events is not None:
-            self._events.append(BlockRemoved((evicted_hash,), 0))
-        if self.pending_cows:
-            self.pending_cows.pop(block, None)
-        self._computed[index] = False
-        self._last_accessed[index] = NEVER_ACCESSED
-        self._access_stamps[index] = 0
         return block
 
     def _acquire(self, block: BlockId) -> None:
@@ -336,65 +330,61 @@ class OptimizedBlockPool:
         the blocks before it, all or nothing. Every block is checked, hashed and counted against
         the free blocks before the first is taken: a failure raises what the first failing
         single call would, and changes nothing."""
-        blocks, packed, bad = self._checked_token_blocks(token_blocks)
-        if not blocks and bad is None:
+        chunks, bad = self._checked_token_blocks(token_blocks)
+        if not chunks:  # nothing to take: the first block's error, if any, before the prefix's
+            if bad is not None:
+                raise bad
             return []
-        key_bytes = b""
-        if blocks:  # the prefix is the first block's, checked after its tokens
-            entry = self._checked_prefixes.get(id(prefix))
-            if entry is not None and entry[0] is prefix:
-                key_bytes = entry[1]
-            else:
-                try:
-                    key_bytes = self._prefixes.check(prefix)
-                except PagedKVError as error:
-                    raise in_batch(error, "token_blocks", 0) from None
-        hashes = (
-            packed_chain_hashes(prefix.hash, packed, self.block_size, key_bytes)
-            if self.caching
-            else None
-        )
-        self._check_room(hashes, len(blocks))
+        entry = self._checked_prefixes.get(id(prefix))  # the first block's, after its tokens
+        if entry is not None and entry[0] is prefix:
+            key_bytes = entry[1]
+        else:
+            try:
+                key_bytes = self._prefixes.check(prefix)
+            except PagedKVError as error:
+                raise in_batch(error, "token_blocks", 0) from None
+        hashes = packed_blocks_chain(prefix.hash, chunks, key_bytes) if self.caching else None
+        self._check_room(hashes, len(chunks))
         if bad is not None:
             raise bad
-        step = self._block_bytes
-        chunks = [packed[start : start + step] for start in range(0, len(packed), step)]
         return self.take_full_blocks(
             chunks, hashes, prefix.extra_key, prefix.hash, prefix.num_tokens
         )
 
     def _checked_token_blocks(
         self, token_blocks: Sequence[Sequence[Token]]
-    ) -> tuple[list[tuple[Token, ...]], bytes, PagedKVError | None]:
-        """The blocks as tuples and packed end to end, up to the first that a single
+    ) -> tuple[list[bytes], PagedKVError | None]:
+        """Each block packed (as the pool keeps it), up to the first that a single
         ``allocate_immutable`` would refuse, and that one's error (None if all pass). Lists or
-        tuples of plain int tokens, each a full block, pass in C passes; anything else goes
-        block by block through the shared checks."""
-        size = self.block_size
+        tuples of plain int tokens, each a full block, pass in C passes (each block packed
+        straight from its sequence, which also checks its length); anything else goes block by
+        block through the shared checks."""
+        size, pack = self.block_size, self._pack_block
         kind = type(token_blocks)
-        if (kind is list or kind is tuple) and token_blocks:
-            kinds = set(map(type, token_blocks))
-            if kinds <= _PLAIN_SEQUENCES and set(map(len, token_blocks)) == {size}:
-                packed = packed_tokens(list(concatenated.from_iterable(token_blocks)))
-                if packed is not None:
-                    if kinds == _TUPLES:
-                        return list(token_blocks), packed, None  # type: ignore[arg-type]
-                    return list(map(tuple, token_blocks)), packed, None
-        blocks: list[tuple[Token, ...]] = []
+        if (
+            (kind is list or kind is tuple)
+            and token_blocks
+            and set(map(type, token_blocks)) <= _PLAIN_SEQUENCES
+            and countOf(map(type, concatenated.from_iterable(token_blocks)), int)
+            == size * len(token_blocks)
+        ):
+            try:
+                chunks = list(starmap(pack, token_blocks))
+            except struct.error:  # a block not of ``size`` tokens, or a token out of u64
+                chunks = None
+            if chunks is not None and b"".join(chunks)[7::8].isascii():  # all <= MAX_TOKEN
+                return chunks, None
+        checked: list[bytes] = []
         try:
             items = check_batch("token_blocks", token_blocks)
         except PagedKVError as error:
-            return blocks, b"", error
+            return checked, error
         for index, tokens in enumerate(items):
             try:
-                blocks.append(tuple(check_full_block(tokens, size)))
+                checked.append(pack(*check_full_block(tokens, size)))
             except PagedKVError as error:
-                return (
-                    blocks,
-                    b"".join(self._pack_block(*b) for b in blocks),
-                    in_batch(error, "token_blocks", index),
-                )
-        return blocks, b"".join(self._pack_block(*b) for b in blocks), None
+                return checked, in_batch(error, "token_blocks", index)
+        return checked, None
 
     def _check_room(self, hashes: list[BlockHash] | None, count: int) -> None:
         """Raise what the first of ``count`` allocations to run out would: each takes a block
@@ -432,28 +422,33 @@ class OptimizedBlockPool:
         if not count:
             return
         first_id, refs = self._first_id, self._ref_counts
-        if not (
+        held: Sequence[int] = ()
+        if (
             count > 1
             and countOf(map(type, blocks), int) == count
             and first_id <= min(blocks)
             and max(blocks) < self._end_id
             and len(set(blocks)) == count
-            and 0
-            not in itemgetter(*(blocks if not first_id else map(first_id.__rsub__, blocks)))(refs)
-        ):  # plain distinct held ids pass in C passes; anything else, one by one in order
+        ):  # plain distinct ids in range: their holders read in one C pass
+            indices = list(map(first_id.__rsub__, blocks)) if first_id else blocks
+            held = itemgetter(*indices)(refs)
+        if not held or 0 in held:  # anything else, one by one in order (a block twice included)
             self._check_frees(blocks)
+            indices = [block - first_id for block in blocks]
+            held = ()
         # _release for each block, inlined: a sequence's blocks come back together
         hashes, tokens, computed = self._hashes, self._tokens, self._computed
         last_accessed, stamps, starts = self._last_accessed, self._access_stamps, self._starts
         free_heap, cows, size = self._free.heap, self.pending_cows, self.block_size
         evictable: list[BlockId] = []
         blanked = 0
-        for block in blocks:
-            index = block - first_id
-            holders = refs[index] - 1
-            refs[index] = holders
-            if holders:
+        # the slow path reads each count as it comes: a block listed twice sees its first free
+        counts = held or map(refs.__getitem__, indices)
+        for block, index, holders in zip(blocks, indices, counts, strict=True):
+            if holders > 1:
+                refs[index] = holders - 1
                 continue
+            refs[index] = 0
             if hashes[index] is None:
                 blanked += 1
                 if cows:
@@ -521,6 +516,44 @@ class OptimizedBlockPool:
         index = block - self._first_id if type(block) is int else -1
         kind = type(tokens)
         if 0 <= index < self._num_blocks and (kind is tuple or kind is list):
+            count = len(tokens)
+            held = self._tokens[index]
+            if (
+                count
+                and len(held) + count * TOKEN_BYTES == self._block_bytes
+                and self._ref_counts[index] == 1
+                and self.caching
+                and countOf(map(type, tokens), int) == count
+            ):  # the common fill: plain ints that fill the caller's own block, written out
+                try:
+                    appended = (
+                        struct.pack(f"<{count}Q", *tokens) if held else self._pack_block(*tokens)
+                    )
+                except struct.error:  # a negative token, or one of 2**64 or more
+                    appended = b"\x80" * TOKEN_BYTES
+                if appended[7::8].isascii():  # every token <= MAX_TOKEN: the prefix is next
+                    entry = self._checked_prefixes.get(id(prefix))
+                    key_bytes = (
+                        entry[1]
+                        if entry is not None and entry[0] is prefix
+                        else self._prefixes.check(prefix)
+                    )
+                    filled = held + appended if held else appended
+                    parent, key = prefix.hash, prefix.extra_key
+                    content_hash = packed_block_hash(parent, filled, key_bytes)
+                    new_tokens = tuple(tokens)  # the same tuple if it is one
+                    remember_block_hash(
+                        parent,
+                        unpacked(held) + new_tokens if held else new_tokens,
+                        key,
+                        content_hash,
+                    )
+                    if content_hash in self._cached:  # dedup onto the cached block (``fill``)
+                        return self.fill(
+                            block, (parent, prefix.num_tokens, key), appended, content_hash
+                        )
+                    self._cache(block, (parent, prefix.num_tokens, key), filled, content_hash)
+                    return block
             # the common call, checked at C speed: a held block, plain tokens that fit, a prefix
             # checked before; anything else goes to the shared checks, which raise in order
             holders = self._ref_counts[index]
@@ -736,7 +769,7 @@ class OptimizedBlockPool:
                 if free_heap:
                     block = heappop(free_heap)
                     index = block - first_id
-                else:  # ``_evict`` written out
+                else:  # eviction, as ``_take_block`` does it
                     block = evictor_pop()
                     index = block - first_id
                     evicted_hash = all_hashes[index]
@@ -961,6 +994,61 @@ class OptimizedBlockPool:
             self.pending_cows.copy(),
             self._hits,
             self._queries,
+        )
+
+    def compact_of(
+        self,
+        fingerprint: tuple[object, ...],
+        untouched: Mapping[BlockId, tuple[int, float]] | None = None,
+    ) -> CompactPool:
+        """``compact`` as it was when ``fingerprint`` was taken of this pool (its configuration
+        never changes): the same columns, read from the fingerprint's copies instead of the
+        pool. A reader that compares fingerprints after each call builds the columns only when
+        it must look at them (``model_tests/oracle/incremental_compact.py``); that they are
+        ``compact``'s is held at every checkpoint of ``pagedkv soak``, and after every call of
+        random walks by ``model_tests/tests/test_soak_paired.py``."""
+        (
+            ref_counts,
+            tokens,
+            hashes,
+            starts,
+            prefixes,
+            computed,
+            accessed,
+            access_stamps,
+            free,
+            evictable,
+            cached,
+            cows,
+            hits,
+            queries,
+        ) = cast(tuple[Any, ...], fingerprint)
+        last_accessed = array("d", accessed).tolist()
+        if untouched:
+            first_id, stamps = self._first_id, array("q", access_stamps)
+            for block, (stamp, now) in untouched.items():
+                if stamp > stamps[block - first_id]:
+                    last_accessed[block - first_id] = now
+        parents, keys = columns_of(prefixes)
+        return CompactPool(
+            self._config,
+            array("q", ref_counts).tolist(),
+            tokens,
+            hashes,
+            parents,
+            array("q", starts).tolist(),
+            keys,
+            [mark == 1 for mark in computed],
+            last_accessed,
+            frozenset(free),
+            frozenset(evictable),
+            cached,
+            {},
+            tuple((source, destination) for destination, (_, source) in cows.items())
+            if cows
+            else (),
+            hits,
+            queries,
         )
 
     def compact(self, untouched: Mapping[BlockId, tuple[int, float]] | None = None) -> CompactPool:

@@ -5,8 +5,10 @@ A scheduler asks ``can_allocate`` about the request at the head of its queue at 
 it fits, and then allocates it: the same prompt, passed again and again, as a tuple or as a list.
 A tuple cannot change, so the same object needs no second look. A list can: the caller may have
 changed it since, and a changed prompt must be checked again. So each remembered list keeps a
-copy of its tokens (the very same objects), and the list passes again only when it has the same
-length and holds the same object at every position (``map(is_, ...)`` in C). Equality would not
+copy of its tokens (the very same objects, in a tuple), and the list passes again only when it
+has the same length and holds the same object at every position (``same_objects``: one memory
+comparison of the two pointer arrays, so a long prompt asked about again costs about what a
+short one does). Equality would not
 do: ``7.0``, ``True`` and ``Decimal(7)`` equal ``7`` but are refused by ``check_tokens``, and an
 exact int put back (a new object) is merely checked again. The memo holds ``CAPACITY`` prompts,
 the oldest going first, and keeps them alive: an id is never reused while its prompt is
@@ -25,7 +27,7 @@ from pagedkv.specs.validation import check_tokens
 CAPACITY = 64
 """Prompts remembered: a scheduler's waiting queue asks about a few at each step."""
 
-Remembered = tuple[object, tuple[Token, ...] | list[Token]]
+Remembered = tuple[object, tuple[Token, ...]]
 """(the caller's prompt, its tokens as checked)."""
 
 
@@ -39,7 +41,7 @@ class CheckedPrompts:
 
     def tokens(self, prompt: object) -> Sequence[Token]:
         """The prompt's tokens, checked; raises ``InvalidArgumentError`` as ``check_tokens``.
-        Do not change what it returns: it is the caller's tuple or the memo's copy."""
+        It is the caller's tuple or the memo's copy of the caller's list."""
         found = self._known.get(id(prompt))
         if found is not None and found[0] is prompt:
             known = found[1]
@@ -52,12 +54,12 @@ class CheckedPrompts:
             self._remember(prompt, prompt)
             return prompt
         if type(prompt) is list and prompt and plain_tokens(prompt):
-            copy: list[Token] = prompt.copy()
+            copy: tuple[Token, ...] = tuple(prompt)
             self._remember(prompt, copy)
             return copy
         return tuple(check_tokens(prompt))  # refuses an empty prompt; an int subclass passes
 
-    def _remember(self, prompt: object, tokens: tuple[Token, ...] | list[Token]) -> None:
+    def _remember(self, prompt: object, tokens: tuple[Token, ...]) -> None:
         known = self._known
         if len(known) >= CAPACITY:
             del known[next(iter(known))]

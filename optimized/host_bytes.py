@@ -1,24 +1,22 @@
 """Block moves on a host store as plain byte copies: the kernels' path when torch runs one thread.
 
-A host store is one contiguous allocation (``KVStore.blocks``): block ``b`` of cache tensor ``t``
-is the ``slab`` bytes at ``t * tensor_bytes + b * slab``, and a run of consecutive blocks is one
-longer slab. Assigning one ``memoryview`` slice to another is a ``memcpy`` of those bytes with no
-tensor view to build and no kernel to dispatch. That per-call cost, not bandwidth, is what held
-the torch path back on small blocks: 64 scattered 16-token blocks (a slab of 32 KiB at 8 KV heads
-of 128, fp16) moved at 0.64-0.77 of a contiguous ``copy_``, while the slab copies themselves run at
-``memcpy`` speed. Torch splits one large ``copy_`` over its intra-op threads and this loop does
-not, which is why ``kernels`` takes this path only when torch has a single thread.
+A host store is one contiguous allocation laid out block by block (``KVStore.blocks``): block
+``b`` of every cache tensor is the ``slab`` bytes at ``b * slab``, and a run of consecutive blocks
+is one longer slab. Assigning one ``memoryview`` slice to another is a ``memcpy`` of those bytes
+with no tensor view to build and no kernel to dispatch: one copy per run moves every layer, K and
+V. That per-call cost, not bandwidth, is what held the torch path back on small blocks. Torch
+splits one large ``copy_`` over its intra-op threads and this loop does not, which is why
+``kernels`` takes this path only when torch has a single thread.
 
 The exchange needs no padding here (padding serves compiled or graphed accelerator kernels): each
 pair trades its slabs through a copy of one side, at most ``EXCHANGE_PIECE_BYTES`` at a time, so
 that the copy is read back from cache; the bytes written are those just read, already in cache,
 which is why an exchange can outrun a ``copy_`` of as many bytes.
 
-What a batch of one or a few pairs costs beyond its copies is Python's: a defragmenter's batch
-of one pair (4 tensors of 16 KiB slabs) is twelve copies that alone run at 0.97 of a ``copy_`` of
-its 128 KiB, while checking the pairs, planning the spans and slicing the views take about as
-long again, so the whole call stays near half a ``copy_``. That overhead is per pair and tensor,
-so it fades as batches grow (13 pairs near 0.8, 181 pairs above 1).
+What a batch of one or a few pairs costs beyond its copies is Python's. A defragmenter's batch of
+one pair (64 KiB blocks) is three copies of 1.80 µs in all, all in cache, and about 1.1 µs
+besides: checking the store, pad sizes and pair, finding this layout, planning, the scratch, and
+torch's version bump (``specs/defragmenter.md`` §4).
 """
 
 from __future__ import annotations
@@ -30,8 +28,8 @@ from collections.abc import Sequence
 from pagedkv.optimized.kv_store import KVStore
 
 EXCHANGE_PIECE_BYTES = 256 * 2**10
-"""The most one exchange step holds aside (a run of consecutive pairs is split into pieces of at
-most this, never less than one block): small enough to stay in a core's cache."""
+"""The most bytes one exchange step holds aside (a run of consecutive pairs, or one large block,
+is split into pieces of at most this): small enough to stay in a core's cache."""
 
 
 Span = tuple[int, int, int]
@@ -39,27 +37,19 @@ Span = tuple[int, int, int]
 
 
 class HostBlocks:
-    """A host store's allocation as bytes, with what locates a block's slab in it, worked out
-    once per store: for a batch of one pair, working it out again cost as much as the copies.
+    """A host store's allocation as bytes, with the size of a block's slab, worked out once per
+    store: for a batch of one pair, working it out again cost as much as the copies.
 
-    ``tensors`` holds one ``memoryview`` per cache tensor, so that a slab is one slice of it.
     An exchange holds one side aside in a scratch buffer that is kept (``take_scratch``), because
     allocating and zeroing it per call cost a batch of one pair a tenth of its time.
     """
 
-    __slots__ = ("_spare", "memory", "slab", "tensor_bytes", "tensors", "written")
+    __slots__ = ("_spare", "memory", "slab", "written")
 
     def __init__(self, store: KVStore) -> None:
         self.memory = store.host_bytes()
-        count = store.blocks.shape[0]
-        self.slab = store.block_bytes // count
-        """Bytes of one block of one cache tensor."""
-        self.tensor_bytes = self.slab * store.num_blocks
-        """Bytes of one cache tensor: from a block of one tensor to the same block of the next."""
-        self.tensors = tuple(
-            self.memory[start : start + self.tensor_bytes]
-            for start in range(0, count * self.tensor_bytes, self.tensor_bytes)
-        )
+        self.slab = store.block_bytes
+        """Bytes of one block of every cache tensor: from one block to the next."""
         self._spare: deque[memoryview] = deque()
         self.written = (store.blocks,)
         """What to tell torch was written (``kernels`` bumps its version counter)."""
@@ -100,46 +90,45 @@ _LAYOUTS: dict[int, HostBlocks] = {}
 
 
 def _byte_slices(spans: Sequence[Span], slab: int) -> list[tuple[slice, slice]]:
-    """Each span's (source, destination) bytes in one tensor, as slices made once per call: a
-    slice object per copy and tensor was a tenth of the Python work of a batch of small blocks."""
+    """Each span's (source, destination) bytes, as slices made once per call."""
     return [(slice(s * slab, (s + n) * slab), slice(d * slab, (d + n) * slab)) for s, d, n in spans]
 
 
 def copy_runs(
     src: HostBlocks, dst: HostBlocks, direct: Sequence[Span], staged: Sequence[Span]
 ) -> None:
-    """Every run of ``src`` onto ``dst``, in every tensor. ``staged`` runs have a source that this
-    call also writes (``src`` and ``dst`` are one store): per tensor their bytes are read aside
-    before any destination of that tensor is written. Tensors never share bytes."""
-    direct_slices = _byte_slices(direct, src.slab)
-    staged_slices = _byte_slices(staged, src.slab)
-    for source, destination in zip(src.tensors, dst.tensors, strict=True):
-        held = [source[read].tobytes() for read, _ in staged_slices]
-        for read, write in direct_slices:
-            destination[write] = source[read]
-        for (_, write), data in zip(staged_slices, held, strict=True):
-            destination[write] = data
+    """Every run of ``src`` onto ``dst``, all layers at once. ``staged`` runs have a source that
+    this call also writes (``src`` and ``dst`` are one store): their bytes are read aside before
+    any destination is written."""
+    source, destination = src.memory, dst.memory
+    held = [source[read].tobytes() for read, _ in _byte_slices(staged, src.slab)]
+    for read, write in _byte_slices(direct, src.slab):
+        destination[write] = source[read]
+    for (_, write), data in zip(_byte_slices(staged, src.slab), held, strict=True):
+        destination[write] = data
 
 
 def exchange_runs(blocks: HostBlocks, runs: Sequence[Span]) -> None:
-    """Trade the contents of every run's two sides, in every tensor (the sides are disjoint)."""
-    slab = blocks.slab
-    per_piece = max(1, EXCHANGE_PIECE_BYTES // slab)
-    scratch = blocks.take_scratch(per_piece * slab)
-    one = scratch[:slab]
-    # Each piece with its own slice of the scratch, made once here rather than once per tensor.
-    pieces: list[tuple[slice, slice, memoryview]] = []
+    """Trade the contents of every run's two sides, all layers at once (the sides are disjoint),
+    a piece of at most ``EXCHANGE_PIECE_BYTES`` at a time: a piece may end inside a block, since
+    the two sides are equally long contiguous bytes."""
+    memory, slab, piece = blocks.memory, blocks.slab, EXCHANGE_PIECE_BYTES
+    scratch = blocks.take_scratch(piece)
+    one = scratch[:slab] if slab <= piece else None
     for a, b, length in runs:
-        if length == 1:  # nearly every pair of a defragmenter's batch
-            pieces.append((slice(a * slab, (a + 1) * slab), slice(b * slab, (b + 1) * slab), one))
+        first, second = a * slab, b * slab
+        if length == 1 and one is not None:  # nearly every pair of a defragmenter's batch
+            one[:] = memory[first : first + slab]
+            memory[first : first + slab] = memory[second : second + slab]
+            memory[second : second + slab] = one
             continue
-        for start in range(0, length, per_piece):
-            n = min(per_piece, length - start) * slab
-            a_start, b_start = (a + start) * slab, (b + start) * slab
-            pieces.append((slice(a_start, a_start + n), slice(b_start, b_start + n), scratch[:n]))
-    for memory in blocks.tensors:
-        for first, second, held in pieces:
-            held[:] = memory[first]
-            memory[first] = memory[second]
-            memory[second] = held
+        end = first + length * slab
+        while first < end:
+            n = min(piece, end - first)
+            held = scratch[:n]
+            held[:] = memory[first : first + n]
+            memory[first : first + n] = memory[second : second + n]
+            memory[second : second + n] = held
+            first += n
+            second += n
     blocks.give_back(scratch)

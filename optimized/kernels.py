@@ -6,18 +6,21 @@ Pairs come either as a CPU ``[N, 2]`` int64 tensor (what a scheduler batches up)
 of ``(src, dst)`` int pairs (what a block manager hands out); both go through ``normalize_pairs``.
 
 Small blocks are limited by per-call overhead, not by bandwidth. ``copy_blocks`` and
-``swap_blocks`` coalesce pairs into runs of consecutive ids (``coalesce_runs``), each one copy per
-tensor. How a run is copied depends on where the store lives and how torch runs there:
+``swap_blocks`` coalesce pairs into runs of consecutive ids (``coalesce_runs``). The store is laid
+out block by block (``KVStore.blocks``), so a run is one contiguous slab of every layer, K and V,
+and one copy moves it. How a run is copied depends on where the store lives and how torch runs
+there:
 
-- on the host with one torch thread (``moves_host_bytes``): one ``memcpy`` per run and tensor,
-  as ``memoryview`` slice assignments over the store's single allocation, with no tensor view or
+- on the host with one torch thread (``moves_host_bytes``): one ``memcpy`` per run, as a
+  ``memoryview`` slice assignment over the store's single allocation, with no tensor view or
   kernel dispatch per block (``optimized/host_bytes.py``); ``swap_blocks_in_place`` trades each
   pair's slabs the same way, unpadded;
 - on the host with several threads, torch's ``copy_`` (which splits a large copy over them): each
-  run one ``copy_`` of the single allocation (``KVStore.blocks``), moving it in every layer at once;
-- on an accelerator, a few runs are one slice ``copy_`` per run and tensor; many runs (scattered
-  pairs) one gather (``index_select``) and one scatter (``index_copy_``) per tensor through a
-  buffer, two kernel launches whatever the number of pairs.
+  run one ``copy_`` of the single allocation;
+- on an accelerator, and between two devices, a few runs are one slice ``copy_`` of the single
+  allocation per run; many runs on one accelerator (scattered pairs) one gather
+  (``index_select``) and one scatter (``index_copy_``) per tensor through a buffer, two kernel
+  launches per tensor whatever the number of pairs, the buffer one tensor's blocks.
 
 ``swap_blocks_in_place`` off the byte path exchanges through a gathered buffer per tensor, in
 batches padded to a few fixed sizes so that a compiled or graphed kernel sees only a handful of
@@ -37,6 +40,7 @@ from pagedkv.optimized.kv_store import KVStore
 from pagedkv.specs.defrag_rule import padded_size
 from pagedkv.specs.errors import ForeignBlockError, InvalidArgumentError
 from pagedkv.specs.types import DEFRAG_PAD_SIZES
+from pagedkv.specs.validation import MAX_BLOCKS
 
 PairsLike: TypeAlias = torch.Tensor | Sequence[Sequence[int]]
 """``[N, 2]`` int64 CPU tensor, or a sequence of ``(src, dst)`` pairs."""
@@ -44,8 +48,8 @@ PairsLike: TypeAlias = torch.Tensor | Sequence[Sequence[int]]
 DEFAULT_PAD_SIZES: tuple[int, ...] = DEFRAG_PAD_SIZES
 
 MAX_RUNS = 4
-"""Pairs that coalesce into at most this many runs are copied run by run and tensor by tensor;
-more runs are moved as the scattered pairs they are (see above)."""
+"""On an accelerator, pairs that coalesce into at most this many runs are copied run by run (each
+one ``copy_`` of every layer); more runs are moved as the scattered pairs they are (see above)."""
 
 EXCHANGE_BUFFER_BYTES = 4 * 2**20
 """A batch of the exchange holds at most about this much of one tensor in its buffer (never
@@ -80,7 +84,9 @@ def normalize_pairs(pairs: object, src_blocks: int, dst_blocks: int) -> list[tup
     letting an index kernel fail halfway) is what keeps a rejected call from changing anything.
     """
     rows: Sequence[object]
-    if isinstance(pairs, torch.Tensor):
+    if type(pairs) is list:  # tested first: asking isinstance of torch.Tensor costs a batch of
+        rows = pairs  # one pair as much as checking the pair itself
+    elif isinstance(pairs, torch.Tensor):
         if pairs.device.type != "cpu":
             raise InvalidArgumentError(f"pair tensor must be on the CPU, got device {pairs.device}")
         if pairs.dtype != torch.int64:
@@ -88,9 +94,7 @@ def normalize_pairs(pairs: object, src_blocks: int, dst_blocks: int) -> list[tup
         if pairs.dim() != 2 or pairs.shape[1] != 2:
             raise InvalidArgumentError(f"pair tensor must be [N, 2], got {list(pairs.shape)}")
         rows = pairs.tolist()
-    elif type(pairs) is list or (
-        isinstance(pairs, Sequence) and not isinstance(pairs, str | bytes)
-    ):
+    elif isinstance(pairs, Sequence) and not isinstance(pairs, str | bytes):
         rows = pairs
     else:
         raise InvalidArgumentError(
@@ -160,6 +164,9 @@ def coalesce_runs(pairs: Sequence[tuple[int, int]]) -> list[Run]:
 def _spans(pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
     """``coalesce_runs`` as plain tuples, for the byte path, where building a ``Run`` per
     scattered pair would cost as much as copying its block."""
+    if len(pairs) == 1:  # nothing to sort or merge
+        src, dst = pairs[0]
+        return [(src, dst, 1)]
     spans: list[tuple[int, int, int]] = []
     ordered = sorted(pairs)
     if not ordered:
@@ -217,7 +224,8 @@ def copy_blocks(store: KVStore, pairs: PairsLike) -> None:
     be both a source and a destination in one call (chains ``1->2, 2->3`` copy the *old* 2 to 3).
     Only runs whose source blocks are also written in this call are staged in a temporary (or, on
     an accelerator, go through the gathered buffer); the rest cannot change before they are read
-    and are copied directly, which halves their traffic.
+    and are copied directly, which halves their traffic. A staged run is held aside in every
+    layer at once: its blocks' ``block_bytes`` each.
     """
     _check_store(store, "store")
     num_blocks = store.num_blocks
@@ -247,21 +255,14 @@ def _copy_within_device(src: KVStore, dst: KVStore, plan: Sequence[tuple[int, in
     if len(runs) > MAX_RUNS and src.device.type != "cpu":
         _gather_scatter(src.tensors(), dst.tensors(), plan, src.device)
         return
-    many = len(runs) > MAX_RUNS
+    # A run is one slab of every layer (``KVStore.blocks``): one copy_ moves it all.
+    source, destination = src.blocks, dst.blocks
     direct, staged = _split_staged(runs, written)
-    # Layers (and K, V) are separate tensors that never alias, so reading-before-writing only has
-    # to hold within one tensor; staging one tensor at a time bounds the temporary memory.
-    pairs_of_tensors = (
-        [(src.blocks, dst.blocks)] if many else list(zip(src.tensors(), dst.tensors(), strict=True))
-    )
-    for source, destination in pairs_of_tensors:
-        if many:  # block is dim 1 of the single allocation, dim 0 of one tensor
-            source, destination = source.transpose(0, 1), destination.transpose(0, 1)
-        temps = [source[r.src : r.src + r.length].clone() for r in staged]
-        for r in direct:
-            destination[r.dst : r.dst + r.length].copy_(source[r.src : r.src + r.length])
-        for r, temp in zip(staged, temps, strict=True):
-            destination[r.dst : r.dst + r.length].copy_(temp)
+    temps = [source[r.src : r.src + r.length].clone() for r in staged]
+    for r in direct:
+        destination[r.dst : r.dst + r.length].copy_(source[r.src : r.src + r.length])
+    for r, temp in zip(staged, temps, strict=True):
+        destination[r.dst : r.dst + r.length].copy_(temp)
 
 
 def _gather_scatter(
@@ -312,11 +313,11 @@ def swap_blocks(src: KVStore, dst: KVStore, pairs: PairsLike) -> None:
     if src.device == dst.device:
         _copy_within_device(src, dst, plan)
         return
-    for s_cache, d_cache in zip(src.tensors(), dst.tensors(), strict=True):
-        for r in coalesce_runs(plan):
-            d_cache[r.dst : r.dst + r.length].copy_(
-                s_cache[r.src : r.src + r.length], non_blocking=True
-            )
+    source, destination = src.blocks, dst.blocks
+    for r in coalesce_runs(plan):  # one contiguous slab of every layer on each side
+        destination[r.dst : r.dst + r.length].copy_(
+            source[r.src : r.src + r.length], non_blocking=True
+        )
     if src.device.type == "cpu":
         _wait_for(dst.device)
     elif dst.device.type == "cpu":
@@ -333,10 +334,14 @@ def _check_pad_sizes(pad_sizes: object) -> tuple[int, ...]:
         isinstance(pad_sizes, str | bytes)
         or not isinstance(pad_sizes, Sequence)
         or not pad_sizes
-        or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 1 for p in pad_sizes)
-    ):
+        or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 1 <= p <= MAX_BLOCKS
+            for p in pad_sizes
+        )
+    ):  # a batch holds at most half a store's blocks, and a store at most MAX_BLOCKS
         raise InvalidArgumentError(
-            f"pad_sizes must be a non-empty sequence of ints >= 1, got {pad_sizes!r}"
+            f"pad_sizes must be a non-empty sequence of ints from 1 to {MAX_BLOCKS},"
+            f" got {pad_sizes!r}"
         )
     return tuple(sorted(set(pad_sizes)))
 
@@ -347,6 +352,8 @@ _DEFAULT_PAD_SIZES_SORTED = _check_pad_sizes(list(DEFAULT_PAD_SIZES))
 def _check_disjoint(pairs: Sequence[tuple[int, int]]) -> None:
     """An exchange batch is a set of disjoint transpositions; anything else has no single answer
     (``(1, 2), (2, 3)`` gives a different result per order) and breaks the padding argument."""
+    if len(pairs) == 1 and pairs[0][0] != pairs[0][1]:  # one pair: no set to build
+        return
     if len({block for pair in pairs for block in pair}) == 2 * len(pairs):
         return
     seen: set[int] = set()

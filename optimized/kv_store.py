@@ -1,14 +1,18 @@
 """The KV tensors of one device: per layer a K and a V cache indexed by block.
 
-Blocks are the first axis (``[num_blocks, block_size, num_kv_heads, head_dim]``) so that one block
-is one contiguous slab and a run of consecutive blocks is one contiguous slab too: that is what
-lets ``pagedkv.optimized.kernels`` move a run with a single ``copy_``. All the cache tensors are
-views of one allocation (``blocks``, ``[tensors, num_blocks, ...]``), so that one block of every
-layer is one strided slice too: a kernel moves a block of all layers with one call. On the host
-(unless pinned for a GPU) the allocation is private memory advised for huge pages
-(``optimized/host_memory.py``), which scattered block copies need to run at ``memcpy`` speed.
-Indices here are 0-based positions in this store; a pool whose ids start at ``first_id``
-subtracts it before calling in.
+Each cache tensor is ``[num_blocks, block_size, num_kv_heads, head_dim]``, blocks first, and all of
+them are views of one allocation (``blocks``) laid out **block by block**: ``[num_blocks, tensors,
+block_size, ...]``. Block ``b`` of every layer, K and V, is one contiguous slab, and so is a run of
+consecutive blocks: that is what lets ``pagedkv.optimized.kernels`` move a run of all layers with a
+single copy. A cache tensor's own block is contiguous too, but its blocks are a whole block's slab
+apart (``stride(0)``): a kernel that reads a cache tensor through its strides sees no difference.
+(The layout was layer by layer before: a scattered block then took one copy per cache tensor, a
+``memcpy`` of 32 KiB at 16 tokens of 8 KV heads of 128 in fp16, and ``copy_blocks`` of 64 scattered
+blocks ran at 0.74-0.81 of a contiguous ``copy_`` of as many bytes; one copy of each block's 256 KiB
+over 8 tensors runs at 1.23-1.40, ``specs/defragmenter.md`` §4.) On the host (unless pinned for a
+GPU) the allocation is private memory advised for huge pages (``optimized/host_memory.py``), which
+scattered block copies need to run at ``memcpy`` speed. Indices here are 0-based positions in this
+store; a pool whose ids start at ``first_id`` subtracts it before calling in.
 
 The model runner's side is ``KVStore.write`` (each token's K and V into its slot, as vLLM's
 ``reshape_and_cache`` does; ``specs/slots.py`` says which slot) and ``KVStore.read``. A store
@@ -94,14 +98,17 @@ class KVStore:
                     num_tensors * math.prod(shape) * dtype.itemsize
                 )
                 self._blocks = torch.frombuffer(self._host_memory, dtype=dtype).view(
-                    num_tensors, *shape
+                    num_blocks, num_tensors, *shape[1:]
                 )
                 # Written now, as torch.zeros would: a page first *read* would map the shared
                 # zero page, and a later write would then get a small page, not a huge one.
                 self._blocks.zero_()
             else:
                 self._blocks = torch.zeros(
-                    (num_tensors, *shape), dtype=dtype, device=requested, pin_memory=pin
+                    (num_blocks, num_tensors, *shape[1:]),
+                    dtype=dtype,
+                    device=requested,
+                    pin_memory=pin,
                 )
         except (RuntimeError, AssertionError, OSError) as exc:
             # Torch reports an unusable device (no such backend, no such index, out of memory) as
@@ -110,7 +117,7 @@ class KVStore:
                 f"cannot allocate {num_layers} layers of {shape} {dtype} on device "
                 f"{requested}: {exc}"
             ) from exc
-        tensors = self._blocks.unbind(0)
+        tensors = self._blocks.unbind(1)
         caches: list[LayerCache]
         if mla:
             caches = [(k, None) for k in tensors]
@@ -166,14 +173,16 @@ class KVStore:
 
     @property
     def blocks(self) -> torch.Tensor:
-        """Every cache tensor as one, ``[tensors, num_blocks, block_size, heads, head_dim]`` in
-        the order of ``tensors()``: ``blocks[:, b]`` is block ``b`` of every layer, K and V."""
+        """Every cache tensor as one, ``[num_blocks, tensors, block_size, heads, head_dim]``, the
+        tensors in the order of ``tensors()``: ``blocks[b]`` is block ``b`` of every layer, K and
+        V, one contiguous slab of ``block_bytes``."""
         return self._blocks
 
     def host_bytes(self) -> memoryview:
-        """The single allocation of a host store as writable bytes, in the order of ``blocks``:
-        what the host kernels (``optimized/host_bytes.py``) copy slices of. Made on first use;
-        it stays valid as long as the store, which never frees or moves its allocation."""
+        """The single allocation of a host store as writable bytes, in the order of ``blocks``
+        (block ``b`` at ``b * block_bytes``): what the host kernels (``optimized/host_bytes.py``)
+        copy slices of. Made on first use; it stays valid as long as the store, which never
+        frees or moves its allocation."""
         if self._host_bytes is None:
             if self._device.type != "cpu":
                 raise InvalidArgumentError(f"a store on {self._device} has no host bytes")

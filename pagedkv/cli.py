@@ -607,7 +607,7 @@ def cmd_soak(args: argparse.Namespace, out: Output) -> int:
             seed,
             exact=exact,
             trace_out=trace_out,
-            progress=lambda steps: shown(steps),
+            progress=shown,
             level=level,
             layouts=layouts,
             model=model,
@@ -670,7 +670,7 @@ def _soak_report(
 ) -> tuple[Report, str | None]:
     """What ``soak`` prints, and the command that replays its trace (if one was written)."""
     from pagedkv.model_tests.oracle import soak_model
-    from pagedkv.model_tests.oracle.soak import CHECKPOINT
+    from pagedkv.model_tests.oracle.soak import CHECKPOINT, LONGEST_CHECKPOINT
 
     mode = "exact mode" if exact else "isomorphic mode"
     if result.model != soak_model.REFERENCE.name:
@@ -689,8 +689,14 @@ def _soak_report(
             + (
                 f"results and the whole state compared at every step (compact,"
                 f" {counted(result.states_compared, 'time')}), the views, the invariants and the"
-                f" compact states built fresh every {CHECKPOINT} steps and at each episode's end"
-                f" ({counted(result.checkpoints, 'time')})"
+                f" compact states built fresh every {CHECKPOINT} steps"
+                + (
+                    f" (two optimized managers compared part by part: the period doubling to"
+                    f" {LONGEST_CHECKPOINT} within an episode)"
+                    if result.paired
+                    else ""
+                )
+                + f" and at each episode's end ({counted(result.checkpoints, 'time')})"
                 + (
                     f"; the target's kept compact state was found stale {len(result.stale)}"
                     " time(s) (a subclass whose own code changes what the optimized manager's"
@@ -1165,11 +1171,13 @@ def main(
             return code
         except ONE_LINE_ERRORS as error:
             return fail(f"error: {error}")
+        # one write each (``print`` writes the newline apart: a second Ctrl-C between the two
+        # left the line open, and the supervisor's own line ran on from it)
         except Terminated:
-            print("pagedkv: terminated", file=err_stream)
+            _say_once(err_stream, "pagedkv: terminated\n")
             return EXIT_TERMINATED
         except KeyboardInterrupt:
-            print("pagedkv: interrupted", file=err_stream)
+            _say_once(err_stream, "pagedkv: interrupted\n")
             return EXIT_INTERRUPTED
         except BrokenPipeError:
             return _reader_gone(out_stream)
@@ -1183,6 +1191,12 @@ def main(
                 f"internal error: {type(error).__name__}{': ' + text if text else ''}"
                 f" ({TRACEBACK_VARIABLE}=1 shows where)"
             )
+
+
+def _say_once(stream: IO[str], line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # a closed stderr loses only the line
+        stream.write(line)
+        stream.flush()
 
 
 def _flush(stream: IO[str]) -> None:

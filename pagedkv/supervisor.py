@@ -92,6 +92,13 @@ def _child(command: Callable[[], int]) -> NoReturn:
     """Run the command, declare its code, and end without waiting for a target's threads."""
     try:
         code = command()
+    except KeyboardInterrupt as stop:
+        # the user's Ctrl-C (or SIGTERM, ``pagedkv.cli``'s subclass) landing after the command's
+        # own handler had stopped catching it, say while it printed its line: the user's stop
+        code, line = (
+            (130, "interrupted") if type(stop) is KeyboardInterrupt else (143, "terminated")
+        )
+        _say(f"pagedkv: {line}")
     except BaseException as error:  # a bug of pagedkv's own: still one line, never a PASS
         _say(f"pagedkv: internal error: {type(error).__name__}: {error}")
         code = EXIT_ERROR

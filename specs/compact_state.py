@@ -50,6 +50,12 @@ kept, is built and held equal to it at every checkpoint (``specs/oracle.md`` §6
 must be a copy, never the implementation's own object (a kept row holds its tokens as
 ``bytes``, not the table's ``bytearray``): a kept part that changed along with the manager
 would equal the fresh one at the checkpoint whatever the comparisons after the calls saw.
+Where two optimized managers with pagedkv's code alone are compared (a subclass without code
+of its own against the optimized stand-in), a pool is kept as its ``fingerprint`` (copies of
+everything its ``compact`` reads) and two pools compare by their fingerprints, pending accesses,
+configuration and first id; its columns are built from the fingerprint
+(``OptimizedBlockPool.compact_of``) only where two fingerprints differ and at each checkpoint,
+where they are held equal to the fresh compact state like any kept part.
 """
 
 from __future__ import annotations

@@ -118,6 +118,22 @@ def packed_chain_hashes(
     return hashes
 
 
+def packed_blocks_chain(
+    parent: BlockHash, blocks: Sequence[bytes], key_bytes: bytes
+) -> list[BlockHash]:
+    """``packed_block_hash`` of consecutive full blocks, each packed on its own (all of one
+    length: a prompt's blocks as a pool keeps them), each after the one before."""
+    if not blocks:
+        return []
+    count = struct.pack("<I", len(blocks[0]) >> 3)
+    sha256, join = hashlib.sha256, b"".join
+    hashes: list[BlockHash] = []
+    for packed in blocks:
+        parent = sha256(join((BLOCK_DOMAIN, parent, count, packed, key_bytes))).digest()
+        hashes.append(parent)
+    return hashes
+
+
 def block_hash(parent: BlockHash, tokens: Sequence[Token], extra_key: ExtraKey) -> BlockHash:
     """
     pre: len(parent) == 32 and encodable(extra_key)

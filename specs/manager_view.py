@@ -18,6 +18,11 @@ class SeqView:
     tokens: tuple[Token, ...]
     blocks: tuple[BlockId, ...]
 
+    def num_tokens(self) -> int:
+        """As a live table answers it (``OptimizedBlockSpaceManager.live``), whose tokens are
+        packed: what a driver reading either reads."""
+        return len(self.tokens)
+
 
 @dataclass(frozen=True, slots=True)
 class GroupView:

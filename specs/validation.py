@@ -522,11 +522,12 @@ def check_defrag_config(config: DefragConfig) -> None:
     if (
         not isinstance(sizes, tuple)
         or not sizes
-        or not all(_is_int(s) and s >= 1 for s in sizes)
+        or not all(_is_int(s) and 1 <= s <= MAX_BLOCKS for s in sizes)
         or list(sizes) != sorted(set(sizes))
     ):
         raise ConfigurationError(
-            f"pad_sizes must be a non-empty increasing tuple of ints >= 1, got {sizes!r}"
+            f"pad_sizes must be a non-empty increasing tuple of ints from 1 to {MAX_BLOCKS},"
+            f" got {sizes!r}"
         )
     reserved = config.reserved
     if not isinstance(reserved, frozenset) or not all(

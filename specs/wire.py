@@ -743,10 +743,14 @@ def _plain_status(value: object) -> Any:
     return value if type(value) is AllocStatus else NOT_PLAIN
 
 
+_SEQUENCES = (list, tuple)
+"""A tuple of types, not a union (``list | tuple`` is built again at every call)."""
+
+
 def _plain_ids(value: object) -> Any:
     cls = type(value)
-    if not isinstance(value, list | tuple) or (cls is not list and cls is not tuple):
-        return NOT_PLAIN  # isinstance narrows for mypy; the type test refuses subclasses
+    if (cls is not list and cls is not tuple) or not isinstance(value, _SEQUENCES):
+        return NOT_PLAIN  # the type test refuses subclasses; isinstance narrows for mypy
     for item in value:  # every table read: a loop, not a generator
         if type(item) is not int:
             return NOT_PLAIN
@@ -755,7 +759,7 @@ def _plain_ids(value: object) -> Any:
 
 def _plain_pairs(value: object) -> Any:
     cls = type(value)
-    if not isinstance(value, list | tuple) or (cls is not list and cls is not tuple):
+    if (cls is not list and cls is not tuple) or not isinstance(value, _SEQUENCES):
         return NOT_PLAIN
     pairs = []
     for pair in value:

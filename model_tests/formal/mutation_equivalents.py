@@ -409,15 +409,14 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     **{
         ("optimized/kernels.py", source, mutation): (
             "the test only picks how the runs are moved within one device: by one gather and"
-            " one scatter per tensor, or a copy_ per run (per tensor, or of the single"
-            " allocation); each moves the same blocks, every source read before a destination"
-            " of the same tensor is written"
+            " one scatter per tensor, or a copy_ per run of the single allocation; each moves"
+            " the same blocks, every source read before a destination of the same tensor is"
+            " written"
         )
         for source, mutation in (
             ('if len(runs) > MAX_RUNS and src.device.type != "cpu":', "Gt -> GtE"),
             ('if len(runs) > MAX_RUNS and src.device.type != "cpu":', "NotEq -> Eq"),
             ('if len(runs) > MAX_RUNS and src.device.type != "cpu":', "And -> Or"),
-            ("many = len(runs) > MAX_RUNS", "Gt -> GtE"),
         )
     },
     **{
@@ -426,11 +425,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
             " temps one per staged run): its strict check can never fire"
         )
         for source in (
-            "[(src.blocks, dst.blocks)] if many else list(zip(src.tensors(), dst.tensors(),"
-            " strict=True))",
             "for r, temp in zip(staged, temps, strict=True):",
             "for source, destination in zip(sources, destinations, strict=True):",
-            "for s_cache, d_cache in zip(src.tensors(), dst.tensors(), strict=True):",
         )
     },
     (
@@ -452,7 +448,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ),
     (
         "optimized/kernels.py",
-        "s_cache[r.src : r.src + r.length], non_blocking=True",
+        "source[r.src : r.src + r.length], non_blocking=True",
         "True -> False",
     ): (
         "a blocking copy moves the same bytes; it only returns later, and the call waits for"

@@ -53,8 +53,10 @@ safety tier (``specs/safety.md``), the rule broken: S1 aliasing, S2 accounting, 
 copy and swap pairs, S5 KV data (S6 is ``untyped`` or ``atomicity``, S7 ``promise``). Under
 every mode (``answers.py``): an answer that is not the protocol's exact value (``type``: a float, a
 numpy scalar, a mock where an ``int`` is due), and one that later turned into another answer
-(``answer``: a list reused for the next one). At the request level: KV events that are not the
-model's (``events``, under a profile) or that mislead a router (under the safety tier)."""
+(``answer``: a list reused for the next one), or a call that changed what it was handed
+(``answer`` too: the caller's prompt or ids, ``run_call``). At the request level: KV events
+that are not the model's (``events``, under a profile) or that mislead a router (under the
+safety tier)."""
 
 KINDS: tuple[DivergenceKind, ...] = get_args(DivergenceKind)
 
@@ -160,18 +162,26 @@ def shared_error(
     return model_error
 
 
+_CONTAINERS = (list, tuple, dict, set)
+"""What ``detached`` copies (a tuple of types, not a union: ``isinstance`` reads it at C speed)."""
+_INTS = frozenset({int})
+
+
 def detached(value: Any) -> Any:
     """``value`` with every list, dict and set in it copied (tuples rebuilt around them): what
     a side is handed is its own. A target that changed a prompt it was passed in place would
     otherwise change what the reference is then given, and what the trace records, and the two
     would agree on the wrong input. (An int, most items of all, is taken as it is at once:
-    every call's arguments are detached, for each side.)"""
+    every call's arguments are detached, for each side; a list of ints alone, a prompt, is
+    copied in C.)"""
+    if type(value) is list and _INTS.issuperset(map(type, value)):
+        return value.copy()
     if isinstance(value, list):
         return [item if type(item) is int else detached(item) for item in value]
     if isinstance(value, tuple):
         for item in value:
-            if isinstance(item, list | tuple | dict | set):
-                return tuple(detached(item) for item in value)
+            if isinstance(item, _CONTAINERS):
+                return tuple([detached(item) for item in value])
         return value
     if isinstance(value, dict):
         return {key: detached(item) for key, item in value.items()}
@@ -188,8 +198,9 @@ def run_call(
     called before any other): the result, or the exception it raised. ``extra`` are
     keyword arguments only the reference takes (the pool's ``choice``)."""
     args = detached(call.args) if detach else call.args
+    outcome: tuple[T | None, BaseException | None]
     try:
-        return call.method(side)(*args, **extra), None
+        outcome = call.method(side)(*args, **extra), None
     except (KeyboardInterrupt, TargetStopped):
         raise
     except BaseException as error:  # SystemExit, GeneratorExit ... too: a finding, not a crash
@@ -199,7 +210,15 @@ def run_call(
             # error (a cycle through the frames' ``f_back``), and a check raises thousands:
             # cyclic garbage that only the collector frees, a fifth of a check's time.
             error.__traceback__ = None
-        return None, error
+        outcome = None, error
+    if args is not call.args and args != call.args:
+        raise Divergence(
+            f"{call.name}: the target changed the arguments it was handed, from"
+            f" {show_value(call.args)} to {show_value(args)}: a caller's lists are its own"
+            " (specs/oracle.md §1)",
+            "answer",
+        )
+    return outcome
 
 
 def _describe(result: Any, error: BaseException | None) -> str:

@@ -38,19 +38,22 @@ def mapping_problems(view: ManagerView) -> list[str]:
     null block), each holding the table's tokens for its position; no copy is left pending."""
     problems = []
     size = view.config.block_size
+    null_block = view.null_block
+    pools = {device: view.pool(device) for device in (Device.GPU, Device.CPU)}
+    ids = {device: pool.config.block_ids for device, pool in pools.items()}
     for seq_id, seq in view.seqs.items():
         group = view.groups.get(seq.group_id)
         if group is None or seq_id not in group.seq_ids:
             problems.append(f"sequence {seq_id} is not a member of group {seq.group_id}")
             continue
-        pool = view.pool(group.device)
+        pool = pools[group.device]
         placed = [(b, group.device) for b in seq.blocks]
         placed += [(b, group.cross_device) for b in group.cross_blocks]
         for block, device in placed:
-            where = view.pool(device)
-            if block == view.null_block:
+            where = pools[device]
+            if block == null_block:
                 continue
-            if block not in where.config.block_ids or where.blocks[block].ref_count == 0:
+            if block not in ids[device] or where.blocks[block].ref_count == 0:
                 problems.append(
                     f"sequence {seq_id} maps to block {block}, not an allocated"
                     f" {device.value} block"
@@ -61,7 +64,7 @@ def mapping_problems(view: ManagerView) -> list[str]:
         for index, block in enumerate(seq.blocks):
             held = pool.blocks.get(block)
             wanted = seq.tokens[index * size : (index + 1) * size]
-            if block != view.null_block and held is not None and held.tokens != wanted:
+            if block != null_block and held is not None and held.tokens != wanted:
                 problems.append(
                     f"sequence {seq_id}: block {block} at position {index} holds"
                     f" {list(held.tokens)}, the table's tokens there are {list(wanted)}"

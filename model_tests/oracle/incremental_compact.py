@@ -20,15 +20,28 @@ to keep what did not change, by whose code the manager runs (``own_code_only``):
   pool's columns are kept with the pool's ``fingerprint`` (everything ``compact`` reads of it,
   copied at C speed) and the accesses still pending on it.
 
+Paired (``IncrementalCompact.pair``: the model's reader and the target's, both on the record
+route, in ``pagedkv soak`` of a subclass without code of its own against the optimized
+stand-in), a pool that a change may have reached is kept as its fingerprint alone, and the soak
+compares the two states part by part (``soak.Lockstep.same_pair``): the rows, and each pool by
+its fingerprint, pending accesses, configuration and first id, which are everything
+``OptimizedBlockPool.compact_of`` reads to build the pool's columns. The columns are built,
+from the fingerprint, only where two fingerprints differ (a free heap in another order) and at
+each checkpoint.
+
 A kept part can go stale: a change the record or the fingerprint missed would keep old rows or
 columns while the manager changed. So it is never the last word: at every checkpoint the soak
 builds the compact state fresh on both sides (``OptimizedBlockSpaceManager.compact``, nothing
 kept) and holds the kept one equal to it; a stale one sends the episode to a replay that
-compares fresh whole states after every call (``soak.Lockstep.fresh_check``).
+compares fresh whole states after every call (``soak.Lockstep.fresh_check``). A paired pool's
+columns, built at the checkpoint from its fingerprint, are held to the fresh ones the same way:
+a fingerprint that missed something (and ``compact_of``, which reads nothing else) would show
+there.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pagedkv.model_tests.oracle.stand_in_guard import patched
@@ -102,53 +115,119 @@ def _same_kinds(found: object, fresh: object) -> bool:
     )
 
 
+@dataclass(slots=True, eq=False)
+class Looked:
+    """A pool as a reader last looked at it: the pool, its fingerprint (``()`` where the
+    reader keeps none), the pending accesses it shows, and its compact part, None until built
+    (``IncrementalCompact.part``: a paired reader builds it from the fingerprint only when it is
+    asked for). A ``Looked`` is never replaced while the pool is not looked at again: the same
+    object, the same pool as it was then."""
+
+    pool: OptimizedBlockPool
+    fingerprint: tuple[object, ...]
+    held: Held
+    part: CompactPool | None
+
+
 class IncrementalCompact:
     """``manager.compact()``, kept between calls (the module's docstring). What it returns is
     never changed afterwards: the parts a later call did not change are the same objects."""
 
     def __init__(self, manager: OptimizedBlockSpaceManager) -> None:
         self.manager = manager
-        self.pools: list[tuple[OptimizedBlockPool, tuple[object, ...], Held, CompactPool] | None]
-        self.pools = [None, None]
-        """The GPU pool's part and the CPU pool's, each kept with the pool it came from, its
-        fingerprint (on the fingerprint route) and the pending accesses it shows."""
+        self.pools: list[Looked | None] = [None, None]
+        """The GPU pool and the CPU pool, as last looked at."""
         self.changes = manager.record_changes() if own_code_only(manager) else None
         self.last: CompactManager | None = None
+        """The compact state last returned, while it is still what the last ``update`` read."""
+        self.read = False
+        """Whether the record was read once (``update``): before, everything is new."""
         self.seqs: dict[int, SeqFields] = {}
         self.groups: dict[int, GroupFields] = {}
+        self.since: tuple[dict[int, SeqFields], set[int], dict[int, GroupFields], set[int]]
+        self.since = (self.seqs, set(), self.groups, set())
+        """What the last update started from and read again: the sequences' rows before it and
+        the ids whose rows it read (every other row is the very one it was), and the same of
+        the groups (``soak.Lockstep.same_pair`` compares only those rows)."""
         self.pending: dict[int, tuple[Device, Pending]] = {}
         """The sequences with a pending access: their device and the access."""
         self.held: tuple[Held, Held] = ({}, {})
         self.marks = (0, 0)
         """The record's counts of pool changes no sequence shows, as last read."""
+        self.paired = False
+        """Paired with the other side's reader (``pair``): a pool a change may have reached is
+        fingerprinted, its columns built only when asked for."""
 
     def __call__(self) -> CompactManager:
         changes = self.changes
         if changes is None or changes.detached:
             return self.fingerprinted()
+        last = self.last
+        if not self.update() and last is not None:
+            return last
+        manager = self.manager
+        built = self.last = CompactManager(
+            manager.config,
+            self.part(0),
+            self.part(1),
+            self.seqs,
+            self.groups,
+            manager.get_null_block(),
+        )
+        return built
+
+    def pair(self, other: IncrementalCompact) -> bool:
+        """Pair this reader with ``other``, the other side's in a soak, if both read through the
+        record (each pool then is the optimized pool itself, with pagedkv's code:
+        ``own_code_only``): after each call the two states are compared part by part
+        (``soak.Lockstep.same_state``), a pool by its fingerprint, the same exactly when the
+        columns ``compact`` would build are (``OptimizedBlockPool.compact_of``); the columns
+        are built only where two fingerprints differ, and at each checkpoint, where the kept
+        state is held to the fresh one."""
+        if self.changes is None or other.changes is None:
+            return False
+        self.paired = other.paired = True
+        return True
+
+    def update(self) -> bool:
+        """The record read (on its route only): the rows of the sequences and groups it names
+        read again, and each pool a change may have reached looked at again (``look``);
+        whether anything may have changed since the last update (False: all that was read
+        then still holds)."""
+        changes = self.changes
+        assert changes is not None
         manager = self.manager
         gpu, cpu = manager.pools()
-        last = self.last
         marks = (changes.gpu, changes.cpu)
-        if last is None:  # everything is new
+        if not self.read:  # everything is new
+            self.read = True
             live = manager.live()
             changes.seqs.update(live.seqs)
             changes.groups.update(live.groups)
             on_gpu = on_cpu = True
         elif not changes.seqs and not changes.groups and marks == self.marks:
             if self.same_pools(gpu, cpu):
-                return last
+                return False
             on_gpu = on_cpu = False
         else:
             on_gpu, on_cpu = marks[0] != self.marks[0], marks[1] != self.marks[1]
         self.marks = marks
-        if changes.seqs:
-            gpu_seqs, cpu_seqs = self.changed_seqs(changes.seqs)
+        self.last = None
+        changed_seqs, changed_groups = changes.seqs, changes.groups
+        self.since = (
+            self.seqs,
+            changed_seqs or set(),  # an empty record's set stays the record's: not kept
+            self.groups,
+            changed_groups or set(),
+        )
+        if changed_seqs:
+            changes.seqs = set()
+            gpu_seqs, cpu_seqs = self.changed_seqs(changed_seqs)
             on_gpu, on_cpu = on_gpu or gpu_seqs, on_cpu or cpu_seqs
-            changes.seqs.clear()
-        if changes.groups:
+        if changed_groups:
+            changes.groups = set()
             groups = dict(self.groups)
-            for group_id in changes.groups:
+            for group_id in changed_groups:
                 was = groups.get(group_id)
                 fields = manager.compact_group(group_id)
                 if fields is None:
@@ -162,31 +241,30 @@ class IncrementalCompact:
                         else:
                             on_cpu = True
             self.groups = groups
-            changes.groups.clear()
-        built = self.last = CompactManager(
-            manager.config,
-            self.pool(0, gpu, self.held[0], on_gpu),
-            self.pool(1, cpu, self.held[1], on_cpu),
-            self.seqs,
-            self.groups,
-            manager.get_null_block(),
-        )
-        return built
+        self.look(0, gpu, self.held[0], on_gpu)
+        self.look(1, cpu, self.held[1], on_cpu)
+        return True
 
     def unchanged(self) -> CompactManager | None:
         """The compact state returned last, if the record says nothing changed since and the
         manager's pools are the same; else None (on the fingerprint route: always None)."""
         changes, last = self.changes, self.last
-        if (
-            changes is None
-            or changes.detached
-            or last is None
-            or changes.seqs
-            or changes.groups
-            or (changes.gpu, changes.cpu) != self.marks
-        ):
+        if changes is None or changes.detached or last is None or not self.quiet():
             return None
-        return last if self.same_pools(*self.manager.pools()) else None
+        return last
+
+    def quiet(self) -> bool:
+        """On the record route: whether the record says nothing changed since the last update,
+        and the manager's pools are the same (``update`` would return False)."""
+        changes = self.changes
+        assert changes is not None
+        return (
+            self.read
+            and not changes.seqs
+            and not changes.groups
+            and (changes.gpu, changes.cpu) == self.marks
+            and self.same_pools(*self.manager.pools())
+        )
 
     def changed_seqs(self, changed: set[int]) -> tuple[bool, bool]:
         """The rows of the ``changed`` sequences read again, and the pending accesses merged
@@ -238,22 +316,37 @@ class IncrementalCompact:
     def same_pools(self, gpu: OptimizedBlockPool, cpu: OptimizedBlockPool) -> bool:
         """Whether the manager's pools are those the kept parts came from."""
         on_gpu, on_cpu = self.pools
-        return on_gpu is not None and on_gpu[0] is gpu and on_cpu is not None and on_cpu[0] is cpu
+        return (
+            on_gpu is not None and on_gpu.pool is gpu and on_cpu is not None and on_cpu.pool is cpu
+        )
 
-    def pool(
-        self, index: int, pool: OptimizedBlockPool, untouched: Held, changed: bool
-    ) -> CompactPool:
-        """The pool's compact form: the one kept, unless a change may have reached the pool,
-        its pending accesses are others or it is another pool; else built and kept."""
+    def look(self, index: int, pool: OptimizedBlockPool, held: Held, changed: bool) -> None:
+        """The pool as last looked at is kept, unless a change may have reached it, its
+        pending accesses are others or it is another pool; else it is looked at again:
+        fingerprinted (paired), or its columns built."""
         known = self.pools[index]
         if (
             not changed
             and known is not None
-            and known[0] is pool
-            and (known[2] is untouched or known[2] == untouched)
+            and known.pool is pool
+            and (known.held is held or known.held == held)
         ):
-            return known[3]
-        return self.build(index, pool, (), untouched)
+            return
+        if self.paired:
+            self.pools[index] = Looked(pool, pool.fingerprint(), held, None)
+        else:
+            self.build(index, pool, (), held)
+
+    def part(self, index: int) -> CompactPool:
+        """The pool's compact part as last looked at: built from its fingerprint if it was not
+        built then (``OptimizedBlockPool.compact_of``: the fingerprint's own copies, never
+        changed)."""
+        looked = self.pools[index]
+        assert looked is not None
+        part = looked.part
+        if part is None:
+            part = looked.part = looked.pool.compact_of(looked.fingerprint, looked.held)
+        return part
 
     def build(
         self, index: int, pool: OptimizedBlockPool, fingerprint: tuple[object, ...], held: Held
@@ -263,7 +356,7 @@ class IncrementalCompact:
         fields[TOKENS], fields[HASHES] = list(fields[TOKENS]), list(fields[HASHES])
         fields[CACHED] = dict(fields[CACHED])
         built = CompactPool._make(fields)
-        self.pools[index] = (pool, fingerprint, held, built)
+        self.pools[index] = Looked(pool, fingerprint, held, built)
         return built
 
     # --- a subclass with code of its own: fingerprints ------------------------------------------
@@ -289,6 +382,6 @@ class IncrementalCompact:
         """The one kept, if it was built from the same fingerprint and pending accesses."""
         fingerprint = pool.fingerprint()
         known = self.pools[index]
-        if known is not None and known[2] == untouched and known[1] == fingerprint:
-            return known[3]
+        if known is not None and known.held == untouched and known.fingerprint == fingerprint:
+            return self.part(index)
         return self.build(index, pool, fingerprint, untouched)

@@ -31,11 +31,16 @@ def layout_of_groups(groups: Iterable[KVGroup]) -> GroupKind:
 
 
 def parse_layouts(text: str) -> tuple[GroupKind, ...]:
-    """``full,hybrid`` -> the layouts, in their order; ValueError naming a wrong one."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    """``full,hybrid`` -> the layouts, in their order; ValueError naming a wrong one, an empty
+    one (``,full``: a typo, not a choice) or one given twice."""
+    names = [name.strip() for name in text.split(",")]
+    known = f"(known: {', '.join(LAYOUTS)})"
+    if "" in names:
+        raise ValueError(f"an empty group layout in {text!r} {known}")
     wrong = [name for name in names if name not in LAYOUTS]
-    if wrong or not names:
-        raise ValueError(
-            f"unknown group layout {', '.join(wrong) or repr(text)} (known: {', '.join(LAYOUTS)})"
-        )
+    if wrong:
+        raise ValueError(f"unknown group layout {', '.join(wrong)} {known}")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"group layout {', '.join(twice)} given twice in {text!r}")
     return tuple(layout for layout in LAYOUTS if layout in names)

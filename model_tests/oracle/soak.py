@@ -11,8 +11,11 @@ What is compared. Every step: the result, or the error type, and every promise (
 said yes is followed by its action, which must succeed; a NEVER must be NEVER on an empty
 manager too). In exact mode at the manager level, also the whole state after every call, failed
 ones included (I6), as compact states (``specs/compact_state.py``; the views only where those
-differ). Every ``CHECKPOINT`` steps and at the end of each episode: the views themselves, and
-invariants I1-I4 on the model's. In isomorphic mode the calls go through the oracle's
+differ), or, for two optimized managers running pagedkv's code alone, part by part from their
+records (``Lockstep.same_pair``). Every ``CHECKPOINT`` steps and at the end of each episode: the
+kept compact states held to fresh ones, the views themselves (rendered from those fresh
+compact states where a side's ``view`` is the optimized manager's), and invariants I1-I4 on the
+model's. In isomorphic mode the calls go through the oracle's
 isomorphic session, which compares block tables, mappings and free counts at every step.
 A divergence becomes a trace of the episode's calls, shrunk by deleting calls while the replay
 still diverges (comparing the whole state after every call), and written out for
@@ -23,7 +26,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -44,8 +48,8 @@ from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle import codec, trace
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import close_target
-from pagedkv.model_tests.oracle.guard import unguarded
-from pagedkv.model_tests.oracle.incremental_compact import own_code_only
+from pagedkv.model_tests.oracle.guard import as_its_call, unguarded
+from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact, Looked, own_code_only
 from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.request_soak import (
     RequestLockstep,
@@ -61,6 +65,8 @@ from pagedkv.model_tests.oracle.soak_model import (
 )
 from pagedkv.model_tests.oracle.stand_in_guard import patched
 from pagedkv.model_tests.oracle.watchdog import watched
+from pagedkv.optimized import block_manager
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import invariants
 from pagedkv.specs import manager_calls as calls
@@ -77,6 +83,13 @@ EPISODE = 2000
 HIT_RATE = "get_prefix_cache_hit_rate"
 """Compared within ``manager_session.RATE_TOLERANCE``, as under ``check``."""
 CHECKPOINT = 64
+LONGEST_CHECKPOINT = 512
+"""Between two paired readers (``Lockstep.same_pair``: two optimized managers that run
+pagedkv's code alone) the period doubles from ``CHECKPOINT`` after each checkpoint, up to this,
+within an episode: their comparison after each call rests on the record and the fingerprint,
+each held equal to a fresh compact state after every call of random walks by the tests
+(``test_soak_record.py``, ``test_soak_paired.py``), so the checkpoint there is the backstop of
+a property already held; every episode still ends with one."""
 TEMPLATE: tuple[Token, ...] = (3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8)
 EXTRA_KEYS = (ExtraKey(), ExtraKey(), ExtraKey(lora_id=2), ExtraKey(cache_salt="s"))
 
@@ -112,6 +125,9 @@ class SoakResult:
     """The optimized model disagrees with the reference on the failing episode's calls: a bug of
     pagedkv's, not the target's (``failure`` then says what the stand-in saw). ``calls`` and
     ``trace`` are that disagreement, shrunk; ``pagedkv replay --target optimized`` shows it."""
+    paired: bool = False
+    """Some episode compared two paired readers (``Lockstep.same_pair``), whose checkpoints come
+    further apart as the episode goes (``LONGEST_CHECKPOINT``)."""
     confirmed: bool = False
     """A stand-in model's divergence was put to the reference, which confirmed it."""
     stale: list[str] = field(default_factory=list)
@@ -156,10 +172,24 @@ class Lockstep:
         self.target_fresh: Reader | None = None
         """The target's compact state built with nothing kept, where ``target_compact`` keeps
         parts between calls."""
+        self.pair: tuple[IncrementalCompact, IncrementalCompact] | None = None
+        """The model's reader and the target's, paired (``IncrementalCompact.pair``): the
+        states compared part by part after each call (``same_pair``)."""
+        self.agreed_parts: tuple[object, ...] | None = None
+        """The parts of the two states last found equal by ``same_pair``."""
         if exact and every_call:
-            self.target_compact, self.target_fresh = compact_reader(
+            self.target_compact, self.target_fresh, kept = compact_reader(
                 self.target, keep=keep_target_parts
             )
+            mine = self.read_compact
+            if isinstance(mine, IncrementalCompact) and kept is not None and kept.pair(mine):
+                self.pair = (mine, kept)
+        self.model_renders = self.fresh_compact is LOADED_COMPACT and renders_its_compact(
+            self.model
+        )
+        self.target_renders = self.target_fresh is not None and renders_its_compact(self.target)
+        """Whether a side's ``view`` is ``view_of_compact`` of the fresh compact state the
+        checkpoint builds (``same_views``, which looks again)."""
         self.agreed: tuple[CompactManager, CompactManager] | None = None
         """The last two compact states found equal (``same_parts``)."""
         self.compared = 0
@@ -211,6 +241,8 @@ class Lockstep:
         when the views are. Only when they differ are the views built, to say where."""
         assert self.target_compact is not None
         self.compared += 1
+        if self.pair is not None and self.same_pair(call):
+            return
         mine = self.read_compact()
         try:
             theirs = self.target_compact()
@@ -222,12 +254,72 @@ class Lockstep:
             self.agreed = None
             self.same_views(f"after {show_call(call.name, call.args)}")
 
-    def same_views(self, when: str) -> ManagerView:
-        """The model's view, once the target's has been found equal to it (exact mode)."""
-        view: ManagerView = self.model.view()
-        if self.exact:
+    def same_pair(self, call: ManagerCall[Any]) -> bool:
+        """``same_state`` of two paired readers (``IncrementalCompact.pair``), part by part
+        from what each record says changed: the sequences' rows, the groups', each pool by its
+        fingerprint with its pending accesses, configuration and first id (equal exactly when
+        the columns ``compact`` would build are: ``OptimizedBlockPool.compact_of``), the
+        configuration and the null block. A part that is on both sides the object it was when
+        last found equal is equal without a look. True: the two states are equal; False: they
+        may not be (two pools whose fingerprints differ, say, a heap in another order, or a
+        record no longer read), and ``same_state`` compares the compact states themselves."""
+        assert self.pair is not None
+        mine, theirs = self.pair
+        if mine.changes is None or mine.changes.detached:
+            return False
+        if theirs.changes is None or theirs.changes.detached:
+            return False
+        changed = mine.update()
+        if not theirs.quiet():  # the target's reader runs as one of its calls (its timeout)
             try:
-                theirs = self.target.view()
+                as_its_call(self.target, "compact", theirs.update)
+            except Exception as error:
+                raise _unreadable(f"after {show_call(call.name, call.args)}", error) from None
+            changed = True
+        agreed = self.agreed_parts
+        if not changed and agreed is not None:
+            return True
+        gpu, their_gpu = mine.pools[0], theirs.pools[0]
+        cpu, their_cpu = mine.pools[1], theirs.pools[1]
+        assert gpu is not None and their_gpu is not None
+        assert cpu is not None and their_cpu is not None
+        parts = (mine.seqs, theirs.seqs, mine.groups, theirs.groups, gpu, their_gpu, cpu, their_cpu)
+        if agreed is None:
+            agreed = (None,) * len(parts)
+        same = (
+            _same_rows(parts[0], parts[1], agreed[0], agreed[1], mine.since[:2], theirs.since[:2])
+            and _same_rows(
+                parts[2], parts[3], agreed[2], agreed[3], mine.since[2:], theirs.since[2:]
+            )
+            and ((gpu is agreed[4] and their_gpu is agreed[5]) or _same_pool(gpu, their_gpu))
+            and ((cpu is agreed[6] and their_cpu is agreed[7]) or _same_pool(cpu, their_cpu))
+            and mine.manager.config == theirs.manager.config
+            and mine.manager.get_null_block() == theirs.manager.get_null_block()
+        )
+        self.agreed_parts = parts if same else None
+        return same
+
+    def same_views(
+        self, when: str, fresh: tuple[CompactManager, CompactManager] | None = None
+    ) -> ManagerView:
+        """The model's view, once the target's has been found equal to it (exact mode).
+        ``fresh``: both sides' compact states just built fresh (``fresh_check``), of which a
+        side whose ``view`` is rendered from its ``compact`` (``renders_its_compact``) has its
+        view rendered here, without building its compact state again; if both do and the two
+        compact states are equal, the target's view is the model's (the same function of an
+        equal value) and is not rendered twice."""
+        mine = theirs_fresh = None
+        if fresh is not None:
+            if self.model_renders and renders_its_compact(self.model):
+                mine = fresh[0]
+            if self.target_renders and renders_its_compact(self.target):
+                theirs_fresh = fresh[1]
+        view: ManagerView = self.model.view() if mine is None else rendered(mine)
+        if self.exact:
+            if mine is not None and theirs_fresh is not None and mine == theirs_fresh:
+                return view
+            try:
+                theirs = self.target.view() if theirs_fresh is None else rendered(theirs_fresh)
             except Exception as error:
                 raise _unreadable(when, error) from None
             if not isinstance(theirs, ManagerView):
@@ -242,29 +334,99 @@ class Lockstep:
         """The whole state (exact mode) and invariants I1-I4 of the model's. Where the compact
         states compared after every call keep parts between calls, each is first held equal to
         one built fresh: else ``StaleCache``."""
-        self.fresh_check(when)
-        view = self.same_views(when)
+        view = self.same_views(when, self.fresh_check(when))
         problems = state_problems(view)
         if problems:
             raise Divergence(f"{when}: invariants: " + "; ".join(problems))
 
-    def fresh_check(self, when: str) -> None:
+    def fresh_check(self, when: str) -> tuple[CompactManager, CompactManager] | None:
         """Each side's kept compact state equals the one built fresh, with nothing kept: the
-        comparisons after every call since the last checkpoint saw the whole state."""
+        comparisons after every call since the last checkpoint saw the whole state. The two
+        fresh states, where both sides keep parts (else None)."""
         if self.target_compact is None:
-            return
+            return None
         stale = []
         fresh = self.fresh_compact
-        if fresh is not None and self.read_compact() != fresh(self.model):
-            stale.append("the model's")
+        mine = theirs = None
+        if fresh is not None:
+            mine = fresh(self.model)
+            if self.read_compact() != mine:
+                stale.append("the model's")
         try:
-            if self.target_fresh is not None and self.target_compact() != self.target_fresh():
-                stale.append("the target's")
+            if self.target_fresh is not None:
+                theirs = self.target_fresh()
+                if self.target_compact() != theirs:
+                    stale.append("the target's")
         except Exception as error:
             raise _unreadable(when, error) from None
         if stale:
             message = f"{when}: {' and '.join(stale)} kept compact state is stale"
             raise StaleCache(message, model=stale[0] == "the model's")
+        return None if mine is None or theirs is None else (mine, theirs)
+
+
+_ABSENT = object()
+
+
+def _same_rows(
+    mine: Mapping[int, object],
+    theirs: Mapping[int, object],
+    agreed_mine: object,
+    agreed_theirs: object,
+    my_update: tuple[Mapping[int, object], AbstractSet[int]],
+    their_update: tuple[Mapping[int, object], AbstractSet[int]],
+) -> bool:
+    """``mine == theirs`` for two paired readers' rows (sequences', or groups'), the pair last
+    found equal being ``agreed_mine`` and ``agreed_theirs``. Where each side's last update
+    started from its agreed rows (``IncrementalCompact.since``), only the ids either update
+    read again can differ: every other row is on each side the very row that was found equal
+    then, so those alone are compared; else the whole rows are."""
+    if mine is agreed_mine and theirs is agreed_theirs:
+        return True
+    (my_start, my_read), (their_start, their_read) = my_update, their_update
+    if my_start is not agreed_mine or their_start is not agreed_theirs:
+        return mine == theirs
+    return all(mine.get(key, _ABSENT) == theirs.get(key, _ABSENT) for key in my_read | their_read)
+
+
+def _same_pool(mine: Looked, theirs: Looked) -> bool:
+    """Two optimized pools as paired readers last looked at them: the same fingerprint, pending
+    accesses, configuration and first id (``OptimizedBlockPool.compact_of`` reads nothing
+    else, so their columns are the same)."""
+    return (
+        mine.fingerprint == theirs.fingerprint
+        and (mine.held is theirs.held or mine.held == theirs.held)
+        and mine.pool._first_id == theirs.pool._first_id
+        and mine.pool._config == theirs.pool._config
+    )
+
+
+LOADED_VIEW, LOADED_COMPACT = OptimizedBlockSpaceManager.view, OptimizedBlockSpaceManager.compact
+LOADED_CODES = (LOADED_VIEW.__code__, LOADED_COMPACT.__code__)
+"""The optimized manager's ``view`` and ``compact`` as pagedkv loaded them (before any target)."""
+
+
+def renders_its_compact(manager: Any) -> bool:
+    """Whether ``manager.view()`` is ``view_of_compact(manager.compact())`` with both methods
+    the optimized manager's as loaded (``LOADED_VIEW``, their code too), none set on the
+    instance, ``compact`` as loaded. ``manager`` may be guarded."""
+    found = unguarded(manager)
+    kind = type(found)
+    return (
+        kind.view is LOADED_VIEW
+        and kind.compact is LOADED_COMPACT
+        and LOADED_VIEW.__code__ is LOADED_CODES[0]
+        and LOADED_COMPACT.__code__ is LOADED_CODES[1]
+        and isinstance(found, OptimizedBlockSpaceManager)
+        and not {"compact", "view"} & getattr(found, "__dict__", {}).keys()
+    )
+
+
+def rendered(compact: CompactManager) -> ManagerView:
+    """The view the optimized manager's ``view`` renders from ``compact``: through the very
+    function it calls (looked up where it looks it up)."""
+    render: Callable[[CompactManager], ManagerView] = vars(block_manager)["view_of_compact"]
+    return render(compact)
 
 
 def _unreadable(when: str, error: Exception) -> Divergence:
@@ -471,7 +633,7 @@ class Walk:
             self.preempt(group_id)
             return
         for seq_id in self.side.state().groups[group_id].seq_ids:
-            start = len(self.side.state().seqs[seq_id].tokens)
+            start = self.side.state().seqs[seq_id].num_tokens()
             result = self.side.call(
                 calls.append_slots(seq_id, self.tokens(start, num_new), lookahead)
             )
@@ -534,7 +696,9 @@ class Walk:
 # --- running and shrinking ----------------------------------------------------------------------
 
 
-Progress = Callable[[int], None]
+Progress = Callable[[int, int | None, str], None]
+"""Told the steps so far, and while shrinking the calls left and the phase's name
+(``progress.Progress``)."""
 Side = Lockstep | RequestLockstep
 
 
@@ -591,7 +755,9 @@ def soak(
             break
         walk = make_walk(level, rng, side)
         result.episodes += 1
-        next_check = CHECKPOINT
+        period = next_check = CHECKPOINT
+        grows = isinstance(side, Lockstep) and side.pair is not None
+        result.paired = result.paired or grows
         episode_end = min(steps, result.steps + EPISODE)
         try:
             side.begin()
@@ -601,7 +767,9 @@ def soak(
                     side.check_state(f"at step {len(side.calls)} of the episode")
                     _check_stand_in(model)
                     result.checkpoints += 1
-                    next_check += CHECKPOINT
+                    if grows:
+                        period = min(2 * period, LONGEST_CHECKPOINT)
+                    next_check += period
             side.check_state("at the end of the episode")
             _check_stand_in(model)
             result.checkpoints += 1
@@ -642,7 +810,7 @@ def soak(
         if isinstance(side, Lockstep):
             result.states_compared += side.compared
         if progress is not None:
-            progress(result.steps)
+            progress(result.steps, None, "")
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu
     if result.hung and result.config is not None and result.calls:
@@ -650,11 +818,21 @@ def soak(
     if result.failure is not None and result.config is not None and not result.hung:
         if model is not REFERENCE:
             confirm(result, model)
+        shrinking = None if progress is None else _shrinking(progress, result.steps)
         if result.own_bug is None:
-            _shrink_and_write(result, factory, exact, trace_out, level)
+            _shrink_and_write(result, factory, exact, trace_out, level, shrinking)
         else:
-            _shrink_and_write(result, model.build, True, trace_out, level)
+            _shrink_and_write(result, model.build, True, trace_out, level, shrinking)
     return result
+
+
+def _shrinking(progress: Progress, steps: int) -> Callable[[int], None]:
+    """What ``shrink`` tells: the calls left, shown as the shrink's progress."""
+
+    def left(calls: int) -> None:
+        progress(steps, calls, "shrinking a divergence")
+
+    return left
 
 
 def confirm(result: SoakResult, model: Model) -> None:
@@ -701,15 +879,19 @@ def shrink(
     calls: list[RecordedCall],
     exact: bool,
     level: Level = "manager",
+    left: Callable[[int], None] | None = None,
 ) -> list[RecordedCall]:
     """Delete chunks of calls (halves, then quarters, ... then single calls) while the replay
-    still diverges; what is left ends at the call that diverges."""
+    still diverges; what is left ends at the call that diverges. ``left`` is told the calls
+    left before each replay (a long episode's shrink takes minutes)."""
     current = list(calls)
     chunk = max(1, len(current) // 2)
     while chunk >= 1:
         index = 0
         removed = False
         while index < len(current):
+            if left is not None:
+                left(len(current))
             candidate = current[:index] + current[index + chunk :]
             if candidate and diverges(factory, config, candidate, exact, level) is not None:
                 current = candidate
@@ -740,10 +922,11 @@ def _shrink_and_write(
     exact: bool,
     trace_out: str | Path | None,
     level: Level = "manager",
+    left: Callable[[int], None] | None = None,
 ) -> None:
     assert result.config is not None
     result.unshrunk = len(result.calls)
-    result.calls = shrink(factory, result.config, result.calls, exact, level)
+    result.calls = shrink(factory, result.config, result.calls, exact, level, left)
     message = diverges(factory, result.config, result.calls, exact, level)
     if message is not None:
         result.failure = message

@@ -14,7 +14,7 @@ it cannot model the optimized manager itself (it would be compared with itself).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -39,7 +39,7 @@ from pagedkv.specs.compact_state import (
     packed_tokens,
 )
 from pagedkv.specs.manager_view import GroupView, SeqView
-from pagedkv.specs.types import Device, ManagerConfig, Token
+from pagedkv.specs.types import Device, ManagerConfig
 
 
 class WalkGroup(Protocol):
@@ -51,8 +51,9 @@ class WalkGroup(Protocol):
 
 
 class WalkSeq(Protocol):
-    @property
-    def tokens(self) -> Sequence[Token]: ...
+    def num_tokens(self) -> int:
+        """Its tokens (a live optimized table holds them packed: its ``len`` is not this)."""
+        ...
 
 
 class WalkState(Protocol):
@@ -204,7 +205,9 @@ OPTIMIZED = Model(
 Reader = Callable[[], CompactManager]
 
 
-def compact_reader(target: Any, keep: bool = True) -> tuple[Reader, Reader | None]:
+def compact_reader(
+    target: Any, keep: bool = True
+) -> tuple[Reader, Reader | None, IncrementalCompact | None]:
     """How to read a target's whole state, compact, after every call, and fresh at a checkpoint
     (None: the first keeps nothing between calls). Where the target's ``compact`` and ``view``
     are the optimized manager's: its compact state kept between calls (``IncrementalCompact``,
@@ -214,7 +217,9 @@ def compact_reader(target: Any, keep: bool = True) -> tuple[Reader, Reader | Non
     ``compact_manager`` of its ``view``, which loses nothing of it and keeps nothing.
     ``target`` may be guarded (``guard.py``): its class is looked at through the guard, its
     methods are called through it. ``keep=False``: nothing kept, the target's own ``compact``
-    after every call (a subclass whose kept state went stale: ``soak``)."""
+    after every call (a subclass whose kept state went stale: ``soak``). Third, the
+    ``IncrementalCompact`` that keeps the target's parts, if one does (to pair it with the
+    model's: ``IncrementalCompact.pair``)."""
     found = type(unguarded(target))
     if (
         issubclass(found, OptimizedBlockSpaceManager)
@@ -223,16 +228,16 @@ def compact_reader(target: Any, keep: bool = True) -> tuple[Reader, Reader | Non
     ):
         fresh: Reader = target.compact
         if not keep:
-            return fresh, None
+            return fresh, None, None
         kept = as_its_call(target, "compact", IncrementalCompact, unguarded(target))
         if unguarded(target) is not target:
             guarded = partial(as_its_call, target, "compact", kept)
             if kept.changes is not None:  # all pagedkv's code: a call that changed nothing
-                return partial(_unless_unchanged, kept, guarded), fresh  # is a glance
-            return guarded, fresh
-        return kept, fresh
+                return partial(_unless_unchanged, kept, guarded), fresh, kept  # is a glance
+            return guarded, fresh, kept
+        return kept, fresh, kept
     view = target.view
-    return (lambda: compact_manager(view())), None
+    return (lambda: compact_manager(view())), None, None
 
 
 def _unless_unchanged(kept: IncrementalCompact, read: Reader) -> CompactManager:

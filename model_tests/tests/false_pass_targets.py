@@ -82,3 +82,42 @@ class OnePairsList(OptimizedBlockSpaceManager):
     ) -> list[CopyPair]:
         self._one_pairs_list[:] = super().append_slots(seq_id, tokens, num_lookahead_slots)
         return self._one_pairs_list
+
+
+# --- a call that changes what it was handed (a scheduler's own lists) ---------------------------
+
+
+class OverwritesPrompt(OptimizedBlockSpaceManager):
+    """Allocates, then writes over the caller's prompt (a sequence's own token list in vLLM)."""
+
+    def allocate(self, group_id: int, seq_ids: Sequence[int], prompt: Any, *rest: Any) -> None:
+        super().allocate(group_id, seq_ids, prompt, *rest)
+        if type(prompt) is list:
+            prompt[0] = prompt[0] + 1
+
+
+class EmptiesSeqIds(OptimizedBlockSpaceManager):
+    def get_common_computed_block_ids(self, seq_ids: Any) -> list[BlockId]:
+        found = super().get_common_computed_block_ids(seq_ids)
+        if type(seq_ids) is list:
+            seq_ids.clear()
+        return found
+
+
+class RemembersPromptsByIdentity(OptimizedBlockSpaceManager):
+    """``can_allocate`` remembered by the prompt's identity, never looked at again: wrong once
+    the scheduler changes its list in place (``specs/block_manager.md`` §5.1). The machines hand
+    every call its own copy of a list, so no check passes the same list twice: a known false
+    PASS (``test_false_pass.py``)."""
+
+    def __init__(self, config: ManagerConfig) -> None:
+        super().__init__(config)
+        self._answers: dict[int, tuple[object, Any]] = {}
+
+    def can_allocate(self, prompt: Any, *rest: Any) -> Any:
+        known = self._answers.get(id(prompt))
+        if known is not None and known[0] is prompt:
+            return known[1]
+        answer = super().can_allocate(prompt, *rest)
+        self._answers[id(prompt)] = (prompt, answer)
+        return answer

@@ -271,6 +271,19 @@ def test_progress_lines_on_stderr_where_stdout_is_not_a_terminal(
     assert code == 2 and "PAGEDKV_PROGRESS='soon'" in err and err.count("\n") == 1
 
 
+def test_a_soak_tells_its_shrink_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A soak's shrink replays a long episode again and again, minutes with no line before."""
+    monkeypatch.setenv("PAGEDKV_PROGRESS", "0.000001")
+    target = "pagedkv.model_tests.independent.broken:BrokenSwapDropsPair"
+    out_file = str(tmp_path / "d.jsonl")
+    code, out, err = run_cli("soak", "--target", target, "--seed", "1", "--trace-out", out_file)
+    lines = err.splitlines()
+    assert code == 1 and "FAIL" in out, out + err
+    shrinking = [line for line in lines if line.startswith("pagedkv: shrinking a divergence: ")]
+    assert shrinking and all(" steps, " in line and " calls, " in line for line in shrinking)
+    assert lines.index(shrinking[0]) > 0 and lines[0].startswith("pagedkv: soaking: "), err
+
+
 @pytest.mark.parametrize(
     ("value", "shown"),
     [

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.optimized.block_pool import OptimizedBlockPool
-from pagedkv.optimized.block_prefixes import BlockPrefixes
+from pagedkv.optimized.block_prefixes import LIMIT, BlockPrefixes
 from pagedkv.specs.content_hash import ROOT, Prefix
 from pagedkv.specs.types import ExtraKey, ManagerConfig, PoolConfig
 
@@ -123,17 +123,37 @@ def test_block_prefixes_round_trip_and_reuse_key_slots() -> None:
     prefixes.clear(3)  # no prefix: nothing to clear
     assert prefixes.columns() == ([b"a" * 32, None, b"c" * 32, None], [lora, None, lora, None])
     prefixes.clear(0)
-    prefixes.clear(2)  # the last block naming lora: its slot is free, the key not kept alive
+    prefixes.clear(2)  # the last block naming lora
+    prefixes._free_unnamed()  # the pass a full table makes: no key is kept alive
     assert all(key is None for key in prefixes._table)
     prefixes.set(3, b"d" * 32, salted)
     assert len(prefixes._table) == 2 and prefixes.get(3) == (b"d" * 32, salted)
     prefixes.set(3, b"e" * 32, lora)  # overwritten without a clear: salted's slot is freed
+    prefixes._free_unnamed()
     assert prefixes.get(3) == (b"e" * 32, lora) and salted not in prefixes._table
+
+
+def test_the_key_table_stays_bounded_as_keys_come_and_go() -> None:
+    """Every request may bring a key object of its own: the entries no block names are freed
+    when the table fills up (and their slots reused), so the table stays small, and every block
+    reads back its own key."""
+    prefixes = BlockPrefixes(8)
+    keys = [ExtraKey(lora_id=i) for i in range(2000)]
+    for number, key in enumerate(keys):
+        prefixes.set(number % 8, bytes([number % 256]) * 32, key)
+        if number % 3 == 0:
+            prefixes.clear((number + 5) % 8)
+    assert len(prefixes._table) <= 2 * LIMIT
+    for index in range(8):
+        found = prefixes.get(index)
+        last = max(n for n in range(2000) if n % 8 == index)
+        if found is not None:
+            assert found == (bytes([last % 256]) * 32, keys[last])
 
 
 def test_a_copied_block_prefixes_finds_its_own_keys() -> None:
     """A copy's keys are new objects: the identities it looks them up by are rebuilt, so
-    clearing the last block naming a key frees its slot (a stale identity would raise or
+    freeing the entry of a key no block names frees its slot (a stale identity would raise or
     confuse two keys)."""
     prefixes = BlockPrefixes(3)
     prefixes.set(0, b"a" * 32, ExtraKey(lora_id=1))
@@ -145,13 +165,13 @@ def test_a_copied_block_prefixes_finds_its_own_keys() -> None:
         assert len(copied._table) == 2
         for index in range(3):
             copied.clear(index)
+        copied._free_unnamed()
         assert copied._table == [None, None] and sorted(copied._free_slots) == [0, 1]
 
 
-def test_set_all_counts_each_block_once() -> None:
-    """``set_all`` (a chain's blocks, evicted ones among them) keeps the uses of each key slot
-    exact: a block that named the same key keeps its one use, one that named another key gives
-    that one up; clearing every block then frees every slot."""
+def test_set_all_and_overwrites_leave_unnamed_keys_to_the_pass() -> None:
+    """``set_all`` (a chain's blocks, evicted ones among them) overwrites each block's slot: a
+    key that no block names any more is freed by the next pass, one still named is kept."""
     prefixes = BlockPrefixes(5)
     lora, salted = ExtraKey(lora_id=1), ExtraKey(cache_salt="s")
     prefixes.set(0, b"a" * 32, lora)
@@ -161,9 +181,12 @@ def test_set_all_counts_each_block_once() -> None:
         [b"c" * 32, b"d" * 32, b"e" * 32, None, None],
         [lora, lora, lora, None, None],
     )
+    prefixes._free_unnamed()
     assert salted not in prefixes._table  # its last block went to lora
     for index in (0, 1):
         prefixes.clear(index)
+    prefixes._free_unnamed()
     assert lora in prefixes._table  # block 2 still names it
     prefixes.clear(2)
+    prefixes._free_unnamed()
     assert all(key is None for key in prefixes._table)

@@ -191,6 +191,7 @@ def test_reference_and_optimized_agree(config: DefragConfig, data: st.DataObject
         {"pad_sizes": (8, 4)},
         {"pad_sizes": [8]},
         {"pad_sizes": (0,)},
+        {"pad_sizes": (8, 2**24 + 1)},
         {"reserved": frozenset({12})},
         {"reserved": {0}},
     ],

@@ -289,3 +289,38 @@ def test_a_check_past_known_differences_never_says_agrees() -> None:
     assert verdict.startswith(f"PASS with {result.stepped.total} runs past known differences: ")
     assert "agrees" not in verdict, verdict
     assert "drops-pair (" in verdict, verdict
+
+
+# --- what a call was handed is the caller's -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("OverwritesPrompt", "allocate: the target changed the arguments it was handed, from (1,"),
+        ("EmptiesSeqIds", "get_common_computed_block_ids: the target changed the arguments"),
+    ],
+)
+def test_a_call_that_changes_its_arguments_fails(name: str, says: str, tmp_path: Path) -> None:
+    """Both passed (exit 0): each side is handed its own copy of every list, so the reference
+    never saw the change, and nothing looked at the target's copy afterwards."""
+    out_path = str(tmp_path / "out.jsonl")
+    code, out, err = run_cli(
+        "check", "--target", f"{HERE}:{name}", "--seed", "0", "--trace-out", out_path
+    )
+    assert code == 1 and err == "", out + err
+    assert says in out and "kind: answer" in out, out
+    code, out, _ = run_cli("replay", out_path, "--target", f"{HERE}:{name}")
+    assert code == 1 and "changed the arguments it was handed" in out, out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known false PASS: every call is handed a fresh copy of each list, so no check"
+    " passes a target the same list twice, changed in place (specs/oracle.md §1)",
+)
+def test_a_memo_by_identity_of_a_changing_list_fails() -> None:
+    code, out, err = run_cli(
+        "check", "--target", f"{HERE}:RemembersPromptsByIdentity", "--seed", "0", "--steps", "400"
+    )
+    assert code == 1, out + err

@@ -7,6 +7,7 @@ never the target's. Each test plants one of the two."""
 from __future__ import annotations
 
 import io
+import random
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from pagedkv import cli
 from pagedkv.model_tests.oracle import soak_model, stand_in_guard
 from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.model_tests.oracle.incremental_compact import own_code_only
-from pagedkv.model_tests.oracle.soak import diverges, soak
+from pagedkv.model_tests.oracle.soak import Lockstep, Walk, diverges, random_config, soak
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED, REFERENCE, Model
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
@@ -211,3 +212,22 @@ def test_a_function_given_other_code_counts_as_changed(monkeypatch: pytest.Monke
         "pagedkv.optimized.block_manager.OptimizedBlockSpaceManager.get_num_free_gpu_blocks"
         ".__code__"
     ]
+
+
+@pytest.mark.parametrize("model", [REFERENCE, OPTIMIZED], ids=lambda m: m.name)
+def test_the_walk_continues_each_sequence_from_its_token_count(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk continues a sequence along its template from its token count; the optimized
+    model's live tables hold their tokens packed, 8 bytes each, and the walk once read their
+    ``len``: its decode tokens then left the template (fewer repeated blocks to hit). Here
+    a sequence's token at position ``i`` is ``i``, so a count read wrong shows as a gap."""
+    monkeypatch.setattr(Walk, "tokens", lambda _, start, count: list(range(start, start + count)))
+    side = Lockstep(Twin, random_config(random.Random(1)), True, model)
+    walk = Walk(random.Random(1), side)
+    side.begin()
+    while len(side.calls) < 600:
+        walk.step()
+    seqs = side.model.view().seqs
+    assert seqs and all(seq.tokens == tuple(range(len(seq.tokens))) for seq in seqs.values())
+    assert any(len(seq.tokens) > 8 for seq in seqs.values())

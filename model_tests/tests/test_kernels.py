@@ -168,8 +168,10 @@ def test_store_layout_and_accessors(mla: bool) -> None:
     assert store.dtype == torch.float16
     caches = store.caches
     assert len(caches) == 3
+    slab_elements = store.block_bytes // 2  # a block of every layer: the blocks' stride
     for k, v in caches:
-        assert k.shape == (10, 16, 4, 64) and k.dtype == torch.float16 and k.is_contiguous()
+        assert k.shape == (10, 16, 4, 64) and k.dtype == torch.float16
+        assert k[3].is_contiguous() and k.stride(0) == slab_elements
         assert not k.any()
         assert k.is_pinned() == torch.cuda.is_available()
         if mla:
@@ -221,16 +223,20 @@ def test_store_names_a_device_torch_cannot_parse() -> None:
 
 
 @pytest.mark.parametrize("mla", [False, True])
-def test_store_layout_is_one_allocation_k_then_v_per_layer(mla: bool) -> None:
-    """``blocks`` holds the layers' tensors in order, K then V per layer, and nothing else."""
+def test_store_layout_is_one_allocation_block_by_block(mla: bool) -> None:
+    """``blocks`` holds every block of the layers' tensors in turn (K then V per layer), and
+    nothing else: ``blocks[b]`` is block ``b`` of every tensor, one contiguous slab."""
     store = KVStore(3, 4, 2, 1, 4, torch.float32, "cpu", mla)
     per_layer = 1 if mla else 2
-    assert store.blocks.shape == (3 * per_layer, 4, 2, 1, 4)
-    for layer, (k, v) in enumerate(store.caches):
-        assert k.data_ptr() == store.blocks[per_layer * layer].data_ptr()
-        if v is not None:
-            assert v.data_ptr() == store.blocks[2 * layer + 1].data_ptr()
-    assert [t.data_ptr() for t in store.tensors()] == [t.data_ptr() for t in store.blocks]
+    assert store.blocks.shape == (4, 3 * per_layer, 2, 1, 4) and store.blocks.is_contiguous()
+    for block in range(4):
+        for layer, (k, v) in enumerate(store.caches):
+            assert k[block].data_ptr() == store.blocks[block, per_layer * layer].data_ptr()
+            if v is not None:
+                assert v[block].data_ptr() == store.blocks[block, 2 * layer + 1].data_ptr()
+        tensors = store.tensors()
+        assert [t[block].data_ptr() for t in tensors] == [t.data_ptr() for t in store.blocks[block]]
+    assert store.block_bytes == store.blocks[0].numel() * store.blocks.element_size()
 
 
 @pytest.mark.parametrize("mla", [False, True])
@@ -308,7 +314,7 @@ def test_store_write_refuses_bad_keys_and_values(mla: bool) -> None:
             store.write(slots, keys, values)
         assert not store.blocks.any()
     store.write(slots, [good, good], [v, v])
-    assert int(store.blocks.count_nonzero()) == store.blocks.shape[0] * 2 * 2
+    assert int(store.blocks.count_nonzero()) == len(store.tensors()) * 2 * 2
 
 
 @pytest.mark.parametrize("block_ids", ["ab", 5])
@@ -646,7 +652,8 @@ def test_swap_blocks_in_place_issues_one_fixed_shape_batch_per_tensor(host_path:
 
 @pytest.mark.parametrize("host_path", ["torch"], indirect=True)
 @pytest.mark.parametrize("kernel", ["copy", "swap"])
-def test_consecutive_runs_are_one_copy_per_tensor(kernel: str, host_path: str) -> None:
+def test_consecutive_runs_are_one_copy_of_every_layer(kernel: str, host_path: str) -> None:
+    """A run is one slab of the block-by-block allocation: one slice copy for 3 layers x (K, V)."""
     src, dst = make_store(40, layers=3, seed=8), make_store(40, layers=3, seed=9)
     pairs = [(i, 20 + i) for i in range(16)]
     with CountOps() as ops:
@@ -654,7 +661,7 @@ def test_consecutive_runs_are_one_copy_per_tensor(kernel: str, host_path: str) -
             copy_blocks(src, pairs)
         else:
             swap_blocks(src, dst, pairs)
-    assert ops.counts.get("copy_") == 6  # 3 layers x (K, V), one slice copy each
+    assert ops.counts.get("copy_") == 1
 
 
 # --- the byte path ------------------------------------------------------------------------------
@@ -715,15 +722,15 @@ def test_byte_path_tells_torch_the_store_was_written(host_path: str) -> None:
 
 
 @pytest.mark.parametrize("host_path", ["bytes"], indirect=True)
-@pytest.mark.parametrize("piece_blocks", [1, 2, 3])
+@pytest.mark.parametrize("piece_tenths", [3, 10, 25])
 def test_byte_exchange_splits_long_runs_into_pieces(
-    piece_blocks: int, host_path: str, monkeypatch: pytest.MonkeyPatch
+    piece_tenths: int, host_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A run of exchanges is traded a piece of at most ``EXCHANGE_PIECE_BYTES`` at a time (never
-    less than a block): pieces of 1, 2 and 3 blocks over runs of 1, 5 and 7 pairs."""
+    """A run of exchanges is traded a piece of at most ``EXCHANGE_PIECE_BYTES`` at a time, which
+    may end inside a block: pieces of 0.3, 1 and 2.5 blocks over runs of 1, 5 and 7 pairs."""
     store = make_store(40, layers=2, seed=28)
-    slab = store.block_bytes // len(store.tensors())
-    monkeypatch.setattr(host_bytes, "EXCHANGE_PIECE_BYTES", piece_blocks * slab + slab // 2)
+    piece = store.block_bytes * piece_tenths // 10
+    monkeypatch.setattr(host_bytes, "EXCHANGE_PIECE_BYTES", piece)
     pairs = [(0, 39)] + [(1 + i, 20 + i) for i in range(5)] + [(10 + i, 30 + i) for i in range(7)]
     assert len(coalesce_runs(pairs)) == 3
     before = snapshot(store)
@@ -943,11 +950,23 @@ def test_in_place_rejects_pairs_that_share_a_block(pairs: Pairs, block: int, for
     assert_same(store.tensors(), before)
 
 
-@pytest.mark.parametrize("pad_sizes", [(), (0,), (8, -4), (True,), (2.5,), "8", None])
-def test_in_place_rejects_bad_pad_sizes(pad_sizes: Any) -> None:
+@pytest.mark.parametrize(
+    "pad_sizes", [(), (0,), (8, -4), (True,), (2.5,), "8", None, (2**24 + 1,), (8, 2**70)]
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_in_place_rejects_bad_pad_sizes(pad_sizes: Any, threads: int) -> None:
+    """Whichever way the exchange runs (one thread moves bytes and pads nothing; two pad their
+    batches, and a pad size of 2**70 raised an untyped OverflowError there)."""
     store = make_store(8, seed=19)
-    with pytest.raises(InvalidArgumentError, match="pad_sizes"):
-        swap_blocks_in_place(store, [(0, 1)], pad_sizes=pad_sizes)
+    before = snapshot(store)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with pytest.raises(InvalidArgumentError, match="pad_sizes"):
+            swap_blocks_in_place(store, [(0, 1)], pad_sizes=pad_sizes)
+    finally:
+        torch.set_num_threads(previous)
+    assert_same(store.tensors(), before)
 
 
 @pytest.mark.parametrize(

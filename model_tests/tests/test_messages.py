@@ -119,8 +119,14 @@ def test_soak_at_the_request_level_names_its_groups() -> None:
     )
     assert code == 0 and err == "", err
     assert "(request level, groups full,hybrid, exact mode, seed 0)" in out and "PASS" in out
-    code, _, err = run_cli("soak", "--level", "request", "--groups", "paged")
-    assert code == 2 and "unknown group layout paged" in err and err.count("\n") == 1
+    for groups, message in (
+        ("paged", "unknown group layout paged"),
+        (",full", "an empty group layout in ',full'"),
+        ("full,,hybrid", "an empty group layout"),
+        ("full,full", "group layout full given twice"),
+    ):
+        code, _, err = run_cli("soak", "--level", "request", "--groups", groups)
+        assert code == 2 and message in err and err.count("\n") == 1, (groups, err)
 
 
 # --- show opens at the divergence ------------------------------------------------------------

@@ -21,7 +21,7 @@ from pagedkv.reference.pool_adapter import ReferenceBlockPool
 from pagedkv.specs.content_hash import Prefix
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
 from pagedkv.specs.interface import BlockPool, PoolBatchFree, PoolChainAllocation
-from pagedkv.specs.types import BlockId, ExtraKey, PoolConfig, Token
+from pagedkv.specs.types import MAX_TOKEN, BlockId, ExtraKey, PoolConfig, Token
 from pagedkv.specs.validation import in_batch
 
 Outcome = tuple[str, Any]
@@ -115,9 +115,19 @@ def cases(draw: st.DrawFn) -> tuple[PoolConfig, list[list[list[Token]]], list[in
 
 
 def token_blocks(size: int) -> st.SearchStrategy[list[Any]]:
-    """Mostly full blocks, sometimes a bad one anywhere (wrong length, a negative token)."""
+    """Mostly full blocks, sometimes a bad one anywhere (wrong length, a negative token, a
+    token past ``MAX_TOKEN`` that still fits in 64 bits, a bool)."""
     good = st.lists(TOKENS, min_size=size, max_size=size)
-    bad = st.sampled_from([[-1] * size, [0] * (size + 1), [0] * (size - 1), "not tokens"])
+    bad = st.sampled_from(
+        [
+            [-1] * size,
+            [0] * (size + 1),
+            [0] * (size - 1),
+            "not tokens",
+            [0] * (size - 1) + [MAX_TOKEN + 1],
+            [True] * size,
+        ]
+    )
     return st.lists(st.one_of(good, good, good, bad), max_size=5)
 
 
@@ -129,7 +139,8 @@ def test_allocate_immutable_chain_is_the_fold_of_allocate_immutable(
     config, prompts, frees = case
     pools = prepared(config, prompts, frees)
     blocks = data.draw(token_blocks(config.block_size), label="token blocks")
-    prefix = data.draw(st.sampled_from([Prefix(), Prefix(extra_key=ExtraKey(lora_id=1))]))
+    prefixes: list[Any] = [Prefix(), Prefix(extra_key=ExtraKey(lora_id=1)), "not a prefix", None]
+    prefix = data.draw(st.sampled_from(prefixes))  # a bad one too: each block's error comes first
     problems = agree(
         pools,
         lambda pool: pool.allocate_immutable_chain(prefix, blocks),

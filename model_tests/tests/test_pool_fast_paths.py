@@ -24,6 +24,7 @@ from pagedkv.specs.content_hash import (
     block_hash,
     encode_extra_key,
     packed_block_hash,
+    packed_blocks_chain,
     remember_block_hash,
 )
 from pagedkv.specs.errors import PagedKVError
@@ -95,6 +96,31 @@ def test_an_append_under_a_remembered_prefix_still_refuses_a_bad_block(block: An
     assert kind != "ok"
 
 
+FILLING_BAD_TOKENS: list[Any] = [  # the bad token last: a fill of a block holding some has it
+    (1, 2, 3, True),
+    [1, 2, 3, MAX_TOKEN + 1],
+    (1, 2, 3, 2**64 - 1),
+    [1, 2, 3, -1],
+    (1, 2, 3, 1.0),
+    (1, 2, 3, 2**64),
+    [1, 2, 3, False],
+]
+
+
+@pytest.mark.parametrize("held", [0, 1, 3])
+@pytest.mark.parametrize("tokens", FILLING_BAD_TOKENS, ids=repr)
+def test_bad_tokens_that_would_fill_the_block_are_refused(tokens: Any, held: int) -> None:
+    """``append_tokens`` writes out the fill of the caller's own block (the common fill), with
+    checks of its own: tokens that would fill a block, empty or not, are refused as any."""
+    pools = both()
+    prefix = Prefix(ROOT, 0, KEY)
+    block = same(pools, lambda pool: pool.allocate_mutable())[1]
+    if held:
+        same(pools, lambda pool: pool.append_tokens(block, prefix, list(range(held))))
+    kind, _ = same(pools, lambda pool: pool.append_tokens(block, prefix, tokens[held:]))
+    assert kind != "ok"
+
+
 def test_room_shared_blocks_and_filling_under_a_remembered_prefix() -> None:
     pools = both()
     prefix = Prefix(ROOT, 0, KEY)
@@ -132,6 +158,7 @@ def test_bad_prefixes_are_refused_by_every_call_that_takes_one(prefix: Any) -> N
     block = same(pools, lambda pool: pool.allocate_mutable())[1]
     same(pools, lambda pool: pool.append_tokens(block, good, (7,)))
     assert same(pools, lambda pool: pool.append_tokens(block, prefix, (8,)))[0] != "ok"
+    assert same(pools, lambda pool: pool.append_tokens(block, prefix, (8, 9, 10)))[0] != "ok"
     assert same(pools, lambda pool: pool.allocate_immutable(prefix, (1, 2, 3, 4)))[0] != "ok"
 
 
@@ -186,6 +213,15 @@ def test_packed_hashes_are_the_spec_hashes() -> None:
             assert packed_block_hash(ROOT, packed, encode_extra_key(key)) == block_hash(
                 ROOT, tokens, key
             )
+    blocks = [(1, 2, 3), (MAX_TOKEN, 0, 7), (4, 5, 6)]
+    packed_blocks = [packed_tokens(block) or b"" for block in blocks]
+    for key in (ExtraKey(), KEY):
+        expected, parent = [], ROOT
+        for block in blocks:
+            parent = block_hash(parent, block, key)
+            expected.append(parent)
+        assert packed_blocks_chain(ROOT, packed_blocks, encode_extra_key(key)) == expected
+    assert packed_blocks_chain(ROOT, [], b"\x00\x00") == []
 
 
 def test_the_last_hash_remembered_is_read_only_for_the_same_block() -> None:

@@ -108,6 +108,34 @@ needs_fork = pytest.mark.skipif(not supervisor.can_fork(), reason="the parent ne
 # --- item 2: a verdict only from a living process -------------------------------------------------
 
 
+_STOPPED_LATE = """
+import sys
+from pagedkv import cli, supervisor
+def command():
+    raise {stop}
+sys.exit(supervisor.run_apart(command))
+"""
+
+
+@needs_fork
+@pytest.mark.parametrize(
+    ("stop", "code", "line"),
+    [("KeyboardInterrupt", 130, "interrupted"), ("cli.Terminated", 143, "terminated")],
+)
+def test_a_stop_after_the_command_s_own_handler_is_the_user_s(
+    stop: str, code: int, line: str
+) -> None:
+    """A second Ctrl-C while the command printed its line reached the child's catch-all, which
+    called it a bug of pagedkv's (exit 2, "internal error: KeyboardInterrupt")."""
+    found = subprocess.run(
+        [sys.executable, "-c", _STOPPED_LATE.format(stop=stop)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (found.returncode, found.stderr) == (code, f"pagedkv: {line}\n")
+
+
 @needs_fork
 @pytest.mark.parametrize("target", ["OsExit", "LibcExit"])
 def test_a_target_that_ends_the_process_with_0_is_a_fail(hostile: Path, target: str) -> None:
