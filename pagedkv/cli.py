@@ -66,7 +66,7 @@ from pagedkv.model_tests.bench.defaults import REFERENCE_CALLS
 from pagedkv.model_tests.lockstep.calls import TargetStopped
 from pagedkv.model_tests.machines import profiles
 from pagedkv.model_tests.machines.request_draws import GroupKind
-from pagedkv.model_tests.oracle import codec, progress, soak_model, targets, timeout, trace
+from pagedkv.model_tests.oracle import codec, progress, targets, timeout, trace
 from pagedkv.model_tests.oracle.check import (
     DEFAULT_STEPS,
     DEFAULT_TRACE,
@@ -103,7 +103,6 @@ from pagedkv.model_tests.oracle.known import load as load_known
 from pagedkv.model_tests.oracle.record import CorpusError, check_out, record_level
 from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.shared_failures import DatabaseError, open_database
-from pagedkv.model_tests.oracle.soak import CHECKPOINT, LONGEST_CHECKPOINT, SoakResult, soak
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
 from pagedkv.model_tests.oracle.verdict_files import VerdictFiles
 from pagedkv.model_tests.oracle.verdict_json import (
@@ -120,6 +119,7 @@ from pagedkv.specs.validation import MAX_BLOCKS
 
 if TYPE_CHECKING:  # names for annotations only: their modules load with their commands
     from pagedkv.model_tests.bench.report import Section
+    from pagedkv.model_tests.oracle.soak import SoakResult
     from pagedkv.model_tests.teaching.frames import Frame, Walk
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
@@ -575,6 +575,9 @@ def cmd_record(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_soak(args: argparse.Namespace, out: Output) -> int:
+    from pagedkv.model_tests.oracle import soak_model  # the soak's own (its stand-in model)
+    from pagedkv.model_tests.oracle.soak import soak
+
     trace_out = trace.check_writable(args.trace_out)
     files = VerdictFiles(args.json, args.junit_xml)
     clock = Clock(__version__)
@@ -666,6 +669,9 @@ def _soak_report(
     timeout: float | None,
 ) -> tuple[Report, str | None]:
     """What ``soak`` prints, and the command that replays its trace (if one was written)."""
+    from pagedkv.model_tests.oracle import soak_model
+    from pagedkv.model_tests.oracle.soak import CHECKPOINT, LONGEST_CHECKPOINT
+
     mode = "exact mode" if exact else "isomorphic mode"
     if result.model != soak_model.REFERENCE.name:
         mode += (

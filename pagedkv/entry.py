@@ -38,7 +38,28 @@ for number in STOPPED:
     if signal.getsignal(number) is not signal.SIG_IGN:  # `nohup`, `&` in a script: theirs stands
         signal.signal(number, stop_at_once)
 
+
+NO_PLUGINS = "HYPOTHESIS_NO_PLUGINS"
+"""Hypothesis, when imported, runs every plugin an installed package registers (entry points of
+the group ``hypothesis``) unless this is set. A check's runs come from its seed alone and use no
+plugin (nor should they change with what else is installed), and trio's plugin, where trio is
+installed, imports trio and pytest: 0.13 CPU s of every command's start. So pagedkv imports
+Hypothesis (with ``pagedkv.cli``) without them, and puts the environment back as it was
+afterwards (an ``exec:`` target inherits it)."""
+
+
+def restore_environment(name: str, before: str | None) -> None:
+    if before is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = before
+
+
+PLUGINS_BEFORE = os.environ.get(NO_PLUGINS)
+os.environ[NO_PLUGINS] = "1"
 from pagedkv.cli import main as run_command  # noqa: E402 (after the handlers, which must cover it)
+
+restore_environment(NO_PLUGINS, PLUGINS_BEFORE)
 from pagedkv.model_tests.oracle.reaper import adopt_orphans  # noqa: E402 (after the handlers)
 from pagedkv.supervisor import run_apart  # noqa: E402 (after the handlers)
 

@@ -22,7 +22,13 @@ from dataclasses import replace
 from immutables import Map
 
 from pagedkv.reference.hash_index import unindex_block
-from pagedkv.reference.pool_state import PoolState, evictable_ids, free_ids, with_block
+from pagedkv.reference.pool_state import (
+    PoolState,
+    counted,
+    evictable_ids,
+    free_ids,
+    with_block,
+)
 from pagedkv.specs.errors import ForeignBlockError, InvalidArgumentError, OutOfBlocksError  # noqa: F401
 from pagedkv.specs.pool_view import BLANK, BlockView
 from pagedkv.specs.types import BlockId
@@ -143,8 +149,9 @@ def take_block(state: PoolState, choice: BlockId | None = None) -> tuple[PoolSta
         )
     if state.blocks[choice].content_hash is not None:  # an eviction
         state = discard_pending_copies(unindex_block(state, choice), choice)
-    state = replace(state, promoted=state.promoted - {choice}, released=_without(state, choice))
-    return with_block(state, choice, replace(BLANK, ref_count=1)), choice
+    if choice in state.promoted or choice in state.released:  # most allocations: neither
+        state = replace(state, promoted=state.promoted - {choice}, released=_without(state, choice))
+    return with_block(state, choice, counted(BLANK, 1)), choice
 
 
 def _without(state: PoolState, block: BlockId) -> Map[BlockId, int]:
@@ -157,4 +164,6 @@ def discard_pending_copies(state: PoolState, block: BlockId) -> PoolState:
     if state.policy.cow_pairs == "as_recorded":
         return state
     kept = tuple(pair for pair in state.pending_cows if pair[1] != block)
+    if len(kept) == len(state.pending_cows):  # most calls: no copy into it was pending
+        return state
     return replace(state, pending_cows=kept)

@@ -16,7 +16,9 @@ from pagedkv.reference.allocation import discard_pending_copies, take_block
 from pagedkv.reference.hash_index import forget_hash, index_block
 from pagedkv.reference.pool_state import (
     PoolState,
+    accessed,
     callers_count,
+    counted,
     facts,
     is_computed,
     known_block,
@@ -61,14 +63,14 @@ def _with_own_null_block(state: PoolState) -> PoolState:
 def _acquire(state: PoolState, block: BlockId) -> PoolState:
     """One more reference; a cached block at count 0 leaves the evictor by this."""
     view = state.blocks[block]
-    return with_block(state, block, replace(view, ref_count=view.ref_count + 1))
+    return with_block(state, block, counted(view, view.ref_count + 1))
 
 
 def _release(state: PoolState, block: BlockId) -> PoolState:
     """One reference fewer. At zero a hashed block stays cached (evictable); any other block
     returns to the free list blank, and its contents, pending copies into it included, are gone."""
     view = state.blocks[block]
-    view = replace(view, ref_count=view.ref_count - 1)
+    view = counted(view, view.ref_count - 1)
     if view.ref_count == 0 and state.policy.eviction == "free_list":
         state = replace(  # every block nobody holds waits in one line, cached or not
             state,
@@ -86,7 +88,8 @@ def _release(state: PoolState, block: BlockId) -> PoolState:
                 release_clock=state.release_clock + 1,
             )
     if view.ref_count == 0 and view.content_hash is None:
-        state = replace(state, promoted=state.promoted - {block})
+        if block in state.promoted:
+            state = replace(state, promoted=state.promoted - {block})
         return with_block(discard_pending_copies(state, block), block, BLANK)
     return with_block(state, block, view)
 
@@ -255,7 +258,7 @@ def mark_accessed(state: PoolState, blocks: Sequence[BlockId], now: float) -> Po
     for block in checked:
         known_block(state, block)
     for block in checked:
-        state = with_block(state, block, replace(state.blocks[block], last_accessed=time))
+        state = with_block(state, block, accessed(state.blocks[block], time))
     return state
 
 
@@ -302,7 +305,7 @@ def common_computed_prefix(state: PoolState, chains: Sequence[Sequence[BlockId]]
 
 def num_free_blocks(state: PoolState) -> int:
     """Blocks an allocation could take now: free plus evictable, i.e. those nobody holds."""
-    return sum(1 for view in state.blocks.values() if view.ref_count == 0)
+    return len([view for view in state.blocks.values() if view.ref_count == 0])
 
 
 def hit_rate(state: PoolState) -> float:

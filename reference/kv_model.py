@@ -9,16 +9,17 @@ can compare that with the bytes in the torch store.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from immutables import Map
 
 from pagedkv.specs.types import Device, ExtraKey, Token
 
 
-@dataclass(frozen=True, slots=True)
-class SlotContent:
-    """The KV of the last token of ``tokens``, computed by a model for a request ``extra_key``."""
+class SlotContent(NamedTuple):
+    """The KV of the last token of ``tokens``, computed by a model for a request ``extra_key``.
+    A named tuple: the machines' check of the KV data makes one for every slot of every live
+    sequence, and compares it with what the slot holds."""
 
     tokens: tuple[Token, ...]
     extra_key: ExtraKey

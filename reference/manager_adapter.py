@@ -12,7 +12,7 @@ from pagedkv.reference.manager_state import (
     new_manager,
     to_manager_view,
 )
-from pagedkv.reference.offered import offered
+from pagedkv.reference.offered import offered, refuse_lacking
 from pagedkv.specs.manager_view import ManagerView
 from pagedkv.specs.policy import PAGEDKV, Policy
 from pagedkv.specs.types import (
@@ -34,6 +34,7 @@ class ReferenceBlockSpaceManager:
 
     def __init__(self, config: ManagerConfig, policy: Policy = PAGEDKV) -> None:
         self.state: ManagerState = new_manager(config, policy)
+        refuse_lacking(self, policy)
         self.pick: DevicePicker = lowest_ids
         self.atomic = policy.atomic
         """Whether every failed call changes nothing (``specs/safety.md`` S6)."""

@@ -12,6 +12,7 @@ from pagedkv.reference.allocation import Picker, lowest_id
 from pagedkv.reference.pool_state import PoolState, to_view
 from pagedkv.specs.manager_view import GroupView, ManagerView, SeqView
 from pagedkv.specs.policy import PAGEDKV, Policy
+from pagedkv.specs.pool_view import PoolView
 from pagedkv.specs.types import BlockId, Device, ManagerConfig
 from pagedkv.specs.validation import (
     check_manager_config,
@@ -137,11 +138,15 @@ def null_block_pending(state: ManagerState) -> int:
     return 1 if state.config.sliding_window is not None and state.null_block is None else 0
 
 
-def to_manager_view(state: ManagerState) -> ManagerView:
+def to_manager_view(
+    state: ManagerState, pool_view: Callable[[PoolState], PoolView] = to_view
+) -> ManagerView:
+    """The whole manager as a view, each pool's drawn by ``pool_view`` (a caller that keeps the
+    views of pool states it has drawn hands them back: a call changes one pool, or none)."""
     return ManagerView(
         state.config,
-        to_view(state.gpu),
-        to_view(state.cpu),
+        pool_view(state.gpu),
+        pool_view(state.cpu),
         dict(state.seqs),
         dict(state.groups),
         state.null_block,

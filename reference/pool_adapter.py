@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from pagedkv.reference import block_pool as ops
 from pagedkv.reference import pool_batches
-from pagedkv.reference.offered import offered
+from pagedkv.reference.offered import offered, refuse_lacking
 from pagedkv.reference.pool_events import cleared, index_events
 from pagedkv.reference.pool_state import PoolState, to_view
 from pagedkv.specs.content_hash import Prefix
@@ -30,6 +30,7 @@ class ReferenceBlockPool:
 
     def __init__(self, config: PoolConfig, policy: Policy = PAGEDKV) -> None:
         self._state: PoolState = ops.create(config, policy)
+        refuse_lacking(self, policy)
         self._events: list[KVEvent] = []
 
     @property

@@ -111,6 +111,32 @@ def with_block(state: PoolState, block: BlockId, view: BlockView) -> PoolState:
     )
 
 
+def counted(view: BlockView, ref_count: int) -> BlockView:
+    """``view`` with another ref count, written out field by field as ``with_block`` is: every
+    reference taken or given back changes one (``test_reference_states`` compares the two)."""
+    return BlockView(
+        ref_count=ref_count,
+        tokens=view.tokens,
+        content_hash=view.content_hash,
+        prefix=view.prefix,
+        computed=view.computed,
+        last_accessed=view.last_accessed,
+    )
+
+
+def accessed(view: BlockView, time: float) -> BlockView:
+    """``view`` with another last access, written out as ``counted`` is: every access of a
+    sequence changes each of its blocks."""
+    return BlockView(
+        ref_count=view.ref_count,
+        tokens=view.tokens,
+        content_hash=view.content_hash,
+        prefix=view.prefix,
+        computed=view.computed,
+        last_accessed=time,
+    )
+
+
 def to_view(state: PoolState) -> PoolView:
     return PoolView(
         config=state.config,

@@ -55,6 +55,8 @@ def _is_int(value: object) -> bool:
 
 def _is_sequence(value: object) -> TypeGuard[Sequence[object]]:
     """A list-like of items; text and byte strings are not sequences of ids or tokens."""
+    if type(value) is list or type(value) is tuple:  # most arguments: no look at the ABC
+        return True
     return isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray)
 
 
@@ -151,7 +153,12 @@ def check_block_ids(config: PoolConfig, blocks: object) -> list[BlockId]:
     """
     if not _is_sequence(blocks):
         raise InvalidArgumentError(f"expected a sequence of block ids, got {blocks!r}")
-    return [check_block_id(config, block) for block in blocks]
+    low, high = config.first_id, config.first_id + config.num_blocks
+    # a plain int in range is taken at once (most ids of every call); any other is checked
+    return [
+        block if type(block) is int and low <= block < high else check_block_id(config, block)
+        for block in blocks
+    ]
 
 
 def check_batch(name: str, items: Sequence[Item]) -> list[Item]:

@@ -31,11 +31,11 @@ from pagedkv.model_tests.lockstep.show import free_count_differs, show_call, sho
 from pagedkv.model_tests.lockstep.step import Step
 from pagedkv.reference.allocation import EVICTION_ORDER, Picker, allowed_choices
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
-from pagedkv.reference.manager_state import lowest_ids
-from pagedkv.reference.pool_state import PoolState
+from pagedkv.reference.manager_state import lowest_ids, to_manager_view
+from pagedkv.reference.pool_state import PoolState, to_view
 from pagedkv.specs.errors import OutOfBlocksError, PagedKVError
 from pagedkv.specs.manager_calls import ManagerCall
-from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.manager_view import ManagerView, SeqView
 from pagedkv.specs.operations import OPERATIONS
 from pagedkv.specs.pool_view import PoolView
 from pagedkv.specs.types import NO_EXTRA_KEY, BlockHash, BlockId, CopyPair, Device, ExtraKey
@@ -83,6 +83,8 @@ class ExactManagerSession:
 
 
 MAX_ATTEMPTS = 6
+KEPT_POOL_VIEWS = 4
+"""Pool views kept (``_pool_view``): both pools of the state before a call and after it."""
 READ_AGAIN = "after pagedkv read the target's tables and free counts"
 RATE_TOLERANCE = 1e-9
 """Hit rates are compared within this (relative and absolute) tolerance: an engine may compute
@@ -104,12 +106,17 @@ class IsomorphicManagerSession:
         self.answers = Answers(self.target, "manager")
         hook = getattr(self.target, "get_null_block", None)  # optional (specs/oracle.md §2)
         self.their_null_block = hook if callable(hook) else None
+        self._pool_views: list[tuple[PoolState, PoolView]] = []
+        """The last pool states drawn, newest first, each with its view."""
         self._viewed: tuple[object, ManagerView] = (self.model.state, self.model.view())
         self.seen = self.observe(self.model_view())
         self._placed: tuple[object, Observation | None, list[Slot]] = (None, None, [])
         self._sequence_places: dict[int, list[Place]] = {}
         """Each sequence's places, made once: every call places every block of both sides'
         tables (a ``Place`` is a value; the same one serves every call)."""
+        self._sequence_slots: dict[int, tuple[SeqView, Device, list[BlockId], list[Slot]]] = {}
+        """Each sequence's slots as last placed, with the model's sequence (a frozen value) and
+        device and the target's table they were placed from: the same three place the same."""
 
     def model_view(self) -> ManagerView:
         """The model's view, drawn once per state: the reference's states are frozen, so a
@@ -117,8 +124,18 @@ class IsomorphicManagerSession:
         drawn then."""
         state = self.model.state
         if state is not self._viewed[0]:
-            self._viewed = (state, self.model.view())
+            self._viewed = (state, to_manager_view(state, self._pool_view))
         return self._viewed[1]
+
+    def _pool_view(self, pool: PoolState) -> PoolView:
+        """A pool's view, drawn once per pool state (a call changes one pool, or none: the
+        other pool's state is the same frozen value, and so is its view)."""
+        for drawn, view in self._pool_views:
+            if drawn is pool:
+                return view
+        view = to_view(pool)
+        self._pool_views = [(pool, view), *self._pool_views[: KEPT_POOL_VIEWS - 1]]
+        return view
 
     # --- looking at the target -----------------------------------------------------------------
 
@@ -273,9 +290,14 @@ class IsomorphicManagerSession:
     def _positions(self, view: ManagerView, observed: Observation) -> list[Slot]:
         """Every (where, device, model id, target id) the two sides' tables put side by side."""
         out: list[Slot] = []
+        placed = self._sequence_slots
         for seq_id, seq in view.seqs.items():
             device = view.groups[seq.group_id].device
             theirs = observed.tables[seq_id]
+            kept = placed.get(seq_id)
+            if kept is not None and kept[0] is seq and kept[1] is device and kept[2] == theirs:
+                out += kept[3]  # most sequences, most calls: neither table changed
+                continue
             if len(theirs) != len(seq.blocks):
                 raise Divergence(
                     f"sequence {seq_id}: the model's table has {len(seq.blocks)} blocks,"
@@ -287,8 +309,12 @@ class IsomorphicManagerSession:
                 places = [Place("sequence", seq_id, i) for i in range(2 * len(theirs))]
                 self._sequence_places[seq_id] = places
             # the places may run longer; the two tables' lengths are checked equal above
-            for where, mine, their in zip(places, seq.blocks, theirs, strict=False):
-                out.append((where, device, mine, their))
+            slots = [
+                (where, device, mine, their)
+                for where, mine, their in zip(places, seq.blocks, theirs, strict=False)
+            ]
+            placed[seq_id] = (seq, device, theirs, slots)
+            out += slots
         mine_null = view.null_block
         theirs_null = (
             self.their_null_block() if mine_null is not None and self.their_null_block else None

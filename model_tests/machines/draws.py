@@ -8,7 +8,8 @@ identity), so seeds and shrinking are as before.
 
 from __future__ import annotations
 
-from functools import cache
+from collections.abc import Sequence
+from functools import cache, lru_cache
 from typing import Any
 
 from hypothesis import strategies as st
@@ -37,3 +38,16 @@ def small_tokens(count: int, high: int) -> st.SearchStrategy[list[int]]:
 def sampled(options: tuple[Any, ...]) -> st.SearchStrategy[Any]:
     """``st.sampled_from`` of a fixed tuple of options."""
     return st.sampled_from(options)
+
+
+def sampled_list(options: Sequence[int]) -> st.SearchStrategy[int]:
+    """``st.sampled_from`` of a list of ids drawn at a step (a group's sequences), made once per
+    list of ids: the same strategy as one made at the draw (a list's label is its items' hashes,
+    so it is built from a list again, never the tuple it is kept under), without building,
+    labelling and validating one at every such draw, which leaves cyclic garbage too."""
+    return _sampled_list(tuple(options))
+
+
+@lru_cache(maxsize=4096)
+def _sampled_list(options: tuple[int, ...]) -> st.SearchStrategy[int]:
+    return st.sampled_from(list(options))

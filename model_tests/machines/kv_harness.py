@@ -27,7 +27,7 @@ from pagedkv.reference.kv_model import KVModel, SlotContent
 from pagedkv.specs.content_hash import ROOT, encode_block
 from pagedkv.specs.defrag_view import DefragmenterView
 from pagedkv.specs.interface import Defragmenter
-from pagedkv.specs.manager_view import ManagerView
+from pagedkv.specs.manager_view import ManagerView, SeqView
 from pagedkv.specs.slots import slot_of
 from pagedkv.specs.types import (
     BlockId,
@@ -272,28 +272,35 @@ class CachedPrefixes:
                     self.by_hash.setdefault(block_view.content_hash, (tokens, group.extra_key))
 
 
-def expected_kv(view: ManagerView, prefixes: CachedPrefixes) -> dict[Device, Batch]:
+SequenceSlots = tuple[
+    SeqView, ExtraKey, BlockId | None, list[Place], list[SlotContent], list[Label]
+]
+"""A sequence's expected slots (``expected_kv``), with what they were worked out from."""
+
+
+def expected_kv(
+    view: ManagerView, prefixes: CachedPrefixes, kept: dict[int, SequenceSlots] | None = None
+) -> dict[Device, Batch]:
     """What I5 says every slot must hold, per device: live sequences' tokens through their
-    tables, cross-attention tables, and evictable cached blocks whose prefix is known."""
+    tables, cross-attention tables, and evictable cached blocks whose prefix is known. With
+    ``kept``, each sequence's slots are kept there and taken again while its view (a frozen
+    value: the same object, the same tokens and table), extra key and the null block are the
+    same: most steps change a few sequences of many."""
     batches = {device: Batch() for device in DEVICES}
     size = view.config.block_size
+    null_block = view.null_block
     for seq_id, seq in view.seqs.items():
         group = view.groups[seq.group_id]
         batch = batches[group.device]
         tokens, key, blocks = seq.tokens, group.extra_key, seq.blocks
-        if len(tokens) > len(blocks) * size:
-            slot_of(blocks, len(tokens) - 1, size)  # a table too short: the IndexError
-        places, contents, labels = batch.places, batch.contents, batch.labels
-        # block by block: the slots of position p are (blocks[p // size], p % size)
-        for index, block in enumerate(blocks):
-            start = index * size
-            if block == view.null_block or start >= len(tokens):
-                continue
-            for slot in range(min(size, len(tokens) - start)):
-                position = start + slot
-                places.append((block, slot))
-                contents.append(SlotContent(tokens[: position + 1], key))
-                labels.append(("sequence", seq_id, position))
+        found = None if kept is None else kept.get(seq_id)
+        if found is None or found[0] is not seq or found[1] != key or found[2] != null_block:
+            found = (seq, key, null_block, *_sequence_slots(seq_id, tokens, key, blocks, view))
+            if kept is not None:
+                kept[seq_id] = found
+        batch.places += found[3]
+        batch.contents += found[4]
+        batch.labels += found[5]
     for group_id, group in view.groups.items():
         batch = batches[group.cross_device]
         for position in range(len(group.encoder_tokens)):
@@ -314,6 +321,33 @@ def expected_kv(view: ManagerView, prefixes: CachedPrefixes) -> dict[Device, Bat
                 content = SlotContent(tokens[: start + slot + 1], key)
                 batches[device].add((block, slot), content, ("evictable", block, slot))
     return batches
+
+
+def _sequence_slots(
+    seq_id: int,
+    tokens: tuple[Token, ...],
+    key: ExtraKey,
+    blocks: tuple[BlockId, ...],
+    view: ManagerView,
+) -> tuple[list[Place], list[SlotContent], list[Label]]:
+    """One live sequence's slots, what each must hold, and what it belongs to."""
+    size = view.config.block_size
+    if len(tokens) > len(blocks) * size:
+        slot_of(blocks, len(tokens) - 1, size)  # a table too short: the IndexError
+    places: list[Place] = []
+    contents: list[SlotContent] = []
+    labels: list[Label] = []
+    # block by block: the slots of position p are (blocks[p // size], p % size)
+    for index, block in enumerate(blocks):
+        start = index * size
+        if block == view.null_block or start >= len(tokens):
+            continue
+        for slot in range(min(size, len(tokens) - start)):
+            position = start + slot
+            places.append((block, slot))
+            contents.append(SlotContent(tokens[: position + 1], key))
+            labels.append(("sequence", seq_id, position))
+    return places, contents, labels
 
 
 def kv_problems(side: KVSide, expected: dict[Device, Batch]) -> list[str]:

@@ -29,7 +29,13 @@ from pagedkv.model_tests.machines.draws import (
     small_tokens,
 )
 from pagedkv.model_tests.machines.hypothesis_internals import DATA
-from pagedkv.model_tests.machines.kv_harness import AbstractKV, CachedPrefixes, KVSide, Writer
+from pagedkv.model_tests.machines.kv_harness import (
+    AbstractKV,
+    CachedPrefixes,
+    KVSide,
+    SequenceSlots,
+    Writer,
+)
 from pagedkv.model_tests.machines.lockstep_machine import LockstepMachine
 from pagedkv.model_tests.machines.manager_draws import (
     EXTRA_KEYS,
@@ -121,6 +127,8 @@ class ManagerMachineBase(LockstepMachine):
         make_kv = type(self).target_kv
         self.target_side: KVSide | None = None if make_kv is None else make_kv(config, self.defrag)
         self.prefixes = CachedPrefixes()
+        self.kept_slots: dict[int, SequenceSlots] = {}
+        """Each live sequence's expected KV slots (``expected_kv``), while it is unchanged."""
         self.passed_checks: dict[str, tuple[object, ...]] = {}
         """Per invariant, what it last passed on (``unchanged_since_passed``)."""
         event(f"config: caching={config.enable_caching}, window={config.sliding_window}")

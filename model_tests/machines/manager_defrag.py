@@ -11,7 +11,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from pagedkv.model_tests.machines.draws import BOOLEANS
+from pagedkv.model_tests.machines.draws import BOOLEANS, sampled_list
 from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.kv_harness import gpu_tables, table_changes
 from pagedkv.model_tests.machines.manager_base import ManagerMachineBase
@@ -58,7 +58,7 @@ class Defragmentation(ManagerMachineBase):
         on_gpu = [g for g, group in sorted(view.groups.items()) if group.device is Device.GPU]
         finishes = bool(on_gpu) and data.draw(BOOLEANS, label="a request finishes")
         if finishes:
-            group_id = data.draw(st.sampled_from(on_gpu), label="finished group")
+            group_id = data.draw(sampled_list(on_gpu), label="finished group")
             for seq_id in self.ledger.members(group_id):
                 self.both(calls.free(seq_id))
         self.run_defragmenters()

@@ -108,7 +108,7 @@ class Invariants(ManagerMachineBase):
         self.prefixes.record(view)
         # exact mode: same_state holds the target's tables equal to the model's, so what each
         # slot must hold is computed once, from the model's view
-        expected = expected_kv(view, self.prefixes)
+        expected = expected_kv(view, self.prefixes, self.kept_slots)
         for name, side in zip(("model", "target"), self.kv_sides(), strict=False):
             problems = kv_problems(side, expected)
             assert not problems, f"{name} KV: " + "; ".join(problems)

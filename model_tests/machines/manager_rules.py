@@ -10,7 +10,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from pagedkv.model_tests.machines.draws import BOOLEANS, integers, sampled
+from pagedkv.model_tests.machines.draws import BOOLEANS, integers, sampled, sampled_list
 from pagedkv.model_tests.machines.hypothesis_internals import DATA
 from pagedkv.model_tests.machines.manager_base import GROUPS
 from pagedkv.model_tests.machines.manager_invariants import pair_problems
@@ -120,7 +120,7 @@ class ProtocolRules(Steering):
             return
         if self.scheduler and self.ledger.device_of(group) is not Device.GPU:
             return  # a scheduler forks running sequences only
-        parent = data.draw(st.sampled_from(members), label="parent")
+        parent = data.draw(sampled_list(members), label="parent")
         self.both(calls.fork(parent, self.fresh_id()))
         self._steer_sharing()
 
@@ -129,7 +129,7 @@ class ProtocolRules(Steering):
         members = self.ledger.members(group)
         if not members:
             return
-        self.both(calls.free(data.draw(st.sampled_from(members), label="sequence")))
+        self.both(calls.free(data.draw(sampled_list(members), label="sequence")))
 
     def _each_block_once(self) -> bool:
         return self.mode != "safety" and self.policy.swap_pairs == "copies"
@@ -218,9 +218,7 @@ class ProtocolRules(Steering):
         members = self.ledger.members(group)
         if members:
             self.clock += step
-            self.both(
-                calls.access_all_blocks_in_seq(data.draw(st.sampled_from(members)), self.clock)
-            )
+            self.both(calls.access_all_blocks_in_seq(data.draw(sampled_list(members)), self.clock))
 
     @rule(group=GROUPS)
     def mark_blocks_as_computed(self, group: int) -> None:
@@ -231,7 +229,7 @@ class ProtocolRules(Steering):
     @rule(group=GROUPS, data=DATA)
     def ask(self, group: int, data: st.DataObject) -> None:
         members = self.ledger.members(group) or [group]
-        seq_id = data.draw(st.sampled_from(members), label="sequence")
+        seq_id = data.draw(sampled_list(members), label="sequence")
         queries: list[ManagerCall[object]] = [
             calls.get_common_computed_block_ids(members),
             calls.get_num_cached_tokens(seq_id),

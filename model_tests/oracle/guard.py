@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from functools import partial
 from threading import get_ident
+from time import monotonic
 from typing import Any
 
 from pagedkv.model_tests.oracle import codec
@@ -100,39 +100,21 @@ class GuardedFactory:
     ) -> Any:
         """``function(*args)`` under the timeout; ``describe(args)`` names the call in messages.
         (The arguments come last, so that a target's operation is ``partial(guard.call,
-        describe, method)``: one frame between the session and the guard's own call.)"""
+        describe, method)``: one frame between the session and the guard's own call.)
+
+        A check's every call is made here, on the main thread, with the watchdog interrupting
+        it after the timeout (written out in this one frame: an observation reads the target
+        several times a call); elsewhere ``_unwatched`` says how."""
         if self.hung is not None:
             raise TargetTimeout(
                 f"the target was not called again: it hung earlier, in {self.hung}, and may"
                 " have been left anywhere"
             )
-        what = partial(describe, args)
-        if self.timeout == FOREVER:  # nothing to wait for: call it here
-            try:
-                return function(*args)
-            except (Exception, KeyboardInterrupt, Interrupted):  # Ctrl-C is the user's here
-                raise  # (and an interrupt is an outer guard's)
-            except BaseException as crash:
-                raise _crash(crash, what) from None
         dog = WATCHDOG
-        if dog.depth and dog.usable and get_ident() == MAIN_THREAD:  # a check's every call
-            return self._direct(function, args, what)
-        if here():
-            if WATCHDOG.depth:
-                if WATCHDOG.usable:
-                    return self._direct(function, args, what)
-            else:
-                with watching() as usable:
-                    if usable:
-                        return self._direct(function, args, what)
-        return self._on_worker(function, args, what)
-
-    def _direct(
-        self, function: Callable[..., Any], args: tuple[Any, ...], what: Callable[[], str]
-    ) -> Any:
-        """On this (the main) thread, the watchdog interrupting it after the timeout."""
-        dog = WATCHDOG
-        call = Call(self.timeout, what, dog.current, time.monotonic())
+        timeout = self.timeout
+        if not (dog.depth and dog.usable and timeout != FOREVER and get_ident() == MAIN_THREAD):
+            return self._unwatched(describe, function, args)
+        call = Call(timeout, describe, args, dog.current, monotonic())
         stops = dog.stops
         dog.current = call
         try:
@@ -150,10 +132,32 @@ class GuardedFactory:
                 raise
             if isinstance(raised, KeyboardInterrupt) and dog.stops != stops:
                 raise  # the user's Ctrl-C or SIGTERM: it ends pagedkv
-            raise _crash(raised, what) from None
+            raise _crash(raised, call.what) from None
         if call.interrupts:  # it caught the interrupt and returned: still too late
             raise self._hang(call.what)
         return result
+
+    def _unwatched(
+        self,
+        describe: Callable[[tuple[Any, ...]], str],
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+    ) -> Any:
+        """A call outside a watched check: with no timeout, here; on the main thread, with the
+        watchdog's handlers installed around it (then ``call`` makes it); else on the worker."""
+        what = partial(describe, args)
+        if self.timeout == FOREVER:  # nothing to wait for: call it here
+            try:
+                return function(*args)
+            except (Exception, KeyboardInterrupt, Interrupted):  # Ctrl-C is the user's here
+                raise  # (and an interrupt is an outer guard's)
+            except BaseException as crash:
+                raise _crash(crash, what) from None
+        if here() and not WATCHDOG.depth:
+            with watching() as usable:
+                if usable:
+                    return self.call(describe, function, *args)
+        return self._on_worker(function, args, what)
 
     def _on_worker(
         self, function: Callable[..., Any], args: tuple[Any, ...], what: Callable[[], str]

@@ -33,7 +33,7 @@ class LoopDeadline(Call):
     __slots__ = ("loops", "seen", "steps")
 
     def __init__(self, timeout: float, what: Callable[[], str], outer: Call | None) -> None:
-        super().__init__(timeout, what, outer, time.monotonic())
+        super().__init__(timeout, lambda _: what(), (), outer, time.monotonic())
         self.loops: list[Iterator[object]] = []
         self.steps = 0
         self.seen: tuple[int, ...] = ()

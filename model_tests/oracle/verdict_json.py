@@ -14,13 +14,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pagedkv.model_tests.oracle.check import CheckResult, Report, budget
 from pagedkv.model_tests.oracle.known import kinds_of
-from pagedkv.model_tests.oracle.soak import SoakResult
 from pagedkv.model_tests.oracle.stepping import Stepping
 from pagedkv.model_tests.oracle.trace import Trace, Verdict
+
+if TYPE_CHECKING:  # a soak's result, for annotations: the soak loads with its command
+    from pagedkv.model_tests.oracle.soak import SoakResult
 
 FORMAT = "pagedkv-verdict"
 VERSION = 1

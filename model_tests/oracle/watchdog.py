@@ -71,18 +71,35 @@ class Interrupted(BaseException):
 class Call:
     """One call under way on the main thread: its deadline, and the call it is nested in."""
 
-    __slots__ = ("deadline", "grace", "interrupts", "outer", "timeout", "what")
+    __slots__ = ("args", "deadline", "describe", "interrupts", "outer", "timeout")
 
     def __init__(
-        self, timeout: float, what: Callable[[], str], outer: Call | None, now: float
+        self,
+        timeout: float,
+        describe: Callable[[tuple[Any, ...]], str],
+        args: tuple[Any, ...],
+        outer: Call | None,
+        now: float,
     ) -> None:
         self.timeout = timeout
         self.deadline = now + timeout
-        self.grace = min(GRACE, timeout)
-        self.what = what
+        self.describe = describe
+        self.args = args
+        """The call is written out (``what``) only for a message: a check makes hundreds of
+        thousands of calls, each a ``Call``."""
         self.outer = outer
         self.interrupts = 0
         """Sent so far; once it is not 0, the call is a timeout however it ends."""
+
+    def what(self) -> str:
+        """The call, in words (``describe(args)``)."""
+        return self.describe(self.args)
+
+    @property
+    def grace(self) -> float:
+        """Seconds between two interrupts (asked only once a call is late: a check makes
+        hundreds of thousands of calls, each made a ``Call``)."""
+        return min(GRACE, self.timeout)
 
     def due(self) -> float:
         """When the next interrupt is due if the call is still under way."""

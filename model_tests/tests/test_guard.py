@@ -164,7 +164,7 @@ def test_an_interrupt_that_arrives_after_its_call_is_dropped(alarm_handler: list
     assert MAIN_THREAD is not None
     with watching() as usable:
         assert usable
-        WATCHDOG.aimed = Call(0.1, lambda: "free(1)", None, time.monotonic())  # over by now
+        WATCHDOG.aimed = Call(0.1, lambda _: "free(1)", (), None, time.monotonic())  # over by now
         WATCHDOG.sent += 1
         signal.pthread_kill(MAIN_THREAD, signal.SIGALRM)
         time.sleep(0.05)  # handled here, between calls: no Interrupted

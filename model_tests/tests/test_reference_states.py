@@ -1,7 +1,7 @@
 """The reference's hottest state changes are written out field by field (``with_block``,
-``with_pool``) instead of ``dataclasses.replace``: each must keep every field but the one it
-changes, including any field added later (each field holds its own marker here, so a field the
-constructor forgets comes back as its default and fails)."""
+``with_pool``, ``counted``, ``accessed``) instead of ``dataclasses.replace``: each must keep every
+field but the one it changes, including any field added later (each field holds its own marker
+here, so a field the constructor forgets comes back as its default and fails)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from immutables import Map
 
 from pagedkv.reference.manager_state import ManagerState, with_pool
-from pagedkv.reference.pool_state import PoolState, with_block
-from pagedkv.specs.pool_view import BLANK
+from pagedkv.reference.pool_state import PoolState, accessed, counted, with_block
+from pagedkv.specs.pool_view import BLANK, BlockView
 from pagedkv.specs.types import Device
 
 
@@ -47,3 +47,14 @@ def test_with_pool_keeps_every_other_field(device: Device) -> None:
     name = "gpu" if device is Device.GPU else "cpu"
     assert getattr(changed, name) is new_pool
     assert _kept_but(state, changed, name) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "value"),
+    [(counted, "ref_count", 3), (accessed, "last_accessed", 7.5)],
+)
+def test_a_block_view_change_keeps_every_other_field(change: Any, field: str, value: Any) -> None:
+    view = _marked(BlockView)
+    changed = change(view, value)
+    assert getattr(changed, field) == value
+    assert _kept_but(view, changed, field) == []

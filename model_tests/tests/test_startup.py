@@ -5,6 +5,7 @@ target that passes, in a fresh interpreter."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,9 @@ NOT_FOR_CHECK = (
     "pagedkv.model_tests.teaching.demo",
     "pagedkv.pages",
     "pagedkv.rich_output",
+    "pagedkv.model_tests.oracle.soak",  # the soak, its stand-in model and the optimized manager
+    "pagedkv.model_tests.oracle.soak_model",
+    "pagedkv.optimized",
 )
 """Modules of other commands, or of a check's failure or terminal, and their libraries."""
 
@@ -56,3 +60,27 @@ def test_the_probe_sees_a_module_that_is_loaded() -> None:
     """The probe can fail: the demo loads the teaching tools it must not find under check."""
     found = loaded_by(["demo"])
     assert "pagedkv.model_tests.teaching.demo" in found and "jinja2" not in found, found
+
+
+PLUGIN_PROBE = """
+import json, os, sys
+from importlib.metadata import entry_points
+plugins = sorted({entry.value.split(":")[0] for entry in entry_points(group="hypothesis")})
+import pagedkv.entry
+loaded = [plugin for plugin in plugins if plugin in sys.modules]
+print(json.dumps([plugins, loaded, os.environ.get("HYPOTHESIS_NO_PLUGINS")]))
+"""
+
+
+def test_the_command_runs_no_hypothesis_plugin() -> None:
+    """The command imports Hypothesis without running the plugins installed packages register
+    (``pagedkv/entry.py``: trio's imported trio and pytest, 0.13 CPU s of every start), and
+    leaves the environment as it found it (an ``exec:`` target inherits it)."""
+    done = subprocess.run(
+        [sys.executable, "-c", PLUGIN_PROBE], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    plugins, loaded, switch = json.loads(done.stdout)
+    if not plugins:
+        pytest.skip("no Hypothesis plugin is installed here")
+    assert loaded == [] and switch is None, done.stdout
