@@ -112,28 +112,26 @@ def with_block(state: PoolState, block: BlockId, view: BlockView) -> PoolState:
 
 
 def counted(view: BlockView, ref_count: int) -> BlockView:
-    """``view`` with another ref count, written out field by field as ``with_block`` is: every
-    reference taken or given back changes one (``test_reference_states`` compares the two)."""
+    """``view`` with another ref count: every reference taken or given back changes one."""
+    return _with_numbers(view, ref_count, view.last_accessed)
+
+
+def accessed(view: BlockView, time: float) -> BlockView:
+    """``view`` with another last access: every access of a sequence changes each of its
+    blocks."""
+    return _with_numbers(view, view.ref_count, time)
+
+
+def _with_numbers(view: BlockView, ref_count: int, last_accessed: float) -> BlockView:
+    """Written out field by field as ``with_block`` is, rather than with ``dataclasses.replace``
+    (``test_reference_states`` compares the two)."""
     return BlockView(
         ref_count=ref_count,
         tokens=view.tokens,
         content_hash=view.content_hash,
         prefix=view.prefix,
         computed=view.computed,
-        last_accessed=view.last_accessed,
-    )
-
-
-def accessed(view: BlockView, time: float) -> BlockView:
-    """``view`` with another last access, written out as ``counted`` is: every access of a
-    sequence changes each of its blocks."""
-    return BlockView(
-        ref_count=view.ref_count,
-        tokens=view.tokens,
-        content_hash=view.content_hash,
-        prefix=view.prefix,
-        computed=view.computed,
-        last_accessed=time,
+        last_accessed=last_accessed,
     )
 
 
