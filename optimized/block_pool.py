@@ -516,44 +516,6 @@ class OptimizedBlockPool:
         index = block - self._first_id if type(block) is int else -1
         kind = type(tokens)
         if 0 <= index < self._num_blocks and (kind is tuple or kind is list):
-            count = len(tokens)
-            held = self._tokens[index]
-            if (
-                count
-                and len(held) + count * TOKEN_BYTES == self._block_bytes
-                and self._ref_counts[index] == 1
-                and self.caching
-                and countOf(map(type, tokens), int) == count
-            ):  # the common fill: plain ints that fill the caller's own block, written out
-                try:
-                    appended = (
-                        struct.pack(f"<{count}Q", *tokens) if held else self._pack_block(*tokens)
-                    )
-                except struct.error:  # a negative token, or one of 2**64 or more
-                    appended = b"\x80" * TOKEN_BYTES
-                if appended[7::8].isascii():  # every token <= MAX_TOKEN: the prefix is next
-                    entry = self._checked_prefixes.get(id(prefix))
-                    key_bytes = (
-                        entry[1]
-                        if entry is not None and entry[0] is prefix
-                        else self._prefixes.check(prefix)
-                    )
-                    filled = held + appended if held else appended
-                    parent, key = prefix.hash, prefix.extra_key
-                    content_hash = packed_block_hash(parent, filled, key_bytes)
-                    new_tokens = tuple(tokens)  # the same tuple if it is one
-                    remember_block_hash(
-                        parent,
-                        unpacked(held) + new_tokens if held else new_tokens,
-                        key,
-                        content_hash,
-                    )
-                    if content_hash in self._cached:  # dedup onto the cached block (``fill``)
-                        return self.fill(
-                            block, (parent, prefix.num_tokens, key), appended, content_hash
-                        )
-                    self._cache(block, (parent, prefix.num_tokens, key), filled, content_hash)
-                    return block
             # the common call, checked at C speed: a held block, plain tokens that fit, a prefix
             # checked before; anything else goes to the shared checks, which raise in order
             holders = self._ref_counts[index]
