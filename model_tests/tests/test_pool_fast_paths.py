@@ -110,8 +110,8 @@ FILLING_BAD_TOKENS: list[Any] = [  # the bad token last: a fill of a block holdi
 @pytest.mark.parametrize("held", [0, 1, 3])
 @pytest.mark.parametrize("tokens", FILLING_BAD_TOKENS, ids=repr)
 def test_bad_tokens_that_would_fill_the_block_are_refused(tokens: Any, held: int) -> None:
-    """``append_tokens`` writes out the fill of the caller's own block (the common fill), with
-    checks of its own: tokens that would fill a block, empty or not, are refused as any."""
+    """Tokens that would fill a block, empty or not, are refused as the reference refuses them,
+    on ``append_tokens``'s fast path too (the tokens packed and range-checked in C)."""
     pools = both()
     prefix = Prefix(ROOT, 0, KEY)
     block = same(pools, lambda pool: pool.allocate_mutable())[1]
