@@ -14,9 +14,10 @@ that the copy is read back from cache; the bytes written are those just read, al
 which is why an exchange can outrun a ``copy_`` of as many bytes.
 
 What a batch of one or a few pairs costs beyond its copies is Python's. A defragmenter's batch of
-one pair (64 KiB blocks) is three copies of 1.80 µs in all, all in cache, and about 1.1 µs
-besides: checking the store, pad sizes and pair, finding this layout, planning, the scratch, and
-torch's version bump (``specs/defragmenter.md`` §4).
+one pair (64 KiB blocks) is three copies of about 2.0 µs in all, all in cache, and about 0.9 µs
+besides: checking the pair, finding this layout, the scratch, and torch's version bump (0.2 µs
+alone). Such a batch skips the planning (``exchange_one``), which cut that from 1.2 µs; a
+``copy_`` of the same 128 KiB takes about 2.0 µs (``specs/defragmenter.md`` §4).
 """
 
 from __future__ import annotations
@@ -108,6 +109,26 @@ def copy_runs(
         destination[write] = data
 
 
+def _trade(memory: memoryview, held: memoryview, first: int, second: int) -> None:
+    """Trade the ``len(held)`` bytes at ``first`` with those at ``second`` through ``held``."""
+    n = len(held)
+    held[:] = memory[first : first + n]
+    memory[first : first + n] = memory[second : second + n]
+    memory[second : second + n] = held
+
+
+def exchange_one(blocks: HostBlocks, a: int, b: int) -> None:
+    """Trade blocks ``a`` and ``b`` (distinct), all layers at once: ``exchange_runs`` of one
+    run of one block, without its planning."""
+    slab = blocks.slab
+    if slab > EXCHANGE_PIECE_BYTES:  # a block too large to hold aside at once: in pieces
+        exchange_runs(blocks, [(a, b, 1)])
+        return
+    scratch = blocks.take_scratch(EXCHANGE_PIECE_BYTES)  # the one scratch size kept
+    _trade(blocks.memory, scratch[:slab], a * slab, b * slab)
+    blocks.give_back(scratch)
+
+
 def exchange_runs(blocks: HostBlocks, runs: Sequence[Span]) -> None:
     """Trade the contents of every run's two sides, all layers at once (the sides are disjoint),
     a piece of at most ``EXCHANGE_PIECE_BYTES`` at a time: a piece may end inside a block, since
@@ -118,17 +139,12 @@ def exchange_runs(blocks: HostBlocks, runs: Sequence[Span]) -> None:
     for a, b, length in runs:
         first, second = a * slab, b * slab
         if length == 1 and one is not None:  # nearly every pair of a defragmenter's batch
-            one[:] = memory[first : first + slab]
-            memory[first : first + slab] = memory[second : second + slab]
-            memory[second : second + slab] = one
+            _trade(memory, one, first, second)
             continue
         end = first + length * slab
         while first < end:
             n = min(piece, end - first)
-            held = scratch[:n]
-            held[:] = memory[first : first + n]
-            memory[first : first + n] = memory[second : second + n]
-            memory[second : second + n] = held
+            _trade(memory, scratch[:n], first, second)
             first += n
             second += n
     blocks.give_back(scratch)

@@ -532,19 +532,29 @@ def test_swap_blocks_random(
 EXCHANGE_PAIRS: Pairs = [(0, 15), (3, 4), (5, 9), (6, 10), (7, 11)]  # 5, 6, 7 -> 9, 10, 11: a run
 
 
+@pytest.mark.parametrize(
+    "pairs", [EXCHANGE_PAIRS, [(0, 15)], [(15, 0)]], ids=["batch", "one", "back"]
+)
 @pytest.mark.parametrize("mla", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("heads", "head_dim"), HEAD_SHAPES)
 @pytest.mark.parametrize("block_size", BLOCK_SIZES)
 def test_swap_blocks_in_place_matches_reference(
-    block_size: int, heads: int, head_dim: int, dtype: torch.dtype, mla: bool, host_path: str
+    block_size: int,
+    heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    mla: bool,
+    pairs: Pairs,
+    host_path: str,
 ) -> None:
+    """A batch, and a batch of one pair (which the byte path trades without planning)."""
     store = make_store(
         16, block_size=block_size, heads=heads, head_dim=head_dim, dtype=dtype, mla=mla
     )
     before = snapshot(store)
-    swap_blocks_in_place(store, EXCHANGE_PAIRS)
-    assert_same(store.tensors(), ref_exchange(before, EXCHANGE_PAIRS))
+    swap_blocks_in_place(store, pairs)
+    assert_same(store.tensors(), ref_exchange(before, pairs))
     # both directions: the destination's old contents were kept, not overwritten
     assert torch.equal(bits(store.tensors()[-1][0]), bits(before[-1][15]))
     assert torch.equal(bits(store.tensors()[-1][15]), bits(before[-1][0]))
@@ -736,8 +746,9 @@ def test_byte_exchange_splits_long_runs_into_pieces(
     before = snapshot(store)
     with CountOps() as ops:
         swap_blocks_in_place(store, pairs)
+        swap_blocks_in_place(store, [(2, 38)])  # a batch of one pair: traded without planning
     assert ops.counts == {}  # no padding, no index kernels: bytes only
-    assert_same(store.tensors(), ref_exchange(before, pairs))
+    assert_same(store.tensors(), ref_exchange(ref_exchange(before, pairs), [(2, 38)]))
 
 
 def test_host_bytes_are_the_store_allocation() -> None:
@@ -947,6 +958,32 @@ def test_in_place_rejects_pairs_that_share_a_block(pairs: Pairs, block: int, for
     before = snapshot(store)
     with pytest.raises(InvalidArgumentError, match=f"block {block} appears more than once"):
         swap_blocks_in_place(store, as_form(pairs, form))
+    assert_same(store.tensors(), before)
+
+
+@pytest.mark.parametrize("host_path", ["bytes"], indirect=True)
+@pytest.mark.parametrize(
+    ("pairs", "error", "message"),
+    [
+        ([(8, 2)], ForeignBlockError, "source block 8"),
+        ([(2, 8)], ForeignBlockError, "destination block 8"),
+        ([(-1, 2)], ForeignBlockError, "source block -1"),
+        ([(2, -1)], ForeignBlockError, "destination block -1"),
+        ([(3, 3)], InvalidArgumentError, "block 3 appears more than once"),
+        ([(0, True)], InvalidArgumentError, "True"),
+        ([(0, 1.0)], InvalidArgumentError, "1.0"),
+        ([(0, 1, 2)], InvalidArgumentError, r"\(0, 1, 2\)"),
+    ],
+)
+def test_in_place_checks_a_lone_pair_on_the_byte_path(
+    pairs: Pairs, error: type[Exception], message: str, host_path: str
+) -> None:
+    """A batch of one pair on the byte path skips the general checks only when it passes them:
+    anything else reaches them and raises as a batch would, before any write."""
+    store = make_store(8, seed=20)
+    before = snapshot(store)
+    with pytest.raises(error, match=message):
+        swap_blocks_in_place(store, pairs)
     assert_same(store.tensors(), before)
 
 
