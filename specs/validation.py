@@ -53,6 +53,22 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def int_value(value: object) -> int | None:
+    """An int's value as a plain int (None for anything else, a bool included). An int
+    subclass is judged, and kept, by ``int(value)``, never by its own comparisons, which may say
+    anything: ``-5`` claiming to be at least 0 once passed the range check and failed later as an
+    untyped ``struct.error``. (An ``__int__`` that raises or answers a non-int: not an int.)"""
+    if type(value) is int:
+        return value
+    if not _is_int(value):
+        return None
+    try:
+        plain = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return plain if type(plain) is int else None
+
+
 def _is_sequence(value: object) -> TypeGuard[Sequence[object]]:
     """A list-like of items; text and byte strings are not sequences of ids or tokens."""
     if type(value) is list or type(value) is tuple:  # most arguments: no look at the ABC
@@ -123,15 +139,15 @@ def check_block_id(config: PoolConfig, block: object) -> BlockId:
     raises: InvalidArgumentError, ForeignBlockError
     post: _ in config.block_ids
     """
-    if not _is_int(block):
+    value = int_value(block)
+    if value is None:
         raise InvalidArgumentError(f"block id must be an int, got {block!r}")
-    assert isinstance(block, int)
-    if not config.first_id <= block < config.first_id + config.num_blocks:
+    if not config.first_id <= value < config.first_id + config.num_blocks:
         raise ForeignBlockError(
-            f"block {block} is not in this pool (ids {config.first_id}.."
+            f"block {value} is not in this pool (ids {config.first_id}.."
             f"{config.first_id + config.num_blocks - 1})"
         )
-    return block
+    return value
 
 
 def check_chains(config: PoolConfig, chains: object) -> list[list[BlockId]]:
@@ -195,9 +211,10 @@ def check_tokens(tokens: object, *, allow_empty: bool = False) -> list[Token]:
         raise InvalidArgumentError(f"expected a sequence of token ids, got {tokens!r}")
     checked: list[Token] = []
     for token in tokens:
-        if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token <= MAX_TOKEN:
+        value = int_value(token)
+        if value is None or not 0 <= value <= MAX_TOKEN:
             raise InvalidArgumentError(f"token ids are ints in [0, 2**63), got {token!r}")
-        checked.append(token)
+        checked.append(value)
     if not checked and not allow_empty:
         raise InvalidArgumentError("expected at least one token, got none")
     return checked
@@ -227,7 +244,8 @@ def check_extra_key(extra_key: object) -> ExtraKey:
     if not isinstance(extra_key, ExtraKey):
         raise InvalidArgumentError(f"expected an ExtraKey, got {extra_key!r}")
     lora = extra_key.lora_id
-    if lora is not None and (not _is_int(lora) or not 0 <= lora <= MAX_TOKEN):
+    lora_value = None if lora is None else int_value(lora)
+    if lora is not None and (lora_value is None or not 0 <= lora_value <= MAX_TOKEN):
         raise InvalidArgumentError(f"lora_id must be None or an int in [0, 2**63), got {lora!r}")
     salt = extra_key.cache_salt
     if salt is not None and (not isinstance(salt, str) or not utf8_encodable(salt)):
@@ -320,12 +338,10 @@ def check_id(kind: str, value: object) -> int:
     raises: InvalidArgumentError
     post: _ == value
     """
-    if type(value) is int:
-        return value
-    if not _is_int(value):
+    found = int_value(value)
+    if found is None:
         raise InvalidArgumentError(f"{kind} id must be an int, got {value!r}")
-    assert isinstance(value, int)
-    return value
+    return found
 
 
 def check_seq_ids(value: object, *, non_empty: bool = False) -> list[int]:
@@ -353,9 +369,10 @@ def check_count(kind: str, value: object) -> int:
     """
     if type(value) is int and value >= 0:
         return value
-    if not _is_int(value) or not isinstance(value, int) or value < 0:
+    found = int_value(value)
+    if found is None or found < 0:
         raise InvalidArgumentError(f"{kind} must be an int >= 0, got {value!r}")
-    return value
+    return found
 
 
 def check_encoder_support(config: ManagerConfig, encoder: object) -> list[Token] | None:
@@ -540,14 +557,14 @@ def check_defrag_config(config: DefragConfig) -> None:
 
 def check_defrag_id(config: DefragConfig, block: object, kind: str = "block") -> BlockId:
     """A logical or physical id of the defragmented device: an int in ``0 .. num_blocks - 1``."""
-    if not _is_int(block):
+    value = int_value(block)
+    if value is None:
         raise InvalidArgumentError(f"{kind} id must be an int, got {block!r}")
-    assert isinstance(block, int)
-    if not 0 <= block < config.num_blocks:
+    if not 0 <= value < config.num_blocks:
         raise ForeignBlockError(
-            f"{kind} {block} is not on the defragmented device (ids 0..{config.num_blocks - 1})"
+            f"{kind} {value} is not on the defragmented device (ids 0..{config.num_blocks - 1})"
         )
-    return block
+    return value
 
 
 def check_defrag_table(config: DefragConfig, table: object) -> list[BlockId]:
