@@ -486,12 +486,14 @@ def _trace_paths(paths: Sequence[str]) -> list[Path]:
 
 def _read_replayable(path: str | Path) -> Trace:
     """A trace, refused up front (before any other is replayed) if the reference cannot hold
-    its configuration."""
+    its configuration, or it has no steps (and no refused creation to check)."""
     loaded = trace.read(path)
     try:
         trace.check_reference_size(loaded.config)
     except trace.TraceError as error:
         raise trace.TraceError(f"{path}: {error}") from None
+    if not loaded.ops and loaded.create_error is None:  # a PASS would say nothing was checked
+        raise trace.TraceError(f"{path}: the trace has no steps: nothing to replay")
     return loaded
 
 

@@ -8,6 +8,7 @@ everything is refused, and a check past known differences never says the target 
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -264,6 +265,26 @@ def test_a_catch_all_is_one_line_and_exit_2_before_any_search(tmp_path: Path) ->
     )  # fmt: skip
     assert (code, out) == (2, ""), out + err
     assert err.count("\n") == 1 and "difference 1 (everything) matches every operation" in err
+
+
+@pytest.mark.parametrize("level", ["manager", "pool"])
+def test_a_trace_without_steps_is_refused_not_passed(level: str, tmp_path: Path) -> None:
+    """Replaying a trace of no steps (and no refused creation) checks nothing: exit 2 with one
+    line, never a PASS (a hand-made one used to say ``PASS: 0 steps; the target agrees``)."""
+    config = (
+        {"block_size": 2, "num_gpu_blocks": 4, "num_cpu_blocks": 2, "watermark": 0.0,
+         "sliding_window": None, "enable_caching": True}
+        if level == "manager"
+        else {"num_blocks": 4, "block_size": 2, "enable_caching": True, "first_id": 0}
+    )  # fmt: skip
+    path = tmp_path / "empty.jsonl"
+    header = {"format": "pagedkv-trace", "version": 2, "level": level, "config": config}
+    path.write_text(
+        json.dumps(header) + "\n" + json.dumps({"end": "pagedkv-trace", "steps": 0}) + "\n"
+    )
+    code, out, err = run_cli("replay", str(path), "--target", "reference")
+    assert (code, out) == (2, ""), out + err
+    assert err.count("\n") == 1 and "the trace has no steps: nothing to replay" in err
 
 
 def test_a_broad_entry_a_message_narrows_is_accepted() -> None:
