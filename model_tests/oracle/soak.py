@@ -45,7 +45,7 @@ from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSessio
 from pagedkv.model_tests.lockstep.show import show_call, show_value
 from pagedkv.model_tests.machines.manager_machine import held_references, mapping_problems
 from pagedkv.model_tests.machines.request_draws import GroupKind
-from pagedkv.model_tests.oracle import codec, trace
+from pagedkv.model_tests.oracle import trace
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import close_target
 from pagedkv.model_tests.oracle.guard import as_its_call, unguarded
@@ -77,6 +77,7 @@ from pagedkv.specs.manager_calls import ManagerCall
 from pagedkv.specs.manager_view import ManagerView
 from pagedkv.specs.named_calls import call_named
 from pagedkv.specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, Token
+from pagedkv.specs.wire import exact_reader
 
 T = TypeVar("T")
 
@@ -207,6 +208,8 @@ class Lockstep:
         reused for the next answer is a divergence, as under ``check``: ``specs/oracle.md`` §1)."""
         self.session: IsomorphicManagerSession | None = None
         self.calls: list[RecordedCall] = []
+        self.exact_results: dict[str, Callable[[object], Any]] = {}
+        """Each operation's ``wire.exact_reader`` of the model's results, looked up once."""
 
     def state(self) -> WalkState:
         """The model's live groups and sequences, which the walk draws from."""
@@ -235,7 +238,10 @@ class Lockstep:
             return shared
         # its value at the call; a list is read again one call later (``answers.py``)
         theirs = self.answers.take(call, shown, answer, raised=False)
-        mine = codec.exact_result("manager", method, result)
+        read = self.exact_results.get(method)
+        if read is None:
+            read = self.exact_results[method] = exact_reader("manager", method)
+        mine = read(result)
         if mine != theirs and not (method == HIT_RATE and same_rate(mine, theirs)):
             raise Divergence(
                 f"{show_call(method, args)}: the reference returned {show_value(result)},"
