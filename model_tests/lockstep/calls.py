@@ -188,7 +188,7 @@ def detached(value: Any) -> Any:
     if isinstance(value, tuple):
         for item in value:
             if isinstance(item, _CONTAINERS):
-                return tuple([detached(item) for item in value])
+                return tuple([item if type(item) is int else detached(item) for item in value])
         return value
     if isinstance(value, dict):
         return {key: detached(item) for key, item in value.items()}
