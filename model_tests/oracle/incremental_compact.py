@@ -118,6 +118,25 @@ def _same_kinds(found: object, fresh: object) -> bool:
     )
 
 
+def pools_of_own_kinds(manager: OptimizedBlockSpaceManager) -> bool:
+    """Whether the manager's pools are the optimized pool itself with each attribute of the type
+    a freshly built one's is (``_same_kinds``), nothing set on the instance over the class: no
+    container of a factory's own, whose code could answer a fingerprint otherwise than
+    ``compact`` reads it (``IncrementalCompact.pair_with_looks``, looked at once, as the target
+    is paired; a pool of another class is never compared by its fingerprint)."""
+    try:
+        pools = OptimizedBlockSpaceManager.pools(manager)
+        fresh = OptimizedBlockSpaceManager(manager._config).pools()
+    except Exception:  # a subclass's own structures: not read by fingerprint
+        return False
+    return all(
+        type(pool) is OptimizedBlockPool
+        and not set(vars(pool)) & set(dir(OptimizedBlockPool))
+        and _same_kinds(pool, new)
+        for pool, new in zip(pools, fresh, strict=True)
+    )
+
+
 @dataclass(slots=True, eq=False)
 class Looked:
     """A pool as a reader last looked at it: the pool, its fingerprint (``()`` where the
@@ -199,7 +218,11 @@ class IncrementalCompact:
         asked for, so that after each call the soak compares a pool of the optimized class on
         both sides by its fingerprint (``soak.Lockstep.same_looked``), and the rows as they
         are."""
-        if self.changes is None or other.changes is not None:
+        if (
+            self.changes is None
+            or other.changes is not None
+            or not pools_of_own_kinds(other.manager)
+        ):
             return False
         self.paired = True
         return True
@@ -398,11 +421,15 @@ class IncrementalCompact:
         return seqs, groups, manager.config, manager.get_null_block()
 
     def fingerprinted_pool(self, index: int, pool: OptimizedBlockPool, untouched: Held) -> None:
-        """The one kept, if it is the same pool, with the same fingerprint and pending
-        accesses; else the pool looked at again: the optimized pool itself (pagedkv's code
-        reads it: ``compact_of``) fingerprinted, its columns built only when asked for
-        (``part``); a pool of another class, its columns built at once, from its own
-        ``compact``."""
+        """The optimized pool itself (pagedkv's code reads it: ``compact_of``): the one kept, if
+        it is the same pool, with the same fingerprint and pending accesses, else the pool
+        fingerprinted again, its columns built only when asked for (``part``). A pool of
+        another class (its own code, which may answer a fingerprint otherwise than its
+        ``compact`` reads it): its columns built from its own ``compact`` at every look, and kept
+        with no fingerprint, so that no later look takes them for the optimized pool's."""
+        if type(pool) is not OptimizedBlockPool:
+            self.build(index, pool, (), untouched)
+            return
         fingerprint = pool.fingerprint()
         known = self.pools[index]
         if (
@@ -412,7 +439,4 @@ class IncrementalCompact:
             and known.fingerprint == fingerprint
         ):
             return
-        if type(pool) is OptimizedBlockPool:
-            self.pools[index] = Looked(pool, fingerprint, untouched, None)
-        else:
-            self.build(index, pool, fingerprint, untouched)
+        self.pools[index] = Looked(pool, fingerprint, untouched, None)

@@ -76,6 +76,14 @@ class OwnPools(OwnCode):
         self._gpu.__class__ = ShowsOneMoreHit
 
 
+class TurnsItsPool(OwnCode):
+    """Its pool becomes one of its own class at its query, after the soak paired its reader."""
+
+    def get_num_free_gpu_blocks(self) -> int:
+        self._gpu.__class__ = ShowsOneMoreHit
+        return super().get_num_free_gpu_blocks()
+
+
 def side_of(factory: Callable[[ManagerConfig], OwnCode]) -> Lockstep:
     side = Lockstep(factory, CONFIG, True, OPTIMIZED, every_call=True)
     side.begin()
@@ -117,11 +125,34 @@ def test_another_configuration_is_seen_at_the_call() -> None:
 
 
 def test_a_pool_of_another_class_is_compared_by_its_own_columns() -> None:
-    """Its fingerprint is the model's pool's; its own ``compact`` is not."""
+    """Its fingerprint is the model's pool's; its own ``compact`` is not. Built so, the target
+    is not paired; made so after, its pool is not compared by fingerprint."""
     side = side_of(OwnPools)
-    assert side.looks is not None
+    assert side.looks is None
     with pytest.raises(Divergence, match="hits"):
         side.call(calls.allocate(1, [1], [1, 2, 3]))
+    side = side_of(TurnsItsPool)
+    assert side.looks is not None
+    side.call(calls.allocate(1, [1], [1, 2, 3]))
+    with pytest.raises(Divergence, match="hits"):
+        side.call(calls.get_num_free_gpu_blocks())
+
+
+class OwnList(list[bytes]):
+    """A list with code of its own (none here): a pool holding one is not read by fingerprint."""
+
+
+def a_list_of_its_own(config: ManagerConfig) -> OwnCode:
+    manager = OwnCode(config)
+    manager._gpu._tokens = OwnList(manager._gpu._tokens)
+    return manager
+
+
+def test_a_pool_holding_a_container_of_its_own_is_not_compared_by_fingerprint() -> None:
+    side = side_of(a_list_of_its_own)
+    assert side.looks is None and side.pair is None
+    side.call(calls.allocate(1, [1], [1, 2, 3]))
+    side.check_state("at the checkpoint")
 
 
 def heap_in_another_order(config: ManagerConfig) -> OwnCode:
