@@ -5,7 +5,7 @@ record or the fingerprint missed would leave the comparison after each call look
 or columns. The checkpoint is what makes that safe: it builds both compact states fresh and
 holds the kept ones equal to them, and an episode whose kept state was stale is replayed
 comparing fresh states after every call. The tests here plant a staleness of the fingerprint
-route (a fingerprint that leaves the ref counts out, every reader made to take that route)
+route (a fingerprint blind to the ref counts, every reader made to take that route)
 under a target whose query corrupts a ref count: the comparison after the call misses it, the
 checkpoint does not. ``test_soak_record.py`` plants a change the record misses."""
 
