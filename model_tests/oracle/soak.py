@@ -192,8 +192,8 @@ class Lockstep:
             if isinstance(mine, IncrementalCompact) and kept is not None:
                 if kept.pair(mine):
                     self.pair = (mine, kept)
-                elif mine.pair_with_looks(kept):
-                    self.looks = (mine, kept)
+                elif as_its_call(self.target, "compact", mine.pair_with_looks, kept):
+                    self.looks = (mine, kept)  # (its pools looked at as one of its calls)
         self.model_renders = self.fresh_compact is LOADED_COMPACT and renders_its_compact(
             self.model
         )

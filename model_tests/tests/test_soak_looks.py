@@ -8,6 +8,7 @@ call, and a pool of another class is compared by the columns its own ``compact``
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -15,6 +16,7 @@ import pytest
 
 from pagedkv.model_tests.lockstep.calls import Divergence
 from pagedkv.model_tests.oracle import soak
+from pagedkv.model_tests.oracle.guard import guard
 from pagedkv.model_tests.oracle.soak import Lockstep
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
@@ -153,6 +155,40 @@ def test_a_pool_holding_a_container_of_its_own_is_not_compared_by_fingerprint() 
     assert side.looks is None and side.pair is None
     side.call(calls.allocate(1, [1], [1, 2, 3]))
     side.check_state("at the checkpoint")
+
+
+class HangsWhenItsConfigIsRead(OwnCode):
+    """Its configuration is its own code, which never returns once the soak has it."""
+
+    ready = False
+
+    @property
+    def _config(self) -> ManagerConfig:
+        if self.ready:
+            time.sleep(30)
+        config: ManagerConfig = self.__dict__["config_"]
+        return config
+
+    @_config.setter
+    def _config(self, config: ManagerConfig) -> None:
+        self.__dict__["config_"] = config
+
+
+def hangs_when_its_config_is_read(config: ManagerConfig) -> OwnCode:
+    manager = HangsWhenItsConfigIsRead(config)
+    manager.ready = True
+    return manager
+
+
+def test_its_pools_are_looked_at_under_its_timeout() -> None:
+    """Whether its pools may be read by fingerprint is asked of the target's structures (its
+    configuration too), which may run its code: as one of its calls."""
+    started = time.monotonic()
+    result = soak.soak(
+        guard(hangs_when_its_config_is_read, 0.5), 100, 1, exact=True, model=OPTIMIZED
+    )
+    assert not result.passed and result.hung, result.failure
+    assert time.monotonic() - started < 10
 
 
 def heap_in_another_order(config: ManagerConfig) -> OwnCode:
