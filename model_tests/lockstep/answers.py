@@ -21,6 +21,7 @@ blocks) is a divergence of kind ``answer``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from pagedkv.model_tests.lockstep.calls import Divergence, exact_answer, run_cal
 from pagedkv.model_tests.lockstep.show import Shown, show_error, show_value, text
 from pagedkv.specs.call import Call
 from pagedkv.specs.operations import Level
+from pagedkv.specs.wire import exact_reader
 
 LIVE_QUERIES: dict[Level, frozenset[str]] = {
     "manager": frozenset(
@@ -62,12 +64,20 @@ class Answers:
         self.target = target
         self.level = level
         self._kept: _Kept | None = None
+        self._readers: dict[str, Callable[[object], Any]] = {}
+        """Each operation's ``wire.exact_reader``, looked up once."""
 
     def take(self, call: Call[Any, Any], shown: Shown, answer: object, raised: bool) -> Any:
         """The exact value of the target's ``answer`` to ``call`` (None if it ``raised``); a
         list is kept. Then the answer kept from the call before is read again: one call later.
         ``shown`` is written out only for a divergence."""
-        value = None if raised else exact_answer(self.level, call.name, shown, answer)
+        if raised:
+            value = None
+        else:
+            read = self._readers.get(call.name)
+            if read is None:
+                read = self._readers[call.name] = exact_reader(self.level, call.name)
+            value = exact_answer(self.level, call.name, shown, answer, read)
         previous = self._kept
         self._kept = _Kept(call, shown, answer, value) if isinstance(value, list) else None
         if previous is not None:

@@ -7,7 +7,7 @@ type; after an error both sides must be exactly as they were before it (invarian
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, TypeVar, cast, get_args
 
 from hypothesis import currently_in_test_context, event
@@ -87,14 +87,21 @@ def comparable(side: Viewable) -> object:
     return side.view().comparable()
 
 
-def exact_answer(level: Level, method: str, shown: Shown, answer: object) -> Any:
+def exact_answer(
+    level: Level,
+    method: str,
+    shown: Shown,
+    answer: object,
+    read: Callable[[object], Any] | None = None,
+) -> Any:
     """A target's ``answer`` to ``method`` as the protocol's exact value (``specs/wire.py``: what
     an ``exec:`` target's answer would be, in builtin types, a copy of it); a value that only
     compares like one (a float, ``numpy.int64``, ``unittest.mock.ANY``, an ``int`` subclass) is a
     divergence of kind ``type`` that names its type. ``shown`` is the call as a report writes
-    it (or the way to write it, for a divergence only)."""
+    it (or the way to write it, for a divergence only). ``read``: ``wire.exact_reader(level,
+    method)``, where the caller keeps it (a session reads every call's answer)."""
     try:
-        return wire.exact_result(level, method, answer)
+        return wire.exact_result(level, method, answer) if read is None else read(answer)
     except wire.NotExact as error:
         raise Divergence(f"{text(shown)}: the target returned {error.phrase}", "type") from None
 
@@ -181,7 +188,7 @@ def detached(value: Any) -> Any:
     if isinstance(value, tuple):
         for item in value:
             if isinstance(item, _CONTAINERS):
-                return tuple([detached(item) for item in value])
+                return tuple([item if type(item) is int else detached(item) for item in value])
         return value
     if isinstance(value, dict):
         return {key: detached(item) for key, item in value.items()}

@@ -45,7 +45,7 @@ from pagedkv.model_tests.lockstep.manager_session import IsomorphicManagerSessio
 from pagedkv.model_tests.lockstep.show import show_call, show_value
 from pagedkv.model_tests.machines.manager_machine import held_references, mapping_problems
 from pagedkv.model_tests.machines.request_draws import GroupKind
-from pagedkv.model_tests.oracle import codec, trace
+from pagedkv.model_tests.oracle import trace
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import close_target
 from pagedkv.model_tests.oracle.guard import as_its_call, unguarded
@@ -67,6 +67,7 @@ from pagedkv.model_tests.oracle.stand_in_guard import patched
 from pagedkv.model_tests.oracle.watchdog import watched
 from pagedkv.optimized import block_manager
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import invariants
 from pagedkv.specs import manager_calls as calls
@@ -76,6 +77,7 @@ from pagedkv.specs.manager_calls import ManagerCall
 from pagedkv.specs.manager_view import ManagerView
 from pagedkv.specs.named_calls import call_named
 from pagedkv.specs.types import AllocStatus, Device, ExtraKey, ManagerConfig, Token
+from pagedkv.specs.wire import exact_reader
 
 T = TypeVar("T")
 
@@ -175,6 +177,11 @@ class Lockstep:
         self.pair: tuple[IncrementalCompact, IncrementalCompact] | None = None
         """The model's reader and the target's, paired (``IncrementalCompact.pair``): the
         states compared part by part after each call (``same_pair``)."""
+        self.looks: tuple[IncrementalCompact, IncrementalCompact] | None = None
+        """The model's reader on the record route and the target's on the fingerprint route
+        (a subclass with code of its own), its pools fingerprinted too
+        (``IncrementalCompact.pair_with_looks``): the states compared after each call with
+        pools of the optimized class compared by fingerprint (``same_looked``)."""
         self.agreed_parts: tuple[object, ...] | None = None
         """The parts of the two states last found equal by ``same_pair``."""
         if exact and every_call:
@@ -182,8 +189,11 @@ class Lockstep:
                 self.target, keep=keep_target_parts
             )
             mine = self.read_compact
-            if isinstance(mine, IncrementalCompact) and kept is not None and kept.pair(mine):
-                self.pair = (mine, kept)
+            if isinstance(mine, IncrementalCompact) and kept is not None:
+                if kept.pair(mine):
+                    self.pair = (mine, kept)
+                elif as_its_call(self.target, "compact", mine.pair_with_looks, kept):
+                    self.looks = (mine, kept)  # (its pools looked at as one of its calls)
         self.model_renders = self.fresh_compact is LOADED_COMPACT and renders_its_compact(
             self.model
         )
@@ -198,6 +208,8 @@ class Lockstep:
         reused for the next answer is a divergence, as under ``check``: ``specs/oracle.md`` §1)."""
         self.session: IsomorphicManagerSession | None = None
         self.calls: list[RecordedCall] = []
+        self.exact_results: dict[str, Callable[[object], Any]] = {}
+        """Each operation's ``wire.exact_reader`` of the model's results, looked up once."""
 
     def state(self) -> WalkState:
         """The model's live groups and sequences, which the walk draws from."""
@@ -226,7 +238,10 @@ class Lockstep:
             return shared
         # its value at the call; a list is read again one call later (``answers.py``)
         theirs = self.answers.take(call, shown, answer, raised=False)
-        mine = codec.exact_result("manager", method, result)
+        read = self.exact_results.get(method)
+        if read is None:
+            read = self.exact_results[method] = exact_reader("manager", method)
+        mine = read(result)
         if mine != theirs and not (method == HIT_RATE and same_rate(mine, theirs)):
             raise Divergence(
                 f"{show_call(method, args)}: the reference returned {show_value(result)},"
@@ -242,6 +257,8 @@ class Lockstep:
         assert self.target_compact is not None
         self.compared += 1
         if self.pair is not None and self.same_pair(call):
+            return
+        if self.looks is not None and self.same_looked(call):
             return
         mine = self.read_compact()
         try:
@@ -298,6 +315,39 @@ class Lockstep:
         )
         self.agreed_parts = parts if same else None
         return same
+
+    def same_looked(self, call: ManagerCall[Any]) -> bool:
+        """``same_state`` of the model's reader on the record route and the target's on the
+        fingerprint route (``looks``): the target's rows, configuration and null block read
+        whole (as one of its calls: its timeout) and compared as they are, each pool of the
+        optimized class on both sides by fingerprint, pending accesses, configuration and first
+        id (``_same_pool``: everything ``OptimizedBlockPool.compact_of`` reads), so that no
+        pool's columns are built after a call. True: the two states are equal; False: they may
+        not be (a pool of another class, fingerprints that differ), and ``same_state``
+        compares the compact states themselves."""
+        assert self.looks is not None
+        mine, theirs = self.looks
+        if mine.changes is None or mine.changes.detached:
+            return False
+        mine.update()
+        try:
+            seqs, groups, config, null_block = as_its_call(self.target, "compact", theirs.looked)
+        except Exception as error:
+            raise _unreadable(f"after {show_call(call.name, call.args)}", error) from None
+        gpu, cpu = mine.pools
+        their_gpu, their_cpu = theirs.pools
+        assert gpu is not None and cpu is not None
+        assert their_gpu is not None and their_cpu is not None
+        return (
+            type(their_gpu.pool) is OptimizedBlockPool
+            and type(their_cpu.pool) is OptimizedBlockPool
+            and mine.seqs == seqs
+            and mine.groups == groups
+            and _same_pool(gpu, their_gpu)
+            and _same_pool(cpu, their_cpu)
+            and mine.manager.config == config
+            and mine.manager.get_null_block() == null_block
+        )
 
     def same_views(
         self, when: str, fresh: tuple[CompactManager, CompactManager] | None = None
@@ -547,6 +597,21 @@ def random_config(rng: random.Random) -> ManagerConfig:
     )
 
 
+QUERIES: tuple[Callable[[list[int], int, int, Device], ManagerCall[Any]], ...] = (
+    lambda members, group_id, seq_id, device: calls.get_common_computed_block_ids(members),
+    lambda members, group_id, seq_id, device: calls.get_num_cached_tokens(seq_id),
+    lambda members, group_id, seq_id, device: calls.get_block_table(seq_id),
+    lambda members, group_id, seq_id, device: calls.get_cross_block_table(group_id),
+    lambda members, group_id, seq_id, device: calls.get_num_free_gpu_blocks(),
+    lambda members, group_id, seq_id, device: calls.get_num_free_cpu_blocks(),
+    lambda members, group_id, seq_id, device: calls.get_prefix_cache_hit_rate(device),
+)
+"""The queries ``Walk.ask`` draws from (a group's members, its id, a sequence of it, a device),
+each built only once drawn: a call is a frozen dataclass, and building all seven to make one
+cost about 3 us an ask. The draws are those of the list of seven built before (the same walk
+for a seed)."""
+
+
 class Walk:
     """Draws the next calls from the reference's state (its tables and groups)."""
 
@@ -666,16 +731,8 @@ class Walk:
                     raise Divergence(f"can_swap_in promised {lookahead} lookahead slots")
 
     def ask(self, group_id: int, members: list[int], seq_id: int) -> None:
-        queries: list[ManagerCall[object]] = [
-            calls.get_common_computed_block_ids(members),
-            calls.get_num_cached_tokens(seq_id),
-            calls.get_block_table(seq_id),
-            calls.get_cross_block_table(group_id),
-            calls.get_num_free_gpu_blocks(),
-            calls.get_num_free_cpu_blocks(),
-            calls.get_prefix_cache_hit_rate(self.rng.choice([Device.GPU, Device.CPU])),
-        ]
-        self.side.call(self.rng.choice(queries))
+        device = self.rng.choice([Device.GPU, Device.CPU])  # drawn first, as it always was
+        self.side.call(self.rng.choice(QUERIES)(members, group_id, seq_id, device))
 
     def misuse(self, seq_id: int) -> None:
         wrong: list[ManagerCall[object]] = [

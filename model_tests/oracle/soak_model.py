@@ -27,7 +27,7 @@ from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact
 from pagedkv.model_tests.oracle.stand_in_guard import patched as patched
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
-from pagedkv.reference.pool_state import PoolState, to_view
+from pagedkv.reference.pool_state import PoolState, is_evictable, is_free, to_view
 from pagedkv.specs.compact_state import (
     CompactManager,
     CompactPool,
@@ -124,7 +124,7 @@ class FrozenCompact:
     def pool(self, device: Device, state: PoolState) -> CompactPool:
         known = self.pools.get(device)
         if known is None or known[0] is not state:
-            known = self.pools[device] = (state, compact_pool(to_view(state)))
+            known = self.pools[device] = (state, compact_of_state(state))
         return known[1]
 
     def seq_rows(self, seqs: Map[int, SeqView]) -> dict[int, SeqFields]:
@@ -145,6 +145,41 @@ class FrozenCompact:
         if self.groups is None or self.groups[0] is not groups:
             self.groups = (groups, compact_groups(groups))
         return self.groups[1]
+
+
+def compact_of_state(state: PoolState) -> CompactPool:
+    """``compact_pool(to_view(state))``, read straight from the frozen state: its blocks' views
+    once each, in the configuration's order, where the view would copy them into a dict and
+    walk them twice more for the free and evictable ids (half the cost). A state whose blocks
+    are not exactly the configuration's ids takes ``compact_pool``'s way (its ``ValueError``).
+    Held to ``compact_pool`` of the reference's own view at every checkpoint, as any kept part
+    (``soak.Lockstep.fresh_check``)."""
+    blocks, ids = state.blocks, state.config.block_ids
+    try:
+        views = [blocks[block] for block in ids] if len(blocks) == len(ids) else None
+    except KeyError:
+        views = None
+    if views is None:
+        return compact_pool(to_view(state))
+    prefixes = [view.prefix for view in views]
+    return CompactPool(
+        state.config,
+        [view.ref_count for view in views],
+        [packed_tokens(view.tokens) for view in views],
+        [view.content_hash for view in views],
+        [None if prefix is None else prefix.hash for prefix in prefixes],
+        [0 if prefix is None else prefix.num_tokens for prefix in prefixes],
+        [None if prefix is None else prefix.extra_key for prefix in prefixes],
+        [view.computed for view in views],
+        [view.last_accessed for view in views],
+        frozenset([block for block, view in zip(ids, views, strict=True) if is_free(view)]),
+        frozenset([block for block, view in zip(ids, views, strict=True) if is_evictable(view)]),
+        dict(state.cached),
+        dict(state.duplicates),
+        state.pending_cows,
+        state.hits,
+        state.queries,
+    )
 
 
 def _reference_compact(model: ReferenceBlockSpaceManager) -> CompactManager:

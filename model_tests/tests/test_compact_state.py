@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,8 +19,10 @@ from pagedkv.model_tests.oracle import soak_model
 from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact
 from pagedkv.model_tests.oracle.soak import Lockstep, Walk, random_config, soak
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.reference.pool_state import to_view
 from pagedkv.specs import manager_calls as calls
-from pagedkv.specs.compact_state import compact_manager, view_of_compact
+from pagedkv.specs.compact_state import compact_manager, compact_pool, view_of_compact
+from pagedkv.specs.pool_view import BLANK
 from pagedkv.specs.types import Device, ExtraKey
 
 
@@ -46,6 +49,30 @@ def test_compact_loses_nothing_and_the_optimized_compact_is_its_views(seed: int)
             assert side.target.compact() == compact_manager(side.target.view())
             assert compact_manager(side.model.view()) == side.target.compact()
             assert soak_model.REFERENCE.compact(side.model) == compact_manager(side.model.view())
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_references_pool_read_from_its_frozen_state_is_its_views(seed: int) -> None:
+    """``soak_model.compact_of_state`` (the reference's pool read without its view) is
+    ``compact_pool`` of the view, on both pools after every call of random walks (shown failing
+    with the free and evictable ids swapped); a state whose blocks are not its configuration's
+    ids is refused as ``compact_pool`` refuses it."""
+    rng = random.Random(seed)
+    for _ in range(4):
+        side = Lockstep(OptimizedBlockSpaceManager, random_config(rng), True)
+        walk = Walk(rng, side)
+        side.begin()
+        while len(side.calls) < 300:
+            walk.step()
+            for state in (side.model.state.gpu, side.model.state.cpu):
+                assert soak_model.compact_of_state(state) == compact_pool(to_view(state))
+    state = side.model.state.gpu
+    one_short = replace(state, blocks=state.blocks.delete(state.config.block_ids[-1]))
+    with pytest.raises(ValueError, match="not its configuration's ids"):
+        soak_model.compact_of_state(one_short)
+    renamed = replace(one_short, blocks=one_short.blocks.set(10_000, BLANK))
+    with pytest.raises(ValueError, match="not its configuration's ids"):
+        soak_model.compact_of_state(renamed)
 
 
 def test_a_corruption_the_views_show_the_compact_states_show() -> None:
