@@ -110,7 +110,16 @@ class IsomorphicManagerSession:
         """The last pool states drawn, newest first, each with its view."""
         self._viewed: tuple[object, ManagerView] = (self.model.state, self.model.view())
         self.seen = self.observe(self.model_view())
-        self._placed: tuple[object, Observation | None, list[Slot]] = (None, None, [])
+        self._placed: tuple[object, Observation | None, list[Slot], BlockId | None] = (
+            None,
+            None,
+            [],
+            None,
+        )
+        """The model's state, the observation and the slots the last call ended with, and the
+        target's null block as read then (None if not read)."""
+        self._null_read: BlockId | None = None
+        """The target's null block as ``_positions`` last read it (None if it did not)."""
         self._sequence_places: dict[int, list[Place]] = {}
         """Each sequence's places, made once: every call places every block of both sides'
         tables (a ``Place`` is a value; the same one serves every call)."""
@@ -170,10 +179,22 @@ class IsomorphicManagerSession:
                 )
             after = self.model_view()
             observed = self.observe(after)
-            slots = self._positions(after, observed)
-            released = self._released(previous, after, slots)
-            for device, evicted in self._evicted_by_both(before, after, slots).items():
-                released[device] |= evicted
+            placed_state, placed_seen, placed_slots, placed_null = self._placed
+            released: dict[Device, set[BlockId]]
+            if (
+                placed_state is self.model.state
+                and observed == placed_seen
+                and self._read_null(after) == placed_null
+            ):
+                # neither side changed since the last call ended (most queries): the places are
+                # the ones it left (``_positions`` would place them again), and none was
+                # released or evicted
+                slots, released = placed_slots, {Device.GPU: set(), Device.CPU: set()}
+            else:
+                slots = self._positions(after, observed)
+                released = self._released(previous, after, slots)
+                for device, evicted in self._evicted_by_both(before, after, slots).items():
+                    released[device] |= evicted
             agreed = self._agreed(slots, released)
             if agreed:
                 break  # most calls: nothing to bind, nothing the target evicted otherwise
@@ -189,7 +210,7 @@ class IsomorphicManagerSession:
         self.answers.recheck(READ_AGAIN)
         self._forget_freed(after)
         self.seen = observed
-        self._placed = (self.model.state, observed, slots)
+        self._placed = (self.model.state, observed, slots, self._null_read)
         self.ledger.record(method, args)
         self.steps.append(Step(method, args, model_result))
         return cast(T, model_result)
@@ -282,10 +303,17 @@ class IsomorphicManagerSession:
         """The slots of the model's state and the target's tables as last seen: those the last
         call ended with when neither has changed since (the model's states are frozen, and an
         observation is replaced, never changed), else placed again."""
-        state, seen, slots = self._placed
+        state, seen, slots, _ = self._placed
         if state is self.model.state and seen is self.seen:
             return slots
         return self._positions(before, self.seen)
+
+    def _read_null(self, view: ManagerView) -> BlockId | None:
+        """The target's null block, read where the model has one and the target shows its own
+        (``get_null_block``, optional); None otherwise. Noted as ``_null_read``."""
+        hook = self.their_null_block
+        self._null_read = hook() if view.null_block is not None and hook else None
+        return self._null_read
 
     def _positions(self, view: ManagerView, observed: Observation) -> list[Slot]:
         """Every (where, device, model id, target id) the two sides' tables put side by side."""
@@ -316,9 +344,7 @@ class IsomorphicManagerSession:
             placed[seq_id] = (seq, device, theirs, slots)
             out += slots
         mine_null = view.null_block
-        theirs_null = (
-            self.their_null_block() if mine_null is not None and self.their_null_block else None
-        )
+        theirs_null = self._read_null(view)
         if mine_null is not None and theirs_null is not None:  # taking it is a choice as well
             out.append((Place("null", 0, 0), Device.GPU, mine_null, theirs_null))
         for group_id, group in view.groups.items():

@@ -211,6 +211,14 @@ class GuardedTarget:
         self.__dict__[name] = forward  # read once: later calls go straight to the guard
         return forward
 
+    def _read_at_once(
+        self, describe: Callable[[], str], reader: Callable[..., Any], *args: Any
+    ) -> Any:
+        """``reader(target, *args)``, which reads the target several times, as one of its calls:
+        under one deadline, the read under way named by ``describe()`` (``lockstep/
+        observation.py``: a lockstep session reads every table after every call)."""
+        return self._guard.call(lambda _: describe(), reader, self._target, *args)
+
 
 def as_its_call(target: Any, what: str, function: Callable[..., Any], *args: Any) -> Any:
     """``function(*args)`` run as one of ``target``'s calls: under its guard's timeout where it

@@ -17,9 +17,12 @@ from typing import Any, NoReturn
 
 import pytest
 
+from pagedkv.model_tests.lockstep.calls import Divergence
+from pagedkv.model_tests.lockstep.observation import observe
 from pagedkv.model_tests.oracle.guard import GuardedFactory, TargetCrash
 from pagedkv.model_tests.oracle.timeout import FOREVER, TargetTimeout
 from pagedkv.model_tests.oracle.watchdog import MAIN_THREAD, WATCHDOG, Call, here, watching
+from pagedkv.specs.types import Device
 
 pytestmark = pytest.mark.skipif(not here(), reason="signals reach only a POSIX main thread")
 
@@ -265,3 +268,36 @@ def test_a_target_that_cannot_be_interrupted_ends_the_process_as_a_fail() -> Non
     assert done.stdout == ""
     assert "FAIL: the target did not return from free(1) within 0.2 s" in done.stderr
     assert "pagedkv ends here" in done.stderr
+
+
+def test_an_observation_reads_as_one_call_and_names_the_read_that_hung_or_crashed() -> None:
+    """``lockstep/observation.py`` makes all its reads one guarded call (``_read_at_once``): the
+    guard's deadline still covers each read, and a message names the read under way."""
+    reads: list[str] = []
+
+    class Reads:
+        def get_block_table(self, seq_id: int) -> list[int]:
+            reads.append(f"table {seq_id}")
+            if seq_id == 3:
+                time.sleep(3600)
+            if seq_id == 4:
+                raise SystemExit(0)
+            return [seq_id]
+
+        def get_num_free_gpu_blocks(self) -> int:
+            return 1
+
+        def get_num_free_cpu_blocks(self) -> int:
+            return 2
+
+    guarded = GuardedFactory(lambda config: Reads(), timeout=0.2)
+    target = guarded(None)
+    seen = observe(target, [1, 2], [])
+    assert seen.tables == {1: [1], 2: [2]} and seen.free == {Device.GPU: 1, Device.CPU: 2}
+    assert WATCHDOG.current is None
+    with pytest.raises(Divergence, match=r"SystemExit\(0\) from get_block_table\(4\)"):
+        observe(target, [1, 4], [])
+    with pytest.raises(TargetTimeout, match=r"did not return from get_block_table\(3\) within"):
+        observe(target, [2, 3, 1], [])
+    assert reads[-2:] == ["table 2", "table 3"]
+    assert WATCHDOG.current is None and WATCHDOG.depth == 0

@@ -24,6 +24,7 @@ from pagedkv import cli
 from pagedkv.model_tests.corpus.pools import MirroredPool, MirroredPoolMissingOneFree
 from pagedkv.model_tests.independent import broken
 from pagedkv.model_tests.independent.manager import IndependentManager
+from pagedkv.model_tests.machines import lockstep_machine
 from pagedkv.model_tests.machines.manager_machine import manager_lockstep_case
 from pagedkv.model_tests.oracle import check, codec, exec_target, targets, trace
 from pagedkv.model_tests.oracle.check import CheckResult, check_report, run_check
@@ -90,6 +91,33 @@ def test_independent_manager_passes_pagedkv_check() -> None:
     code, out, err = run_cli("check", "--target", target, "--steps", "1500", "--seed", "11")
     assert (code, err) == (0, ""), out + err
     assert "PASS" in out and "seed 11" in out
+
+
+def test_a_check_notes_no_rule_events_where_a_machine_under_pytest_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``rule: NAME`` events feed the statistics pytest shows; a check shows none and leaves
+    them out (``LockstepMachine.rule_events``), drawing the same runs either way."""
+    noted: list[str] = []
+    monkeypatch.setattr(lockstep_machine, "event", noted.append)
+    case = manager_lockstep_case(IndependentManager, mode="isomorphic")
+    run_state_machine_as_test(
+        case,
+        settings=settings(
+            max_examples=3,
+            stateful_step_count=10,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
+    assert any(name.startswith("rule: ") for name in noted)
+    noted.clear()
+    result = run_check(targets.check("reference", "manager"), steps=300, seed=1, trace_out=None)
+    assert result.passed and result.calls > 0
+    assert not [name for name in noted if name.startswith("rule: ")]
 
 
 def test_a_block_released_and_taken_again_within_one_call_is_a_free_choice() -> None:

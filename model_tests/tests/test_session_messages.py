@@ -55,3 +55,26 @@ def test_an_answer_read_again_names_both_calls() -> None:
         session.call(calls.swap_out(1))
     assert str(raised.value).startswith("after swap_out(1), the list that"), raised.value
     assert "get_common_computed_block_ids([1]) answered" in str(raised.value)
+
+
+class MovesItsNullBlock(ReferenceBlockSpaceManager):
+    """Shows another null block once ``moved``, its tables and counts unchanged."""
+
+    moved = False
+
+    def get_null_block(self) -> int | None:
+        null = super().get_null_block()
+        return null if not self.moved or null is None else null + 1
+
+
+def test_a_null_block_moved_between_queries_diverges() -> None:
+    """A query that changes neither side's tables nor counts skips placing them again
+    (``IsomorphicManagerSession.call``), but not reading the target's null block."""
+    config = ManagerConfig(block_size=2, num_gpu_blocks=6, num_cpu_blocks=2, sliding_window=2)
+    target = MovesItsNullBlock(config)
+    session = IsomorphicManagerSession(ReferenceBlockSpaceManager(config), target)
+    session.call(calls.allocate(1, [2], [1, 2, 3]))
+    session.call(calls.get_num_free_gpu_blocks())  # nothing changed: the quick way
+    target.moved = True
+    with pytest.raises(Divergence, match="null"):
+        session.call(calls.get_num_free_gpu_blocks())
