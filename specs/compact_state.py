@@ -55,10 +55,7 @@ of its own against the optimized stand-in), a pool is kept as its ``fingerprint`
 everything its ``compact`` reads) and two pools compare by their fingerprints, pending accesses,
 configuration and first id; its columns are built from the fingerprint
 (``OptimizedBlockPool.compact_of``) only where two fingerprints differ and at each checkpoint,
-where they are held equal to the fresh compact state like any kept part. Against a subclass
-with code of its own (its state read whole after every call, a pool kept by its fingerprint)
-the model's reader does the same, and a pool of the optimized class on both sides compares by
-fingerprint there too.
+where they are held equal to the fresh compact state like any kept part.
 """
 
 from __future__ import annotations

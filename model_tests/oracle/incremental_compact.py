@@ -18,8 +18,7 @@ to keep what did not change, by whose code the manager runs (``own_code_only``):
   structures without going through the record (a transient change, undone before any
   checkpoint, would be seen by nobody): the sequences and groups are read at every call, and a
   pool's columns are kept with the pool's ``fingerprint`` (everything ``compact`` reads of it,
-  copied at C speed) and the accesses still pending on it, built from the fingerprint
-  (``compact_of``) only when asked for where the pool is of the optimized class.
+  copied at C speed) and the accesses still pending on it.
 
 Paired (``IncrementalCompact.pair``: the model's reader and the target's, both on the record
 route, in ``pagedkv soak`` of a subclass without code of its own against the optimized
@@ -28,9 +27,7 @@ compares the two states part by part (``soak.Lockstep.same_pair``): the rows, an
 its fingerprint, pending accesses, configuration and first id, which are everything
 ``OptimizedBlockPool.compact_of`` reads to build the pool's columns. The columns are built,
 from the fingerprint, only where two fingerprints differ (a free heap in another order) and at
-each checkpoint. Against a target on the fingerprint route the model's reader fingerprints its
-pools the same way (``pair_with_looks``), and the soak compares the target's rows, read whole,
-and its pools by fingerprint (``soak.Lockstep.same_looked``).
+each checkpoint.
 
 A kept part can go stale: a change the record or the fingerprint missed would keep old rows or
 columns while the manager changed. So it is never the last word: at every checkpoint the soak
@@ -51,7 +48,7 @@ from pagedkv.model_tests.oracle.stand_in_guard import patched
 from pagedkv.optimized.block_manager import Held, OptimizedBlockSpaceManager, Pending
 from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.specs.compact_state import CompactManager, CompactPool, GroupFields, SeqFields
-from pagedkv.specs.types import BlockId, Device, ManagerConfig
+from pagedkv.specs.types import Device
 
 GPU, CPU = Device.GPU, Device.CPU
 TOKENS, HASHES, CACHED = (
@@ -115,25 +112,6 @@ def _same_kinds(found: object, fresh: object) -> bool:
     mine, theirs = vars(found), vars(fresh)
     return mine.keys() == theirs.keys() and all(
         type(mine[name]) is type(theirs[name]) for name in mine.keys() - READERS
-    )
-
-
-def pools_of_own_kinds(manager: OptimizedBlockSpaceManager) -> bool:
-    """Whether the manager's pools are the optimized pool itself with each attribute of the type
-    a freshly built one's is (``_same_kinds``), nothing set on the instance over the class: no
-    container of a factory's own, whose code could answer a fingerprint otherwise than
-    ``compact`` reads it (``IncrementalCompact.pair_with_looks``, looked at once, as the target
-    is paired; a pool of another class is never compared by its fingerprint)."""
-    try:
-        pools = OptimizedBlockSpaceManager.pools(manager)
-        fresh = OptimizedBlockSpaceManager(manager._config).pools()
-    except Exception:  # a subclass's own structures: not read by fingerprint
-        return False
-    return all(
-        type(pool) is OptimizedBlockPool
-        and not set(vars(pool)) & set(dir(OptimizedBlockPool))
-        and _same_kinds(pool, new)
-        for pool, new in zip(pools, fresh, strict=True)
     )
 
 
@@ -209,22 +187,6 @@ class IncrementalCompact:
         if self.changes is None or other.changes is None:
             return False
         self.paired = other.paired = True
-        return True
-
-    def pair_with_looks(self, other: IncrementalCompact) -> bool:
-        """Pair this reader, on the record route (the model's), with ``other`` on the
-        fingerprint route (a target with code of its own, read whole at every call:
-        ``looked``): this one's pools are fingerprinted too, their columns built only when
-        asked for, so that after each call the soak compares a pool of the optimized class on
-        both sides by its fingerprint (``soak.Lockstep.same_looked``), and the rows as they
-        are."""
-        if (
-            self.changes is None
-            or other.changes is not None
-            or not pools_of_own_kinds(other.manager)
-        ):
-            return False
-        self.paired = True
         return True
 
     def update(self) -> bool:
@@ -402,41 +364,24 @@ class IncrementalCompact:
     def fingerprinted(self) -> CompactManager:
         """The sequences and groups read, each pool's columns kept while its fingerprint and
         pending accesses stay the same."""
-        seqs, groups, config, null_block = self.looked()
-        return CompactManager(config, self.part(0), self.part(1), seqs, groups, null_block)
-
-    def looked(
-        self,
-    ) -> tuple[dict[int, SeqFields], dict[int, GroupFields], ManagerConfig, BlockId | None]:
-        """On the fingerprint route: the sequences' and groups' rows read, and each pool looked
-        at again (``fingerprinted_pool``), its columns not built; and the configuration and the
-        null block (the rest of the compact state). A paired model's reader
-        compares its pools with these by fingerprint (``soak.Lockstep.same_looked``); the rows
-        hold the tables' own tokens, to be compared at once, never kept."""
         manager = self.manager
         seqs, groups, on_gpu, on_cpu = manager.compact_tables()
         gpu, cpu = manager.pools()  # read at every call: a subclass may make a pool anew
-        self.fingerprinted_pool(0, gpu, on_gpu)
-        self.fingerprinted_pool(1, cpu, on_cpu)
-        return seqs, groups, manager.config, manager.get_null_block()
+        return CompactManager(
+            manager.config,
+            self.fingerprinted_pool(0, gpu, on_gpu),
+            self.fingerprinted_pool(1, cpu, on_cpu),
+            seqs,
+            groups,
+            manager.get_null_block(),
+        )
 
-    def fingerprinted_pool(self, index: int, pool: OptimizedBlockPool, untouched: Held) -> None:
-        """The optimized pool itself (pagedkv's code reads it: ``compact_of``): the one kept, if
-        it is the same pool, with the same fingerprint and pending accesses, else the pool
-        fingerprinted again, its columns built only when asked for (``part``). A pool of
-        another class (its own code, which may answer a fingerprint otherwise than its
-        ``compact`` reads it): its columns built from its own ``compact`` at every look, and kept
-        with no fingerprint, so that no later look takes them for the optimized pool's."""
-        if type(pool) is not OptimizedBlockPool:
-            self.build(index, pool, (), untouched)
-            return
+    def fingerprinted_pool(
+        self, index: int, pool: OptimizedBlockPool, untouched: Held
+    ) -> CompactPool:
+        """The one kept, if it was built from the same fingerprint and pending accesses."""
         fingerprint = pool.fingerprint()
         known = self.pools[index]
-        if (
-            known is not None
-            and known.pool is pool
-            and known.held == untouched
-            and known.fingerprint == fingerprint
-        ):
-            return
-        self.pools[index] = Looked(pool, fingerprint, untouched, None)
+        if known is not None and known.held == untouched and known.fingerprint == fingerprint:
+            return self.part(index)
+        return self.build(index, pool, fingerprint, untouched)

@@ -67,7 +67,6 @@ from pagedkv.model_tests.oracle.stand_in_guard import patched
 from pagedkv.model_tests.oracle.watchdog import watched
 from pagedkv.optimized import block_manager
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
-from pagedkv.optimized.block_pool import OptimizedBlockPool
 from pagedkv.reference.manager_adapter import ReferenceBlockSpaceManager
 from pagedkv.specs import invariants
 from pagedkv.specs import manager_calls as calls
@@ -177,11 +176,6 @@ class Lockstep:
         self.pair: tuple[IncrementalCompact, IncrementalCompact] | None = None
         """The model's reader and the target's, paired (``IncrementalCompact.pair``): the
         states compared part by part after each call (``same_pair``)."""
-        self.looks: tuple[IncrementalCompact, IncrementalCompact] | None = None
-        """The model's reader on the record route and the target's on the fingerprint route
-        (a subclass with code of its own), its pools fingerprinted too
-        (``IncrementalCompact.pair_with_looks``): the states compared after each call with
-        pools of the optimized class compared by fingerprint (``same_looked``)."""
         self.agreed_parts: tuple[object, ...] | None = None
         """The parts of the two states last found equal by ``same_pair``."""
         if exact and every_call:
@@ -189,11 +183,8 @@ class Lockstep:
                 self.target, keep=keep_target_parts
             )
             mine = self.read_compact
-            if isinstance(mine, IncrementalCompact) and kept is not None:
-                if kept.pair(mine):
-                    self.pair = (mine, kept)
-                elif as_its_call(self.target, "compact", mine.pair_with_looks, kept):
-                    self.looks = (mine, kept)  # (its pools looked at as one of its calls)
+            if isinstance(mine, IncrementalCompact) and kept is not None and kept.pair(mine):
+                self.pair = (mine, kept)
         self.model_renders = self.fresh_compact is LOADED_COMPACT and renders_its_compact(
             self.model
         )
@@ -258,8 +249,6 @@ class Lockstep:
         self.compared += 1
         if self.pair is not None and self.same_pair(call):
             return
-        if self.looks is not None and self.same_looked(call):
-            return
         mine = self.read_compact()
         try:
             theirs = self.target_compact()
@@ -315,39 +304,6 @@ class Lockstep:
         )
         self.agreed_parts = parts if same else None
         return same
-
-    def same_looked(self, call: ManagerCall[Any]) -> bool:
-        """``same_state`` of the model's reader on the record route and the target's on the
-        fingerprint route (``looks``): the target's rows, configuration and null block read
-        whole (as one of its calls: its timeout) and compared as they are, each pool of the
-        optimized class on both sides by fingerprint, pending accesses, configuration and first
-        id (``_same_pool``: everything ``OptimizedBlockPool.compact_of`` reads), so that no
-        pool's columns are built after a call. True: the two states are equal; False: they may
-        not be (a pool of another class, fingerprints that differ), and ``same_state``
-        compares the compact states themselves."""
-        assert self.looks is not None
-        mine, theirs = self.looks
-        if mine.changes is None or mine.changes.detached:
-            return False
-        mine.update()
-        try:
-            seqs, groups, config, null_block = as_its_call(self.target, "compact", theirs.looked)
-        except Exception as error:
-            raise _unreadable(f"after {show_call(call.name, call.args)}", error) from None
-        gpu, cpu = mine.pools
-        their_gpu, their_cpu = theirs.pools
-        assert gpu is not None and cpu is not None
-        assert their_gpu is not None and their_cpu is not None
-        return (
-            type(their_gpu.pool) is OptimizedBlockPool
-            and type(their_cpu.pool) is OptimizedBlockPool
-            and mine.seqs == seqs
-            and mine.groups == groups
-            and _same_pool(gpu, their_gpu)
-            and _same_pool(cpu, their_cpu)
-            and mine.manager.config == config
-            and mine.manager.get_null_block() == null_block
-        )
 
     def same_views(
         self, when: str, fresh: tuple[CompactManager, CompactManager] | None = None
