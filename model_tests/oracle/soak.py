@@ -48,8 +48,9 @@ from pagedkv.model_tests.machines.request_draws import GroupKind
 from pagedkv.model_tests.oracle import trace
 from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import close_target
-from pagedkv.model_tests.oracle.guard import as_its_call, unguarded
+from pagedkv.model_tests.oracle.guard import GuardedFactory, as_its_call, unguarded
 from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact, Looked, own_code_only
+from pagedkv.model_tests.oracle.plain_state import ForeignValue, same_plain
 from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.request_soak import (
     RequestLockstep,
@@ -148,6 +149,15 @@ class SoakResult:
 # --- the two sides ------------------------------------------------------------------------------
 
 
+def built_by_pagedkv(factory: Factory) -> bool:
+    """Whether the target is a manager pagedkv builds itself (``--target optimized`` or
+    ``reference``): no code of a user's runs in it, and every value in its state is made by
+    pagedkv's code from the walk's plain arguments. (A target that patches pagedkv's classes is
+    another matter: the stand-in guard's, ``stand_in_guard.py``.)"""
+    found = factory.factory if isinstance(factory, GuardedFactory) else factory
+    return found is OptimizedBlockSpaceManager or found is ReferenceBlockSpaceManager
+
+
 class Lockstep:
     """One episode: the model (the reference, or its stand-in: ``soak_model.py``) and the target,
     a call at a time."""
@@ -166,6 +176,9 @@ class Lockstep:
         self.read_compact = model.read(self.model)
         self.fresh_compact = model.fresh
         self.target = factory(config)
+        self.plain_values = not built_by_pagedkv(factory)
+        """Whether the target's values are read as Python's own before they are compared
+        (``same_values``): for any target but the managers pagedkv builds itself."""
         self.exact = exact
         self.target_compact: Reader | None = None
         """Exact mode with ``every_call``: the whole states are compared (compact) after every
@@ -250,15 +263,30 @@ class Lockstep:
         if self.pair is not None and self.same_pair(call):
             return
         mine = self.read_compact()
+        when = f"after {show_call(call.name, call.args)}"
         try:
             theirs = self.target_compact()
         except Exception as error:
-            raise _unreadable(f"after {show_call(call.name, call.args)}", error) from None
-        if same_parts(mine, theirs, self.agreed):
+            raise _unreadable(when, error) from None
+        if same_parts(mine, theirs, self.agreed) and self.same_values(when, mine, theirs):
             self.agreed = (mine, theirs)
-        else:
+        else:  # the views say where; where they do not, a kept state may be stale (checkpoints)
             self.agreed = None
-            self.same_views(f"after {show_call(call.name, call.args)}")
+            self.same_views(when)
+
+    def same_values(self, when: str, mine: CompactManager, theirs: CompactManager) -> bool:
+        """``mine == theirs`` with the target's values read as Python's own
+        (``plain_state.same_plain``): found equal by ``==``, a state may still hold a value of
+        the target's that answers for itself. A pair already found equal is not read again."""
+        if not self.plain_values:
+            return True
+        agreed = self.agreed
+        if agreed is not None and mine is agreed[0] and theirs is agreed[1]:
+            return True
+        try:
+            return same_plain(mine, theirs, agreed)
+        except ForeignValue as error:
+            raise Divergence(f"{when}: the target's state holds {error}") from None
 
     def same_pair(self, call: ManagerCall[Any]) -> bool:
         """``same_state`` of two paired readers (``IncrementalCompact.pair``), part by part
@@ -322,7 +350,12 @@ class Lockstep:
                 theirs_fresh = fresh[1]
         view: ManagerView = self.model.view() if mine is None else rendered(mine)
         if self.exact:
-            if mine is not None and theirs_fresh is not None and mine == theirs_fresh:
+            if (
+                mine is not None
+                and theirs_fresh is not None
+                and mine == theirs_fresh
+                and self.same_values(when, mine, theirs_fresh)
+            ):
                 return view
             try:
                 theirs = self.target.view() if theirs_fresh is None else rendered(theirs_fresh)

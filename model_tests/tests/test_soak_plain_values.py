@@ -1,0 +1,146 @@
+"""A target's state is compared as Python's own values (``oracle/plain_state.py``): a value of
+the target's that answers ``==`` for itself cannot make a wrong state equal to the model's.
+
+Found by a user's tryout of the wheel: ``pagedkv soak --exact`` said PASS for a subclass that put
+a stray entry in its pool's hash index, a ``dict`` subclass whose ``==`` says yes, and for one
+that gave a free block a token in a ``bytes`` subclass that does the same (the second since the
+soak compared compact states; the first once pools were compared by fingerprint)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pagedkv.model_tests.oracle.plain_state import ForeignValue, check_plain, same_plain
+from pagedkv.model_tests.oracle.soak import soak
+from pagedkv.model_tests.oracle.soak_model import OPTIMIZED, REFERENCE, Model
+from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.specs.types import ExtraKey, ManagerConfig
+
+STRAY = b"\xee" * 32
+"""A content hash no prompt makes."""
+
+
+class SaysEqualDict(dict[Any, Any]):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None
+
+    def copy(self) -> SaysEqualDict:
+        return SaysEqualDict(self)
+
+
+class SaysEqualBytes(bytes):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = bytes.__hash__
+
+
+class StrayIndexEntry(OptimizedBlockSpaceManager):
+    """Its GPU pool's hash index a ``SaysEqualDict``, and a stray entry in it at the first free."""
+
+    def __init__(self, config: ManagerConfig) -> None:
+        super().__init__(config)
+        self._gpu._cached = SaysEqualDict()
+        self._strayed = False
+
+    def free(self, seq_id: int) -> None:
+        super().free(seq_id)
+        if not self._strayed:
+            self._strayed = True
+            self._gpu._cached[STRAY] = self._gpu._end_id - 1
+
+
+class TokensOnAFreeBlock(OptimizedBlockSpaceManager):
+    """At the first free, a free GPU block given a token in ``bytes`` that say they are equal."""
+
+    strayed = False
+    plain_bytes = False
+
+    def free(self, seq_id: int) -> None:
+        super().free(seq_id)
+        if self.strayed:
+            return
+        pool = self._gpu
+        for index in range(len(pool._tokens) - 1, -1, -1):
+            if pool._ref_counts[index] == 0 and not pool._tokens[index]:
+                token = b"\x05" + b"\x00" * 7
+                pool._tokens[index] = token if self.plain_bytes else SaysEqualBytes(token)
+                self.strayed = True
+                return
+
+
+class TokensOnAFreeBlockPlainly(TokensOnAFreeBlock):
+    """The control: the same token in plain ``bytes``."""
+
+    plain_bytes = True
+
+
+@pytest.mark.parametrize("model", [OPTIMIZED, REFERENCE], ids=["optimized model", "reference"])
+@pytest.mark.parametrize(
+    "target",
+    [StrayIndexEntry, TokensOnAFreeBlock, TokensOnAFreeBlockPlainly],
+    ids=["a dict that says equal", "bytes that say equal", "plain bytes"],
+)
+def test_a_state_that_only_says_it_is_equal_fails(target: Any, model: Model) -> None:
+    result = soak(target, 3000, 1, exact=True, model=model)
+    assert not result.passed, "a wrong state passed"
+    assert result.own_bug is None, result.own_bug
+    assert result.calls is not None and len(result.calls) <= 4, result.calls
+
+
+CONFIG = ManagerConfig(block_size=2, num_gpu_blocks=6, num_cpu_blocks=2, enable_caching=True)
+
+
+def _state() -> Any:
+    manager = OptimizedBlockSpaceManager(CONFIG)
+    manager.allocate(1, [1], [3, 1, 4, 1, 5], ExtraKey(lora_id=2))
+    return manager.compact()
+
+
+def test_a_state_of_python_s_own_values_passes() -> None:
+    state = _state()
+    check_plain(state)
+    assert same_plain(state, _state())
+    assert not same_plain(state, OptimizedBlockSpaceManager(CONFIG).compact())
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: s._replace(gpu=s.gpu._replace(cached=SaysEqualDict(s.gpu.cached))),
+        lambda s: s._replace(seqs=SaysEqualDict(s.seqs)),
+        lambda s: s._replace(gpu=s.gpu._replace(keys=list(map(Key.of, s.gpu.keys)))),
+        lambda s: s._replace(gpu=tuple(s.gpu)),
+        lambda s: tuple(s),
+    ],
+    ids=["dict subclass", "rows in a dict subclass", "an ExtraKey subclass", "a bare pool", "bare"],
+)
+def test_what_is_not_python_s_own_is_refused(change: Any) -> None:
+    with pytest.raises(ForeignValue):
+        check_plain(change(_state()))
+
+
+class Key(ExtraKey):
+    @staticmethod
+    def of(key: ExtraKey | None) -> ExtraKey | None:
+        return None if key is None else Key(key.lora_id, key.cache_salt)
+
+
+def test_bytes_that_answer_for_themselves_are_refused() -> None:
+    """Equal by ``==`` whatever they hold, so refused before any comparison."""
+    state = _state()
+    other = [SaysEqualBytes(b"\x07" * len(t)) for t in state.gpu.tokens]
+    wrong = state._replace(gpu=state.gpu._replace(tokens=other))
+    assert wrong == state  # what the comparison used to trust
+    with pytest.raises(ForeignValue, match="SaysEqualBytes among a pool's tokens"):
+        same_plain(state, wrong)
