@@ -15,9 +15,10 @@ Python's own on every value (``specs/oracle.md`` §6).
 
 from __future__ import annotations
 
+import enum
 import marshal
 from collections.abc import Callable, Iterable
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from operator import attrgetter, countOf, itemgetter
 from typing import Any
 
@@ -149,3 +150,43 @@ def same_plain(
         if ours != their:
             return False
     return True
+
+
+_LEAVES = frozenset({int, float, bool, str, bytes, NONE})
+_CONTAINERS = frozenset({tuple, list, frozenset, set})
+
+
+def _of_the_spec(kind: type) -> bool:
+    return kind.__module__.startswith("pagedkv.specs.")
+
+
+def check_exact(value: object) -> None:
+    """``ForeignValue`` unless ``value`` is made only of Python's own types and the spec's own
+    (a dataclass, named tuple or enum of ``pagedkv.specs``, exactly): what a view's
+    ``comparable()`` holds, walked at a checkpoint, where a state in columns is checked by
+    ``same_plain`` after each call."""
+    kind = type(value)
+    if kind in _LEAVES:
+        return
+    if kind in _CONTAINERS:
+        for item in value:  # type: ignore[attr-defined]
+            check_exact(item)
+        return
+    if kind is dict:
+        mapping: dict[Any, Any] = value  # type: ignore[assignment]
+        for key, item in dict.items(mapping):
+            check_exact(key)
+            check_exact(item)
+        return
+    if _of_the_spec(kind):
+        if isinstance(value, enum.Enum):
+            return
+        if isinstance(value, tuple):  # a named tuple
+            for item in tuple.__iter__(value):
+                check_exact(item)
+            return
+        if is_dataclass(value):
+            for field in fields(value):
+                check_exact(getattr(value, field.name))
+            return
+    raise ForeignValue(f"a {kind.__qualname__} ({kind.__module__})")

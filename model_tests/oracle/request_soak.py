@@ -29,6 +29,7 @@ from pagedkv.model_tests.lockstep.capture import RecordedCall
 from pagedkv.model_tests.lockstep.request_isomorphic_session import IsomorphicRequestSession
 from pagedkv.model_tests.machines.request_checks import accounting_problems
 from pagedkv.model_tests.machines.request_draws import GroupKind
+from pagedkv.model_tests.oracle.plain_state import ForeignValue, check_exact
 from pagedkv.model_tests.oracle.request_layouts import LAYOUTS, layout_of_groups
 from pagedkv.reference.request_adapter import ReferenceRequestKVManager
 from pagedkv.specs import request_calls as calls
@@ -87,12 +88,18 @@ class RequestLockstep:
 
     def check_state(self, when: str) -> None:
         view = self.model.view()
-        if self.exact and view.comparable() != self.target.view().comparable():
-            raise Divergence(
-                f"{when}: the target's state differs from the reference's:\n"
-                f" reference: {view.comparable()!r}\n"
-                f" target:    {self.target.view().comparable()!r}"
-            )
+        if self.exact:
+            theirs = self.target.view().comparable()
+            try:  # Python's own values only, else == may answer for itself
+                check_exact(theirs)
+            except ForeignValue as error:
+                raise Divergence(f"{when}: the target's state holds {error}") from None
+            if view.comparable() != theirs:
+                raise Divergence(
+                    f"{when}: the target's state differs from the reference's:\n"
+                    f" reference: {view.comparable()!r}\n"
+                    f" target:    {theirs!r}"
+                )
         problems = accounting_problems(view)
         if problems:
             raise Divergence(f"{when}: the reference's invariants: " + "; ".join(problems))

@@ -50,7 +50,7 @@ from pagedkv.model_tests.oracle.codec import Level
 from pagedkv.model_tests.oracle.exec_target import close_target
 from pagedkv.model_tests.oracle.guard import GuardedFactory, as_its_call, unguarded
 from pagedkv.model_tests.oracle.incremental_compact import IncrementalCompact, Looked, own_code_only
-from pagedkv.model_tests.oracle.plain_state import ForeignValue, same_plain
+from pagedkv.model_tests.oracle.plain_state import ForeignValue, check_exact, same_plain
 from pagedkv.model_tests.oracle.request_layouts import LAYOUTS
 from pagedkv.model_tests.oracle.request_soak import (
     RequestLockstep,
@@ -365,6 +365,10 @@ class Lockstep:
                 raise Divergence(
                     f"{when}: the target's view() returned {show_value(theirs)}, not a ManagerView"
                 )
+            try:  # Python's own values only, else == may answer for itself
+                check_exact(theirs.comparable())
+            except ForeignValue as error:
+                raise Divergence(f"{when}: the target's state holds {error}") from None
             if view.comparable() != theirs.comparable():
                 raise Divergence(f"{when}: {difference(view, theirs)}")
         return view

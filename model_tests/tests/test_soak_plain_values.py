@@ -8,14 +8,24 @@ soak compared compact states; the first once pools were compared by fingerprint)
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
-from pagedkv.model_tests.oracle.plain_state import ForeignValue, check_plain, same_plain
+from pagedkv.model_tests.lockstep.calls import Divergence
+from pagedkv.model_tests.oracle.plain_state import (
+    ForeignValue,
+    check_exact,
+    check_plain,
+    same_plain,
+)
+from pagedkv.model_tests.oracle.request_soak import RequestLockstep
 from pagedkv.model_tests.oracle.soak import soak
 from pagedkv.model_tests.oracle.soak_model import OPTIMIZED, REFERENCE, Model
 from pagedkv.optimized.block_manager import OptimizedBlockSpaceManager
+from pagedkv.optimized.request_manager import RequestManager
+from pagedkv.specs.request_types import RequestConfig
 from pagedkv.specs.types import ExtraKey, ManagerConfig
 
 STRAY = b"\xee" * 32
@@ -144,3 +154,43 @@ def test_bytes_that_answer_for_themselves_are_refused() -> None:
     assert wrong == state  # what the comparison used to trust
     with pytest.raises(ForeignValue, match="SaysEqualBytes among a pool's tokens"):
         same_plain(state, wrong)
+
+
+class SaysEqualInt(int):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = int.__hash__
+
+
+def test_a_views_comparable_values_are_python_s_own_or_the_spec_s() -> None:
+    """What the checkpoints compare of a view: real views pass; anything of a user's fails."""
+    manager = OptimizedBlockSpaceManager(CONFIG)
+    manager.allocate(1, [1, 2], [3, 1, 4, 1, 5], ExtraKey(lora_id=2))
+    check_exact(manager.view().comparable())
+    requests = RequestManager(RequestConfig(num_blocks=8, block_size=2, enable_caching=True))
+    check_exact(requests.view().comparable())
+    for foreign in (SaysEqualDict(), SaysEqualBytes(b"x"), SaysEqualInt(3), (1, [SaysEqualInt(2)])):
+        with pytest.raises(ForeignValue):
+            check_exact(foreign)
+    with pytest.raises(ForeignValue, match="Key"):
+        check_exact((Key(1, None),))
+
+
+class FreeQueueThatSaysEqual(RequestManager):
+    """A view whose free queue holds an id that says it equals any other."""
+
+    def view(self) -> Any:
+        real = super().view()
+        return dataclasses.replace(real, free_queue=(SaysEqualInt(99), *real.free_queue[1:]))
+
+
+def test_a_request_level_checkpoint_reads_the_targets_values_as_python_s_own() -> None:
+    config = RequestConfig(num_blocks=8, block_size=2, enable_caching=True)
+    side = RequestLockstep(FreeQueueThatSaysEqual, config, exact=True)
+    assert side.model.view().comparable() == side.target.view().comparable()  # the lie
+    with pytest.raises(Divergence, match="holds a SaysEqualInt"):
+        side.check_state("at the checkpoint")
