@@ -5,12 +5,14 @@ that comparing it cannot ask the target.
 whose ``__eq__`` says yes, or a ``bytes`` subclass among a pool's token columns, made a wrong
 state compare equal to the model's (a user's tryout: ``pagedkv soak --exact`` said PASS for a
 subclass with a stray hash-index entry in such a ``dict``, and for a free block holding tokens in
-such ``bytes``). So every part of a target's compact state is first checked to be made of exact
-types only, in C passes: each spec type exactly itself (``CompactPool``, ``ExtraKey``,
-``Device``, the configurations), each ``bytes`` exactly ``bytes`` (``map(type, ...)`` counted),
-and everything else through ``marshal``, which writes only Python's own types (an instance of any
-subclass of ``dict``, ``list``, ``tuple``, ``int``, ``str`` is refused). After that, ``==`` is
-Python's own on every value (``specs/oracle.md`` §6).
+such ``bytes``). So each part of a target's compact state is read as Python's own values
+before it is compared: each spec type checked to be exactly itself (``CompactPool``,
+``ExtraKey``, ``Device``, the configurations) and written as its fields, the rest passed through
+``marshal``'s round trip, which writes only Python's own types (an instance of any subclass of
+``dict``, ``list``, ``tuple``, ``int``, ``float``, ``str`` is refused) and reads a bytes-like
+object, wherever it is nested, by its buffer: as the plain ``bytes`` it holds. A ``bytes``
+subclass where a pool keeps its tokens and hashes is named. What is compared is made of exact
+builtins, whose ``==`` is Python's own (``specs/oracle.md`` §6).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import enum
 import marshal
 from collections.abc import Callable, Iterable
 from dataclasses import fields, is_dataclass
-from operator import attrgetter, countOf, itemgetter
+from operator import attrgetter, countOf
 from typing import Any
 
 from pagedkv.specs.compact_state import CompactManager, CompactPool
@@ -39,10 +41,14 @@ def _exactly(value: object, kind: type) -> None:
         raise ForeignValue(f"a {type(value).__qualname__} where pagedkv keeps a {kind.__name__}")
 
 
-def _builtins(value: object) -> None:
-    """``value`` made of Python's own types only (a bytes-like object passes: see ``_bytes``)."""
+def _copy(value: object, copy: bool) -> Any:
+    """The target's data (``copy``) through ``marshal``'s round trip: Python's own types only
+    (any subclass of a builtin container, ``int``, ``float`` or ``str`` refused), a bytes-like
+    object read by its buffer as plain ``bytes``, wherever it is nested; the model's as it is."""
+    if not copy:
+        return value
     try:
-        marshal.dumps(value)  # type: ignore[arg-type]
+        return marshal.loads(marshal.dumps(value))  # type: ignore[arg-type]
     except ValueError as error:  # "unmarshallable object"
         raise ForeignValue(f"an object that is not Python's own ({error})") from None
 
@@ -55,61 +61,78 @@ def _each(values: Iterable[object], kinds: tuple[type, ...], what: str) -> None:
         raise ForeignValue(f"a {odd.__qualname__} among {what}")
 
 
-def _config(config: object) -> None:
+def _config(config: object, copy: bool) -> object:
     if type(config) is not ManagerConfig and type(config) is not PoolConfig:
         raise ForeignValue(f"a configuration of type {type(config).__qualname__}")
-    _builtins(tuple(getattr(config, field.name) for field in fields(config)))
+    values = tuple(getattr(config, field.name) for field in fields(config))
+    return (type(config).__name__, _copy(values, copy))
 
 
-def _keys(keys: list[Any], what: str) -> None:
-    """Extra keys (or None), their fields Python's own."""
-    _each(keys, (ExtraKey, NONE), what)
-    _builtins([_KEY_FIELDS(key) for key in keys if key is not None])
+def _key(key: object) -> object:
+    """An extra key (exactly ``ExtraKey``) as its fields, or None."""
+    if key is None:
+        return None
+    _exactly(key, ExtraKey)
+    return _KEY_FIELDS(key)
 
 
-def _pool(pool: object) -> None:
+def _pool(pool: object, copy: bool) -> object:
     _exactly(pool, CompactPool)
     assert isinstance(pool, CompactPool)
-    _config(pool.config)
     _exactly(pool.keys, list)
-    _keys(pool.keys, "a pool's extra keys")
-    columns = [pool.tokens, pool.hashes, pool.parents, pool.cached, pool.duplicates]
-    _builtins([*columns, pool.ref_counts, pool.starts, pool.computed, pool.last_accessed])
-    _builtins([pool.free, pool.evictable, pool.pending_cows, pool.hits, pool.queries])
-    _each(pool.tokens, (bytes, tuple), "a pool's tokens")
-    _each(pool.hashes, (bytes, NONE), "a pool's hashes")
-    _each(pool.parents, (bytes, NONE), "a pool's parents")
-    _each(pool.cached, (bytes,), "a pool's cached hashes")
-    _each(pool.duplicates, (bytes,), "a pool's duplicated hashes")
+    if copy:  # a bytes subclass would be read by what it holds; named where it is kept
+        _each(pool.tokens, (bytes, tuple), "a pool's tokens")
+        _each(pool.hashes, (bytes, NONE), "a pool's hashes")
+        _each(pool.parents, (bytes, NONE), "a pool's parents")
+    columns = (
+        pool.ref_counts,
+        pool.tokens,
+        pool.hashes,
+        pool.parents,
+        pool.starts,
+        [_key(key) for key in pool.keys],
+        pool.computed,
+        pool.last_accessed,
+        pool.free,
+        pool.evictable,
+        pool.cached,
+        pool.duplicates,
+        pool.pending_cows,
+        pool.hits,
+        pool.queries,
+    )
+    return (_config(pool.config, copy), _copy(columns, copy))
 
 
-def _seqs(seqs: object) -> None:
+def _seqs(seqs: object, copy: bool) -> object:
     _exactly(seqs, dict)
-    assert isinstance(seqs, dict)
-    _builtins(seqs)
-    rows = list(dict.values(seqs))
-    _each(rows, (tuple,), "the sequences' rows")
-    _each(map(itemgetter(1), rows), (bytes, bytearray, tuple), "the sequences' tokens")
+    return _copy(seqs, copy)
 
 
-def _groups(groups: object) -> None:
+def _groups(groups: object, copy: bool) -> object:
+    """Each group's row with its extra key as its fields (through ``marshal`` on the target's
+    side) and its devices apart (exactly ``Device``: compared by identity)."""
     _exactly(groups, dict)
     assert isinstance(groups, dict)
-    rows = list(dict.values(groups))
-    _each(rows, (tuple,), "the groups' rows")
-    if countOf(map(len, rows), 6) != len(rows):
-        raise ForeignValue("a group's row of other than its 6 fields")
-    members, devices, keys, tokens, blocks, cross = zip(*rows, strict=True) if rows else [()] * 6
-    _builtins([list(dict.keys(groups)), members, tokens, blocks])
-    _each(devices + cross, (Device,), "the groups' devices")
-    _keys(list(keys), "the groups' extra keys")
+    rows: dict[object, object] = {}
+    devices: dict[object, object] = {}
+    for group_id, row in dict.items(groups):
+        _exactly(row, tuple)
+        if len(row) != 6:
+            raise ForeignValue("a group's row of other than its 6 fields")
+        members, device, key, tokens, blocks, cross = row
+        _each((device, cross), (Device,), "the groups' devices")
+        rows[group_id] = (members, _key(key), tokens, blocks)
+        devices[group_id] = (device, cross)
+    return (_copy(rows, copy), devices)
 
 
-def _null_block(block: object) -> None:
+def _null_block(block: object, copy: bool) -> object:
     _each([block], (int, NONE), "the null block")
+    return block
 
 
-_PARTS: tuple[tuple[str, Callable[[Any], None]], ...] = (
+_PARTS: tuple[tuple[str, Callable[[Any, bool], object]], ...] = (
     ("config", _config),
     ("gpu", _pool),
     ("cpu", _pool),
@@ -123,8 +146,8 @@ def check_plain(state: object) -> None:
     """``ForeignValue`` unless every value of the compact state is of Python's own types or
     exactly the spec's."""
     _exactly(state, CompactManager)
-    for name, check in _PARTS:
-        check(getattr(state, name))
+    for name, form in _PARTS:
+        form(getattr(state, name), True)
 
 
 def same_plain(
@@ -132,13 +155,13 @@ def same_plain(
     theirs: object,
     agreed: tuple[CompactManager, CompactManager] | None = None,
 ) -> bool:
-    """Whether the target's compact state equals the model's, each part of it first checked to
-    hold only Python's own values (``ForeignValue`` else). A part that is on each side the very
-    object it was in the pair last found equal, ``agreed``, is equal without a look (a compact
-    state's parts are never changed once returned)."""
+    """Whether the target's compact state equals the model's, each part of the target's read as
+    Python's own values (``_copy``; ``ForeignValue`` where it holds something else). A part that
+    is on each side the very object it was in the pair last found equal, ``agreed``, is equal
+    without a look (a compact state's parts are never changed once returned)."""
     _exactly(theirs, CompactManager)
     assert isinstance(theirs, CompactManager)
-    for name, check in _PARTS:
+    for name, form in _PARTS:
         ours, their = getattr(mine, name), getattr(theirs, name)
         if (
             agreed is not None
@@ -146,8 +169,7 @@ def same_plain(
             and their is getattr(agreed[1], name)
         ):
             continue
-        check(their)
-        if ours != their:
+        if form(ours, False) != form(their, True):
             return False
     return True
 

@@ -194,3 +194,19 @@ def test_a_request_level_checkpoint_reads_the_targets_values_as_python_s_own() -
     assert side.model.view().comparable() == side.target.view().comparable()  # the lie
     with pytest.raises(Divergence, match="holds a SaysEqualInt"):
         side.check_state("at the checkpoint")
+
+
+def test_a_lookalike_nested_anywhere_is_read_as_what_it_holds() -> None:
+    """A bytes-like object passes ``marshal`` wherever it is nested (here where a block id is
+    kept): it is read as the plain bytes it holds, which no int equals."""
+    state = _state()
+    assert state.gpu.cached, "the state caches a block"
+    cached = {key: SaysEqualBytes(b"\x00") for key in state.gpu.cached}
+    wrong = state._replace(gpu=state.gpu._replace(cached=cached))
+    assert wrong == state  # what the comparison used to trust
+    assert not same_plain(state, wrong)
+    rows = {
+        seq: (group, tokens, (SaysEqualInt(77),)) for seq, (group, tokens, _) in state.seqs.items()
+    }
+    with pytest.raises(ForeignValue):
+        same_plain(state, state._replace(seqs=rows))
