@@ -76,6 +76,10 @@ def _key(key: object) -> object:
     return _KEY_FIELDS(key)
 
 
+_KEYS = CompactPool._fields.index("keys") - 1
+"""Where a pool's extra keys are among its columns (its fields after the configuration)."""
+
+
 def _pool(pool: object, copy: bool) -> object:
     _exactly(pool, CompactPool)
     assert isinstance(pool, CompactPool)
@@ -84,24 +88,9 @@ def _pool(pool: object, copy: bool) -> object:
         _each(pool.tokens, (bytes, tuple), "a pool's tokens")
         _each(pool.hashes, (bytes, NONE), "a pool's hashes")
         _each(pool.parents, (bytes, NONE), "a pool's parents")
-    columns = (
-        pool.ref_counts,
-        pool.tokens,
-        pool.hashes,
-        pool.parents,
-        pool.starts,
-        [_key(key) for key in pool.keys],
-        pool.computed,
-        pool.last_accessed,
-        pool.free,
-        pool.evictable,
-        pool.cached,
-        pool.duplicates,
-        pool.pending_cows,
-        pool.hits,
-        pool.queries,
-    )
-    return (_config(pool.config, copy), _copy(columns, copy))
+    config, *columns = pool  # every field, in order: none is left out as fields are added
+    columns[_KEYS] = [_key(key) for key in pool.keys]
+    return (_config(config, copy), _copy(columns, copy))
 
 
 def _seqs(seqs: object, copy: bool) -> object:
@@ -140,14 +129,6 @@ _PARTS: tuple[tuple[str, Callable[[Any, bool], object]], ...] = (
     ("groups", _groups),
     ("null_block", _null_block),
 )
-
-
-def check_plain(state: object) -> None:
-    """``ForeignValue`` unless every value of the compact state is of Python's own types or
-    exactly the spec's."""
-    _exactly(state, CompactManager)
-    for name, form in _PARTS:
-        form(getattr(state, name), True)
 
 
 def same_plain(

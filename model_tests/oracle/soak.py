@@ -178,7 +178,7 @@ class Lockstep:
         self.target = factory(config)
         self.plain_values = not built_by_pagedkv(factory)
         """Whether the target's values are read as Python's own before they are compared
-        (``same_values``): for any target but the managers pagedkv builds itself."""
+        (``same_compact``): for any target but the managers pagedkv builds itself."""
         self.exact = exact
         self.target_compact: Reader | None = None
         """Exact mode with ``every_call``: the whole states are compared (compact) after every
@@ -268,21 +268,25 @@ class Lockstep:
             theirs = self.target_compact()
         except Exception as error:
             raise _unreadable(when, error) from None
-        if same_parts(mine, theirs, self.agreed) and self.same_values(when, mine, theirs):
+        if self.same_compact(when, mine, theirs, self.agreed):
             self.agreed = (mine, theirs)
         else:  # the views say where; where they do not, a kept state may be stale (checkpoints)
             self.agreed = None
             self.same_views(when)
 
-    def same_values(self, when: str, mine: CompactManager, theirs: CompactManager) -> bool:
-        """``mine == theirs`` with the target's values read as Python's own
-        (``plain_state.same_plain``): found equal by ``==``, a state may still hold a value of
-        the target's that answers for itself. A pair already found equal is not read again."""
+    def same_compact(
+        self,
+        when: str,
+        mine: CompactManager,
+        theirs: CompactManager,
+        agreed: tuple[CompactManager, CompactManager] | None,
+    ) -> bool:
+        """``mine == theirs``, a part found equal in ``agreed`` taken as it was: for a target of
+        a user's with the target's values read as Python's own (``plain_state.same_plain``),
+        since by ``==`` a value of the target's may answer for itself; for a manager pagedkv
+        builds itself, by ``==`` (``same_parts``)."""
         if not self.plain_values:
-            return True
-        agreed = self.agreed
-        if agreed is not None and mine is agreed[0] and theirs is agreed[1]:
-            return True
+            return same_parts(mine, theirs, agreed)
         try:
             return same_plain(mine, theirs, agreed)
         except ForeignValue as error:
@@ -353,8 +357,7 @@ class Lockstep:
             if (
                 mine is not None
                 and theirs_fresh is not None
-                and mine == theirs_fresh
-                and self.same_values(when, mine, theirs_fresh)
+                and self.same_compact(when, mine, theirs_fresh, None)
             ):
                 return view
             try:
@@ -365,11 +368,12 @@ class Lockstep:
                 raise Divergence(
                     f"{when}: the target's view() returned {show_value(theirs)}, not a ManagerView"
                 )
+            compared = theirs.comparable()
             try:  # Python's own values only, else == may answer for itself
-                check_exact(theirs.comparable())
+                check_exact(compared)
             except ForeignValue as error:
                 raise Divergence(f"{when}: the target's state holds {error}") from None
-            if view.comparable() != theirs.comparable():
+            if view.comparable() != compared:
                 raise Divergence(f"{when}: {difference(view, theirs)}")
         return view
 
