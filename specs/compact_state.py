@@ -128,10 +128,36 @@ def compact_pool(view: PoolView) -> CompactPool:
     ids = view.config.block_ids
     if len(view.blocks) != len(ids) or any(block not in view.blocks for block in ids):
         raise ValueError("a pool view whose blocks are not its configuration's ids")
-    blocks = [view.blocks[block] for block in ids]
+    return compact_of_blocks(
+        view.config,
+        [view.blocks[block] for block in ids],
+        view.free,
+        view.evictable,
+        view.cached,
+        view.duplicates,
+        view.pending_cows,
+        view.hits,
+        view.queries,
+    )
+
+
+def compact_of_blocks(
+    config: PoolConfig,
+    blocks: Sequence[BlockView],
+    free: frozenset[BlockId],
+    evictable: frozenset[BlockId],
+    cached: Mapping[BlockHash, BlockId],
+    duplicates: Mapping[BlockHash, tuple[BlockId, ...]],
+    pending_cows: tuple[CopyPair, ...],
+    hits: int,
+    queries: int,
+) -> CompactPool:
+    """A pool's columns from its blocks' views in the configuration's order and its other
+    fields: ``compact_pool``'s work once the blocks are in order (a reader that has them so
+    already, as the reference's frozen state does, skips the view)."""
     prefixes = [block.prefix for block in blocks]
     return CompactPool(
-        view.config,
+        config,
         [block.ref_count for block in blocks],
         [packed_tokens(block.tokens) for block in blocks],
         [block.content_hash for block in blocks],
@@ -140,13 +166,13 @@ def compact_pool(view: PoolView) -> CompactPool:
         [None if prefix is None else prefix.extra_key for prefix in prefixes],
         [block.computed for block in blocks],
         [block.last_accessed for block in blocks],
-        view.free,
-        view.evictable,
-        dict(view.cached),
-        dict(view.duplicates),
-        view.pending_cows,
-        view.hits,
-        view.queries,
+        free,
+        evictable,
+        dict(cached),
+        dict(duplicates),
+        pending_cows,
+        hits,
+        queries,
     )
 
 

@@ -35,6 +35,7 @@ from pagedkv.specs.compact_state import (
     SeqFields,
     compact_groups,
     compact_manager,
+    compact_of_blocks,
     compact_pool,
     packed_tokens,
 )
@@ -161,21 +162,13 @@ def compact_of_state(state: PoolState) -> CompactPool:
         views = None
     if views is None:
         return compact_pool(to_view(state))
-    prefixes = [view.prefix for view in views]
-    return CompactPool(
+    return compact_of_blocks(
         state.config,
-        [view.ref_count for view in views],
-        [packed_tokens(view.tokens) for view in views],
-        [view.content_hash for view in views],
-        [None if prefix is None else prefix.hash for prefix in prefixes],
-        [0 if prefix is None else prefix.num_tokens for prefix in prefixes],
-        [None if prefix is None else prefix.extra_key for prefix in prefixes],
-        [view.computed for view in views],
-        [view.last_accessed for view in views],
+        views,
         frozenset([block for block, view in zip(ids, views, strict=True) if is_free(view)]),
         frozenset([block for block, view in zip(ids, views, strict=True) if is_evictable(view)]),
-        dict(state.cached),
-        dict(state.duplicates),
+        state.cached,
+        state.duplicates,
         state.pending_cows,
         state.hits,
         state.queries,
