@@ -67,21 +67,26 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 # --- the independent implementation passes ----------------------------------------------------
 
 
+def derandomized(runs: int, steps: int, phases: list[Phase]) -> settings:
+    """A short, repeatable run of a machine: ``runs`` examples of up to ``steps`` steps."""
+    return settings(
+        max_examples=runs,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=phases,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
 def test_independent_manager_passes_the_isomorphic_machine() -> None:
     case = manager_lockstep_case(IndependentManager, mode="isomorphic")
     calls: list[int] = []
     case.on_run_end = staticmethod(lambda record: calls.append(len(record.calls)))
     run_state_machine_as_test(
         case,
-        settings=settings(
-            max_examples=25,
-            stateful_step_count=40,
-            deadline=None,
-            database=None,
-            derandomize=True,
-            phases=[Phase.generate, Phase.shrink],
-            suppress_health_check=list(HealthCheck),
-        ),
+        settings=derandomized(25, 40, [Phase.generate, Phase.shrink]),
     )
     assert len(calls) >= 25 and sum(calls) > 25 * 10, calls
 
@@ -103,15 +108,7 @@ def test_a_check_notes_no_rule_events_where_a_machine_under_pytest_does(
     case = manager_lockstep_case(IndependentManager, mode="isomorphic")
     run_state_machine_as_test(
         case,
-        settings=settings(
-            max_examples=3,
-            stateful_step_count=10,
-            deadline=None,
-            database=None,
-            derandomize=True,
-            phases=[Phase.generate],
-            suppress_health_check=list(HealthCheck),
-        ),
+        settings=derandomized(3, 10, [Phase.generate]),
     )
     assert any(name.startswith("rule: ") for name in noted)
     noted.clear()
